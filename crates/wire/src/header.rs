@@ -1,0 +1,175 @@
+//! The fixed header that starts every datagram.
+
+/// Wire format version; a datagram with another version is rejected.
+pub const VERSION: u8 = 1;
+
+/// Bytes of the fixed header.
+pub const HEADER_LEN: usize = 60;
+
+/// What a datagram is. Data packets are sequenced; every other type is an
+/// unsequenced control packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum PacketType {
+    /// Sequenced data: a payload of message records.
+    Data = 1,
+    /// Explicit acknowledgement (payload: [`crate::AckPayload`]).
+    Ack = 2,
+    /// A receiver waiting for a hole asks the sender what is missing.
+    Prod = 3,
+    /// Timestamped latency probe on the ordinary path.
+    Probe = 4,
+    /// Polled status report (SSCOP STAT).
+    Stat = 5,
+    /// Unsolicited status report on detected loss (SSCOP USTAT).
+    Ustat = 6,
+    /// Latency status: a STAT that also switches the sender's path mode.
+    Lstat = 7,
+    /// Clock resynchronisation exchange.
+    ClockSync = 8,
+}
+
+impl PacketType {
+    pub fn from_u8(value: u8) -> Option<PacketType> {
+        Some(match value {
+            1 => PacketType::Data,
+            2 => PacketType::Ack,
+            3 => PacketType::Prod,
+            4 => PacketType::Probe,
+            5 => PacketType::Stat,
+            6 => PacketType::Ustat,
+            7 => PacketType::Lstat,
+            8 => PacketType::ClockSync,
+            _ => return None,
+        })
+    }
+
+    pub fn is_data(self) -> bool {
+        self == PacketType::Data
+    }
+}
+
+/// Header flags.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Flags(u16);
+
+impl Flags {
+    /// The sender asks for an explicit acknowledgement (its buffers are low).
+    pub const ACK_REQUESTED: Flags = Flags(1 << 0);
+    /// The last packet of a communication phase: acknowledge it at once.
+    pub const LAST_OF_PHASE: Flags = Flags(1 << 1);
+    /// This data packet is a retransmission.
+    pub const RETRANSMISSION: Flags = Flags(1 << 2);
+    /// An answer to a prod.
+    pub const REPLY: Flags = Flags(1 << 3);
+    /// Every flag this version defines; others must be zero.
+    pub const ALL: Flags = Flags(0b1111);
+
+    pub const fn empty() -> Flags {
+        Flags(0)
+    }
+
+    pub const fn bits(self) -> u16 {
+        self.0
+    }
+
+    pub const fn from_bits(bits: u16) -> Option<Flags> {
+        if bits & !Self::ALL.0 != 0 {
+            return None;
+        }
+        Some(Flags(bits))
+    }
+
+    pub const fn contains(self, other: Flags) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    pub fn insert(&mut self, other: Flags) {
+        self.0 |= other.0;
+    }
+
+    pub fn remove(&mut self, other: Flags) {
+        self.0 &= !other.0;
+    }
+
+    pub const fn union(self, other: Flags) -> Flags {
+        Flags(self.0 | other.0)
+    }
+}
+
+/// The decoded fixed header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub packet_type: PacketType,
+    pub flags: Flags,
+    pub channel: u16,
+    /// Superstep colour: alternates between supersteps so that a packet of the
+    /// next superstep acknowledges the previous one.
+    pub colour: u8,
+    pub job: u64,
+    pub source: u32,
+    pub destination: u32,
+    /// Sequence number of a data packet; zero in control packets.
+    pub sequence: u64,
+    /// Every packet of the reverse direction with a sequence number below this
+    /// has arrived (cumulative acknowledgement).
+    pub ack: u64,
+    /// The first packet the receiver holds beyond the hole that starts at `ack`;
+    /// equal to `ack` when nothing is missing. `[ack, end_of_hole)` is the hole.
+    pub end_of_hole: u64,
+    /// The sender's clock when the packet left, in nanoseconds.
+    pub timestamp: u64,
+    pub payload_len: u16,
+}
+
+impl Header {
+    /// A header with every field zero but the type.
+    pub fn new(packet_type: PacketType) -> Header {
+        Header {
+            packet_type,
+            flags: Flags::empty(),
+            channel: 0,
+            colour: 0,
+            job: 0,
+            source: 0,
+            destination: 0,
+            sequence: 0,
+            ack: 0,
+            end_of_hole: 0,
+            timestamp: 0,
+            payload_len: 0,
+        }
+    }
+
+    pub(crate) fn write(&self, out: &mut [u8; HEADER_LEN]) {
+        out[0] = VERSION;
+        out[1] = self.packet_type as u8;
+        out[2..4].copy_from_slice(&self.flags.bits().to_be_bytes());
+        out[4..6].copy_from_slice(&self.channel.to_be_bytes());
+        out[6] = self.colour;
+        out[7] = 0;
+        out[8..16].copy_from_slice(&self.job.to_be_bytes());
+        out[16..20].copy_from_slice(&self.source.to_be_bytes());
+        out[20..24].copy_from_slice(&self.destination.to_be_bytes());
+        out[24..32].copy_from_slice(&self.sequence.to_be_bytes());
+        out[32..40].copy_from_slice(&self.ack.to_be_bytes());
+        out[40..48].copy_from_slice(&self.end_of_hole.to_be_bytes());
+        out[48..56].copy_from_slice(&self.timestamp.to_be_bytes());
+        out[56..58].copy_from_slice(&self.payload_len.to_be_bytes());
+        out[58..60].copy_from_slice(&[0, 0]);
+    }
+}
+
+pub(crate) fn u16_at(b: &[u8; HEADER_LEN], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+pub(crate) fn u32_at(b: &[u8; HEADER_LEN], at: usize) -> u32 {
+    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+pub(crate) fn u64_at(b: &[u8; HEADER_LEN], at: usize) -> u64 {
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&b[at..at + 8]);
+    u64::from_be_bytes(word)
+}

@@ -1,0 +1,35 @@
+//! Packet formats of bulkwire.
+//!
+//! Every datagram is a fixed 60-byte header, a payload of at most
+//! [`MAX_PAYLOAD`] bytes and a 16-byte MAC keyed by the job key over header and
+//! payload. All integers are big-endian.
+//!
+//! ```text
+//!  0      1      2      4       6       7      8
+//!  +------+------+------+-------+-------+------+
+//!  | ver  | type | flags| chan  | colour| rsvd |
+//!  +------+------+------+-------+-------+------+
+//!  8 job id (u64)       16 source rank (u32)    20 destination rank (u32)
+//!  24 sequence (u64)    32 acknowledgement (u64) 40 end of hole (u64)
+//!  48 sender timestamp, ns (u64)
+//!  56 payload length (u16)  58 reserved (u16, zero)
+//!  60 payload …  then 16 bytes of MAC
+//! ```
+//!
+//! Decoding never allocates and never panics: every malformed input gives a
+//! [`DecodeError`], which [`RejectCounters`] can tally.
+
+mod control;
+mod header;
+mod mac;
+mod packet;
+mod records;
+
+pub use control::{AckPayload, ACK_PAYLOAD_LEN};
+pub use header::{Flags, Header, PacketType, HEADER_LEN, VERSION};
+pub use mac::{JobKey, MAC_LEN};
+pub use packet::{
+    decode, encode, seal, Accept, DecodeError, EncodeError, Packet, RejectCounters, MAX_DATAGRAM,
+    MAX_PAYLOAD, OVERHEAD,
+};
+pub use records::{Record, RecordWriter, Records, RECORD_HEADER_LEN};

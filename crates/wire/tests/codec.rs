@@ -1,0 +1,167 @@
+use bulkwire_wire::*;
+use proptest::prelude::*;
+
+const JOB: u64 = 0x5eed_0000_0000_0001;
+
+fn key() -> JobKey {
+    JobKey::new([7; 32])
+}
+
+fn accept() -> Accept {
+    Accept { job: JOB, destination: 1, ranks: 4, channels: 2 }
+}
+
+fn header(packet_type: PacketType) -> Header {
+    let mut h = Header::new(packet_type);
+    h.job = JOB;
+    h.source = 0;
+    h.destination = 1;
+    h
+}
+
+fn sample() -> Vec<u8> {
+    let mut h = header(PacketType::Data);
+    h.sequence = 42;
+    h.ack = 7;
+    h.end_of_hole = 9;
+    let mut out = vec![0; 200];
+    let n = encode(&h, b"hello world", &key(), &mut out).unwrap();
+    out.truncate(n);
+    out
+}
+
+fn arb_type() -> impl Strategy<Value = PacketType> {
+    (1u8..=8).prop_map(|t| PacketType::from_u8(t).unwrap())
+}
+
+proptest! {
+    #[test]
+    fn round_trip(
+        packet_type in arb_type(),
+        flags in 0u16..=Flags::ALL.bits(),
+        channel in 0u16..2,
+        colour: u8,
+        source in prop::sample::select(vec![0u32, 2, 3]),
+        sequence: u64,
+        ack: u64,
+        hole in 0u64..1000,
+        timestamp: u64,
+        payload in prop::collection::vec(any::<u8>(), 0..3000),
+    ) {
+        let mut h = header(packet_type);
+        h.flags = Flags::from_bits(flags).unwrap();
+        h.channel = channel;
+        h.colour = colour;
+        h.source = source;
+        h.sequence = sequence;
+        h.ack = ack;
+        h.end_of_hole = ack.saturating_add(hole);
+        h.timestamp = timestamp;
+        let mut out = vec![0; OVERHEAD + payload.len()];
+        let n = encode(&h, &payload, &key(), &mut out).unwrap();
+        prop_assert_eq!(n, out.len());
+        let p = decode(&out, &key(), &accept()).unwrap();
+        h.payload_len = payload.len() as u16;
+        prop_assert_eq!(p.header, h);
+        prop_assert_eq!(p.payload, &payload[..]);
+    }
+
+    #[test]
+    fn any_single_bit_flip_is_rejected(bit in 0usize..(OVERHEAD + 11) * 8) {
+        let mut d = sample();
+        d[bit / 8] ^= 1 << (bit % 8);
+        prop_assert!(decode(&d, &key(), &accept()).is_err());
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
+        let _ = decode(&bytes, &key(), &accept());
+        for r in Records::new(&bytes) {
+            let _ = r;
+        }
+    }
+
+    #[test]
+    fn records_round_trip(msgs in prop::collection::vec((0u32..100_000, prop::collection::vec(any::<u8>(), 0..300)), 0..8)) {
+        let mut buf = vec![0; 4096];
+        let mut w = RecordWriter::new(&mut buf);
+        let mut written = Vec::new();
+        for (total, data) in &msgs {
+            let total = if data.is_empty() { 0 } else { (*total).max(data.len() as u32) };
+            let offset = total - data.len() as u32;
+            if data.len() <= w.room() && w.room() > 0 {
+                w.push(total, offset, data);
+                written.push((total, offset, data.clone()));
+            }
+        }
+        let n = w.len();
+        let read: Vec<_> = Records::new(&buf[..n]).map(|r| r.unwrap()).map(|r| (r.message_len, r.offset, r.data.to_vec())).collect();
+        prop_assert_eq!(read, written);
+    }
+}
+
+#[test]
+fn rejections_are_typed() {
+    let good = sample();
+    assert!(decode(&good, &key(), &accept()).is_ok());
+    assert_eq!(decode(&good[..10], &key(), &accept()), Err(DecodeError::Truncated(10)));
+    let big = vec![0u8; MAX_DATAGRAM + 1];
+    assert_eq!(decode(&big, &key(), &accept()), Err(DecodeError::Oversized(MAX_DATAGRAM + 1)));
+    let mut v = good.clone();
+    v[0] = 9;
+    assert_eq!(decode(&v, &key(), &accept()), Err(DecodeError::UnsupportedVersion(9)));
+    let other_job = Accept { job: 1, ..accept() };
+    assert_eq!(decode(&good, &key(), &other_job), Err(DecodeError::WrongJob(JOB)));
+    assert_eq!(decode(&good, &JobKey::new([8; 32]), &accept()), Err(DecodeError::BadMac));
+    let mut longer = good.clone();
+    longer.push(0);
+    assert!(matches!(decode(&longer, &key(), &accept()), Err(DecodeError::LengthMismatch { .. })));
+    let not_me = Accept { destination: 2, ..accept() };
+    assert!(matches!(decode(&good, &key(), &not_me), Err(DecodeError::Misaddressed { .. })));
+    let few_channels = Accept { channels: 0, ..accept() };
+    assert_eq!(decode(&good, &key(), &few_channels), Err(DecodeError::UnknownChannel(0)));
+    let mut counters = RejectCounters::default();
+    counters.record(&DecodeError::BadMac);
+    counters.record(&DecodeError::WrongJob(3));
+    assert_eq!((counters.bad_mac, counters.wrong_job, counters.total()), (1, 1, 2));
+}
+
+#[test]
+fn sealed_fields_are_checked_after_the_mac() {
+    // A correctly authenticated datagram with an undefined type or flag is
+    // still rejected: a newer peer, never a crash.
+    let mut out = vec![0; 100];
+    let h = header(PacketType::Data);
+    let n = encode(&h, b"", &key(), &mut out).unwrap();
+    out[1] = 200;
+    let tag_start = n - MAC_LEN;
+    let tag = blake3::keyed_hash(&[7; 32], &out[..tag_start]);
+    out[tag_start..n].copy_from_slice(&tag.as_bytes()[..MAC_LEN]);
+    assert_eq!(decode(&out[..n], &key(), &accept()), Err(DecodeError::UnknownType(200)));
+}
+
+#[test]
+fn malformed_records_are_rejected() {
+    let mut buf = [0u8; 64];
+    let mut w = RecordWriter::new(&mut buf);
+    w.push(5, 0, b"hello");
+    let n = w.len();
+    assert!(Records::validate(&buf[..n]).is_ok());
+    assert!(Records::validate(&buf[..n - 1]).is_err());
+    assert!(Records::validate(&buf[..3]).is_err());
+    buf[3] = 2; // message length 2 < fragment length 5
+    assert!(Records::validate(&buf[..n]).is_err());
+    let empty = [0u8; RECORD_HEADER_LEN];
+    let r: Vec<_> = Records::new(&empty).collect();
+    assert_eq!(r.len(), 1);
+    assert!(r[0].as_ref().unwrap().ends_message());
+}
+
+#[test]
+fn ack_payload_round_trip() {
+    let a = AckPayload { echo_timestamp: 123456789, delay: 77 };
+    let mut b = [0u8; ACK_PAYLOAD_LEN];
+    a.write(&mut b);
+    assert_eq!(AckPayload::read(&b), Ok(a));
+    assert!(AckPayload::read(&b[..5]).is_err());
+}
