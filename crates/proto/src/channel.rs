@@ -1,0 +1,690 @@
+//! One reliable channel between this process and a peer: a sender half and a
+//! receiver half that share the packets flowing both ways.
+//!
+//! Loss recovery is hole filling (seed 002 §4.3): every packet carries the
+//! receiver's cumulative acknowledgement `ack` and `end_of_hole`, the first
+//! packet it holds beyond the hole; the sender resends exactly `[ack,
+//! end_of_hole)`, never the same packet twice within one round trip. A
+//! receiver that waits for a hole and has nothing to send back prods the
+//! sender, backing off exponentially. Explicit acknowledgements are rare: only
+//! when the sender asks (its buffers run low, or the last packet of a phase)
+//! and, for buffer pressure, only after n/(2p) arrivals since the last one.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use bulkwire_wire::{seal, AckPayload, Flags, Header, PacketType, RecordWriter, Records, HEADER_LEN};
+
+use crate::config::{Config, Strategy};
+use crate::endpoint::{Event, Path};
+use crate::pool::BufferPool;
+use crate::rtt::RttEstimator;
+use crate::stats::ChannelStats;
+use crate::time::Time;
+
+/// Longest exponential back-off of prods and tail probes (2^10 round trips,
+/// further bounded by `max_rto`).
+const MAX_BACKOFF: u32 = 10;
+
+/// What the channel borrows from its endpoint while it works.
+pub(crate) struct Shared<'a> {
+    pub cfg: &'a Config,
+    pub send_pool: &'a mut BufferPool,
+    pub recv_pool: &'a mut BufferPool,
+    pub events: &'a mut VecDeque<Event>,
+    /// Bytes of received messages held for the application (limit:
+    /// `cfg.recv_buffer_bytes`).
+    pub recv_bytes: &'a mut usize,
+    /// Bytes queued by `send` and not yet packetised, over all channels.
+    pub pending_bytes: &'a mut usize,
+    pub send_rate: &'a mut SendRate,
+}
+
+/// How fast this process puts new data packets on the wire, to foresee when
+/// its free send buffers will run out within a round trip.
+#[derive(Debug, Default)]
+pub(crate) struct SendRate {
+    last: Option<Time>,
+    /// Smoothed interval between new data packets, in nanoseconds.
+    interval: f64,
+}
+
+impl SendRate {
+    fn record(&mut self, now: Time) {
+        if let Some(last) = self.last {
+            let gap = now.since(last).as_nanos() as f64;
+            self.interval = 0.875 * self.interval + 0.125 * gap;
+        }
+        self.last = Some(now);
+    }
+
+    fn packets_per(&self, rtt: Duration) -> f64 {
+        rtt.as_nanos() as f64 / self.interval.max(1.0)
+    }
+}
+
+/// Where an acknowledgement field came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Info {
+    /// Piggybacked on a data packet.
+    Piggyback,
+    /// An explicit acknowledgement answering our packet sent at `echo`.
+    Reply { echo: Time },
+    /// A prod: the peer waits for a hole.
+    Prod,
+}
+
+#[derive(Debug)]
+struct SentPacket {
+    payload: Vec<u8>,
+    flags: Flags,
+    last_sent: Time,
+    transmissions: u32,
+    /// Already in the retransmission queue.
+    queued: bool,
+}
+
+#[derive(Debug)]
+struct OutMessage {
+    data: Vec<u8>,
+    offset: usize,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct AckDue {
+    echo: u64,
+    arrived: Time,
+    /// An answer to a prod or to the last packet of a phase: it must go as an
+    /// explicit packet, because the echo measures the round trip and tells
+    /// the sender what was lost before it.
+    reply: bool,
+}
+
+#[derive(Debug)]
+struct Reassembly {
+    data: Vec<u8>,
+    total: usize,
+}
+
+#[derive(Debug)]
+pub(crate) struct Channel {
+    pub peer: u32,
+    pub id: u16,
+    pub strategy: Strategy,
+    pub colour: u8,
+    pub stats: ChannelStats,
+    /// Set when the peer broke the protocol; the channel then stays silent.
+    pub failed: bool,
+    rtt: RttEstimator,
+    /// Reordering tolerated before a hole is prodded, as a fraction of the round trip.
+    reorder_fraction: f64,
+
+    // Sender half.
+    next_seq: u64,
+    /// Oldest unacknowledged sequence number: `unacked[0]`.
+    base: u64,
+    unacked: VecDeque<SentPacket>,
+    retransmit: VecDeque<u64>,
+    pending: VecDeque<OutMessage>,
+    phase_end: bool,
+    /// Last time the peer acknowledged something or new data left.
+    last_progress: Time,
+    rto_backoff: u32,
+    probe_due: bool,
+
+    // Receiver half.
+    next_expected: u64,
+    /// The peer has sent every sequence number below this (as far as we know).
+    known_sent: u64,
+    /// One past the highest sequence number that actually arrived.
+    arrived_beyond: u64,
+    held: BTreeMap<u64, Vec<u8>>,
+    reassembly: Option<Reassembly>,
+    arrivals_since_ack: u32,
+    ack_asked: bool,
+    ack_due: Option<AckDue>,
+    prod_at: Option<Time>,
+    prod_backoff: u32,
+    prod_due: bool,
+}
+
+impl Channel {
+    pub(crate) fn new(peer: u32, id: u16, cfg: &Config) -> Channel {
+        Channel {
+            peer,
+            id,
+            strategy: cfg.strategy,
+            colour: 0,
+            stats: ChannelStats::default(),
+            failed: false,
+            rtt: RttEstimator::new(cfg.initial_rtt, cfg.min_rto, cfg.max_rto),
+            reorder_fraction: cfg.reorder_fraction,
+            next_seq: 0,
+            base: 0,
+            unacked: VecDeque::new(),
+            retransmit: VecDeque::new(),
+            pending: VecDeque::new(),
+            phase_end: false,
+            last_progress: Time::ZERO,
+            rto_backoff: 0,
+            probe_due: false,
+            next_expected: 0,
+            known_sent: 0,
+            arrived_beyond: 0,
+            held: BTreeMap::new(),
+            reassembly: None,
+            arrivals_since_ack: 0,
+            ack_asked: false,
+            ack_due: None,
+            prod_at: None,
+            prod_backoff: 0,
+            prod_due: false,
+        }
+    }
+
+    pub(crate) fn is_fresh(&self) -> bool {
+        self.next_seq == 0 && self.next_expected == 0 && self.pending.is_empty()
+    }
+
+    /// Nothing queued, in flight or owed: every message sent has been acknowledged.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.pending.is_empty() && self.unacked.is_empty() && self.ack_due.is_none()
+    }
+
+    pub(crate) fn queue(&mut self, data: Vec<u8>) {
+        self.stats.messages_sent += 1;
+        self.stats.bytes_sent += data.len() as u64;
+        self.pending.push_back(OutMessage { data, offset: 0 });
+    }
+
+    pub(crate) fn end_phase(&mut self) {
+        if !self.pending.is_empty() {
+            self.phase_end = true;
+        }
+    }
+
+    /// Whether `poll_transmit` has something to send now.
+    pub(crate) fn has_work(&self, send_buffers_free: bool) -> bool {
+        !self.failed
+            && (self.ack_due.is_some()
+                || self.prod_due
+                || self.probe_due
+                || !self.retransmit.is_empty()
+                || (!self.pending.is_empty() && send_buffers_free))
+    }
+
+    pub(crate) fn waits_for_buffers(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    // ----- inputs -------------------------------------------------------
+
+    /// A verified packet from the peer. `Err` means the peer broke the protocol.
+    pub(crate) fn handle_packet(
+        &mut self,
+        now: Time,
+        header: &Header,
+        payload: &[u8],
+        sh: &mut Shared<'_>,
+    ) -> Result<(), &'static str> {
+        if self.failed {
+            return Ok(());
+        }
+        match header.packet_type {
+            PacketType::Data => {
+                self.on_peer_info(now, header.ack, header.end_of_hole, Info::Piggyback, sh)?;
+                self.on_data(now, header, payload, sh)?;
+            }
+            PacketType::Ack => {
+                let ack = AckPayload::read(payload).map_err(|_| "malformed acknowledgement")?;
+                self.stats.explicit_acks_received += 1;
+                let echo = Time::from_nanos(ack.echo_timestamp);
+                if echo <= now {
+                    let held = Duration::from_nanos(ack.delay as u64);
+                    self.rtt.sample(now.since(echo).saturating_sub(held));
+                }
+                self.learn_sent(now, header.sequence);
+                self.on_peer_info(now, header.ack, header.end_of_hole, Info::Reply { echo }, sh)?;
+            }
+            PacketType::Prod => {
+                self.stats.prods_received += 1;
+                self.learn_sent(now, header.sequence);
+                let resent = self.on_peer_info(now, header.ack, header.end_of_hole, Info::Prod, sh)?;
+                if !resent && self.retransmit.is_empty() {
+                    // Nothing is missing: say so, and the prodder backs off.
+                    self.ack_due = Some(AckDue { echo: header.timestamp, arrived: now, reply: true });
+                }
+            }
+            _ => unreachable!("the endpoint dispatches only data, ack and prod"),
+        }
+        Ok(())
+    }
+
+    /// Acknowledgement and end-of-hole fields from the peer, about the packets
+    /// we sent. Frees acknowledged buffers and schedules retransmission of the
+    /// hole. Returns whether anything was scheduled.
+    fn on_peer_info(
+        &mut self,
+        now: Time,
+        ack: u64,
+        end_of_hole: u64,
+        info: Info,
+        sh: &mut Shared<'_>,
+    ) -> Result<bool, &'static str> {
+        if ack > self.next_seq || end_of_hole > self.next_seq {
+            return Err("acknowledges packets never sent");
+        }
+        if ack > self.base {
+            while self.base < ack {
+                let packet = self.unacked.pop_front().expect("base < next_seq");
+                sh.send_pool.give(packet.payload);
+                self.base += 1;
+            }
+            if info == Info::Piggyback {
+                self.stats.implicit_acks += 1;
+            }
+            self.last_progress = now;
+            self.rto_backoff = 0;
+        }
+        let from = ack.max(self.base);
+        let mut scheduled = false;
+        // The hole [ack, end_of_hole) is known to be missing.
+        let hole_end = match self.strategy {
+            Strategy::HoleFilling => end_of_hole,
+            Strategy::GoBackN if end_of_hole > ack => self.next_seq,
+            Strategy::GoBackN => from,
+        };
+        for seq in from..hole_end {
+            scheduled |= self.schedule_retransmit(seq, now);
+        }
+        // The peer holds nothing beyond `ack`: whatever left before the packet
+        // it answers (or more than a round trip ago, for a prod) is lost too.
+        if end_of_hole == ack {
+            let cutoff = match info {
+                Info::Reply { echo } => Some(echo),
+                Info::Prod => Some(now - self.rtt.srtt()),
+                Info::Piggyback => None,
+            };
+            if let Some(cutoff) = cutoff {
+                for seq in from..self.next_seq {
+                    if self.unacked[(seq - self.base) as usize].last_sent < cutoff {
+                        scheduled |= self.schedule_retransmit(seq, now);
+                    }
+                }
+            }
+        }
+        Ok(scheduled)
+    }
+
+    fn schedule_retransmit(&mut self, seq: u64, now: Time) -> bool {
+        let srtt = self.rtt.srtt();
+        let packet = &mut self.unacked[(seq - self.base) as usize];
+        if packet.queued {
+            return false;
+        }
+        // Stale hole reports still in flight must not resend a packet twice
+        // within one round trip (seed 002 §4.3).
+        if packet.transmissions > 1 && now < packet.last_sent + srtt {
+            return false;
+        }
+        packet.queued = true;
+        self.retransmit.push_back(seq);
+        true
+    }
+
+    fn learn_sent(&mut self, now: Time, peer_next_seq: u64) {
+        if peer_next_seq > self.known_sent {
+            self.known_sent = peer_next_seq;
+            self.update_hole(now, false);
+        }
+    }
+
+    fn on_data(&mut self, now: Time, header: &Header, payload: &[u8], sh: &mut Shared<'_>) -> Result<(), &'static str> {
+        let seq = header.sequence;
+        if seq == u64::MAX {
+            return Err("sequence number space exhausted");
+        }
+        Records::validate(payload).map_err(|_| "malformed data payload")?;
+        self.arrivals_since_ack += 1;
+        if header.flags.contains(Flags::ACK_REQUESTED) {
+            self.ack_asked = true;
+        }
+        let progressed = if seq < self.next_expected || self.held.contains_key(&seq) {
+            self.stats.duplicates += 1;
+            false
+        } else if seq == self.next_expected {
+            if self.deliver(payload, sh)? {
+                self.stats.data_received += 1;
+                self.next_expected += 1;
+                self.drain_held(sh)?;
+                true
+            } else {
+                self.stats.drops += 1;
+                false
+            }
+        } else {
+            self.hold(seq, payload, sh);
+            false
+        };
+        self.known_sent = self.known_sent.max(seq + 1);
+        self.arrived_beyond = self.arrived_beyond.max(seq + 1);
+
+        if header.flags.contains(Flags::LAST_OF_PHASE) {
+            self.ack_due = Some(AckDue { echo: header.timestamp, arrived: now, reply: true });
+        } else if self.ack_asked && self.arrivals_since_ack >= sh.cfg.explicit_ack_threshold() && self.ack_due.is_none() {
+            self.ack_due = Some(AckDue { echo: header.timestamp, arrived: now, reply: false });
+        }
+        self.update_hole(now, progressed);
+        Ok(())
+    }
+
+    /// Keeps an out-of-order packet if a buffer is free; under pressure only
+    /// the next expected packet is accepted (its acknowledgement fields were
+    /// read all the same).
+    fn hold(&mut self, seq: u64, payload: &[u8], sh: &mut Shared<'_>) {
+        let too_far = seq - self.next_expected > sh.recv_pool.limit() as u64;
+        if self.strategy == Strategy::GoBackN || too_far {
+            self.stats.drops += 1;
+            return;
+        }
+        match sh.recv_pool.take() {
+            Some(mut buf) => {
+                buf.extend_from_slice(payload);
+                self.held.insert(seq, buf);
+                self.stats.data_received += 1;
+            }
+            None => self.stats.drops += 1,
+        }
+    }
+
+    /// Delivers held packets that are now in sequence.
+    pub(crate) fn drain_held(&mut self, sh: &mut Shared<'_>) -> Result<(), &'static str> {
+        while self.held.first_key_value().is_some_and(|(&seq, _)| seq == self.next_expected) {
+            let (seq, buf) = self.held.pop_first().expect("checked above");
+            match self.deliver(&buf, sh) {
+                Ok(true) => {
+                    sh.recv_pool.give(buf);
+                    self.next_expected += 1;
+                }
+                Ok(false) => {
+                    self.held.insert(seq, buf);
+                    break;
+                }
+                Err(reason) => {
+                    sh.recv_pool.give(buf);
+                    return Err(reason);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn blocked_on_recv_buffer(&self) -> bool {
+        self.held.first_key_value().is_some_and(|(&seq, _)| seq == self.next_expected)
+    }
+
+    /// Hands the messages of an in-sequence payload to the application, or
+    /// returns `false` (touching nothing) if they do not fit in the receive
+    /// buffer now.
+    fn deliver(&mut self, payload: &[u8], sh: &mut Shared<'_>) -> Result<bool, &'static str> {
+        // First pass: check that the records continue the message stream and
+        // count the bytes the new messages need.
+        let mut open = self.reassembly.as_ref().map(|r| (r.total, r.data.len()));
+        let mut need = 0usize;
+        for record in Records::new(payload) {
+            let record = record.map_err(|_| "malformed data payload")?;
+            let len = record.data.len();
+            open = match open {
+                None => {
+                    if record.offset != 0 {
+                        return Err("fragment without the start of its message");
+                    }
+                    if record.message_len as usize > sh.cfg.max_message_size {
+                        return Err("message larger than max_message_size");
+                    }
+                    need += record.message_len as usize;
+                    (!record.ends_message()).then_some((record.message_len as usize, len))
+                }
+                Some((total, filled)) => {
+                    if record.message_len as usize != total || record.offset as usize != filled {
+                        return Err("fragment out of place");
+                    }
+                    (filled + len < total).then_some((total, filled + len))
+                }
+            };
+        }
+        if need > 0 && *sh.recv_bytes + need > sh.cfg.recv_buffer_bytes {
+            return Ok(false);
+        }
+        // Second pass: apply.
+        *sh.recv_bytes += need;
+        for record in Records::new(payload).flatten() {
+            let reassembly = match self.reassembly.take() {
+                Some(r) => r,
+                None if record.ends_message() => {
+                    self.emit(record.data.to_vec(), sh);
+                    continue;
+                }
+                None => {
+                    let total = record.message_len as usize;
+                    Reassembly { data: Vec::with_capacity(total), total }
+                }
+            };
+            let mut r = reassembly;
+            r.data.extend_from_slice(record.data);
+            if r.data.len() == r.total {
+                self.emit(r.data, sh);
+            } else {
+                self.reassembly = Some(r);
+            }
+        }
+        Ok(true)
+    }
+
+    fn emit(&mut self, data: Vec<u8>, sh: &mut Shared<'_>) {
+        self.stats.messages_received += 1;
+        self.stats.bytes_received += data.len() as u64;
+        sh.events.push_back(Event::Message { from: self.peer, channel: self.id, data });
+    }
+
+    /// Arms, re-arms or cancels the prod timer after the receive state changed.
+    fn update_hole(&mut self, now: Time, progressed: bool) {
+        if self.known_sent <= self.next_expected {
+            self.prod_at = None;
+            self.prod_backoff = 0;
+            return;
+        }
+        if progressed {
+            self.prod_backoff = 0;
+            self.prod_at = None;
+        }
+        if self.prod_at.is_none() {
+            let tolerance = self.rtt.srtt().mul_f64(self.reorder_fraction);
+            self.prod_at = Some(now + tolerance);
+        }
+    }
+
+    // ----- timers -------------------------------------------------------
+
+    pub(crate) fn poll_timeout(&self) -> Option<Time> {
+        if self.failed {
+            return None;
+        }
+        let rto = (!self.unacked.is_empty() && !self.probe_due).then(|| self.last_progress + self.backoff(self.rto_backoff));
+        match (rto, self.prod_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn backoff(&self, exponent: u32) -> Duration {
+        (self.rtt.rto() * (1u32 << exponent.min(MAX_BACKOFF))).min(self.rtt.max_rto())
+    }
+
+    pub(crate) fn handle_timeout(&mut self, now: Time) {
+        if self.failed {
+            return;
+        }
+        if !self.unacked.is_empty() && !self.probe_due && now >= self.last_progress + self.backoff(self.rto_backoff) {
+            self.probe_due = true;
+            self.rto_backoff = (self.rto_backoff + 1).min(MAX_BACKOFF);
+        }
+        if self.prod_at.is_some_and(|at| now >= at) {
+            self.prod_due = true;
+            self.prod_backoff = (self.prod_backoff + 1).min(MAX_BACKOFF);
+            self.prod_at = Some(now + self.backoff(self.prod_backoff));
+        }
+    }
+
+    // ----- output -------------------------------------------------------
+
+    /// Writes the next packet of this channel into `buf`.
+    pub(crate) fn poll_transmit(&mut self, now: Time, buf: &mut [u8], sh: &mut Shared<'_>) -> Option<(Path, usize)> {
+        if self.failed {
+            return None;
+        }
+        if let Some(due) = self.ack_due.take() {
+            let ack = AckPayload {
+                echo_timestamp: due.echo,
+                delay: now.since(due.arrived).as_nanos().min(u32::MAX as u128) as u32,
+            };
+            let len = ack.write(&mut buf[HEADER_LEN..]);
+            let mut flags = Flags::empty();
+            if due.reply {
+                flags.insert(Flags::REPLY);
+            }
+            let header = self.header(PacketType::Ack, flags, self.next_seq, now, sh.cfg);
+            self.stats.explicit_acks_sent += 1;
+            self.after_reporting(now);
+            return Some((Path::Premium, self.seal(&header, len, buf, sh.cfg)));
+        }
+        if self.prod_due {
+            self.prod_due = false;
+            let header = self.header(PacketType::Prod, Flags::empty(), self.next_seq, now, sh.cfg);
+            self.stats.prods_sent += 1;
+            self.after_reporting(now);
+            return Some((Path::Premium, self.seal(&header, 0, buf, sh.cfg)));
+        }
+        if self.probe_due {
+            // Tail probe: resend the newest packet and ask for an answer at
+            // once; the answer shows what is missing.
+            self.probe_due = false;
+            if !self.unacked.is_empty() {
+                self.stats.timeouts += 1;
+                let seq = self.next_seq - 1;
+                return Some(self.resend(seq, Flags::LAST_OF_PHASE, now, buf, sh));
+            }
+        }
+        while let Some(seq) = self.retransmit.pop_front() {
+            if seq < self.base {
+                continue;
+            }
+            self.unacked[(seq - self.base) as usize].queued = false;
+            return Some(self.resend(seq, Flags::empty(), now, buf, sh));
+        }
+        if self.pending.is_empty() {
+            return None;
+        }
+        let payload = sh.send_pool.take()?;
+        Some(self.send_new(payload, now, buf, sh))
+    }
+
+    fn send_new(&mut self, mut payload: Vec<u8>, now: Time, buf: &mut [u8], sh: &mut Shared<'_>) -> (Path, usize) {
+        let max = sh.cfg.max_payload();
+        payload.resize(max, 0);
+        let mut writer = RecordWriter::new(&mut payload[..]);
+        while let Some(msg) = self.pending.front_mut() {
+            let room = writer.room();
+            let left = msg.data.len() - msg.offset;
+            if room == 0 || (left > 0 && room < left.min(64) && !writer.is_empty()) {
+                break; // full, or only a sliver left: start the rest in the next packet
+            }
+            let take = left.min(room);
+            writer.push(msg.data.len() as u32, msg.offset as u32, &msg.data[msg.offset..msg.offset + take]);
+            msg.offset += take;
+            *sh.pending_bytes -= take;
+            if msg.offset == msg.data.len() {
+                self.pending.pop_front();
+            }
+        }
+        let len = writer.len();
+        payload.truncate(len);
+
+        let mut flags = Flags::empty();
+        if self.pending.is_empty() && std::mem::take(&mut self.phase_end) {
+            flags.insert(Flags::LAST_OF_PHASE);
+        }
+        sh.send_rate.record(now);
+        // Ask for an acknowledgement when the free buffers would run out
+        // within a round trip at the current sending rate.
+        if (sh.send_pool.available() as f64) <= sh.send_rate.packets_per(self.rtt.srtt()) {
+            flags.insert(Flags::ACK_REQUESTED);
+            self.stats.ack_requests += 1;
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.stats.data_sent += 1;
+        buf[HEADER_LEN..HEADER_LEN + len].copy_from_slice(&payload);
+        self.unacked.push_back(SentPacket { payload, flags, last_sent: now, transmissions: 1, queued: false });
+        self.last_progress = now;
+        let header = self.header(PacketType::Data, flags, seq, now, sh.cfg);
+        self.after_reporting(now);
+        (Path::Ordinary, self.seal(&header, len, buf, sh.cfg))
+    }
+
+    fn resend(&mut self, seq: u64, extra: Flags, now: Time, buf: &mut [u8], sh: &mut Shared<'_>) -> (Path, usize) {
+        let index = (seq - self.base) as usize;
+        let packet = &mut self.unacked[index];
+        packet.transmissions += 1;
+        packet.last_sent = now;
+        let flags = packet.flags.union(extra).union(Flags::RETRANSMISSION);
+        let len = packet.payload.len();
+        buf[HEADER_LEN..HEADER_LEN + len].copy_from_slice(&packet.payload);
+        self.stats.retransmissions += 1;
+        let header = self.header(PacketType::Data, flags, seq, now, sh.cfg);
+        self.after_reporting(now);
+        (Path::Ordinary, self.seal(&header, len, buf, sh.cfg))
+    }
+
+    /// Every packet we send reports our receive state: that is the
+    /// piggybacked acknowledgement, and it makes a pending prod unnecessary
+    /// for a round trip.
+    fn after_reporting(&mut self, now: Time) {
+        self.arrivals_since_ack = 0;
+        self.ack_asked = false;
+        if self.ack_due.is_some_and(|d| !d.reply) {
+            self.ack_due = None;
+        }
+        if self.prod_at.is_some() {
+            self.prod_at = Some(now + self.backoff(self.prod_backoff));
+        }
+    }
+
+    fn end_of_hole(&self) -> u64 {
+        match self.strategy {
+            Strategy::HoleFilling => self.held.first_key_value().map_or(self.next_expected, |(&seq, _)| seq),
+            Strategy::GoBackN => self.arrived_beyond.max(self.next_expected),
+        }
+    }
+
+    fn header(&self, packet_type: PacketType, flags: Flags, sequence: u64, now: Time, cfg: &Config) -> Header {
+        Header {
+            packet_type,
+            flags,
+            channel: self.id,
+            colour: self.colour,
+            job: cfg.job,
+            source: cfg.rank,
+            destination: self.peer,
+            sequence,
+            ack: self.next_expected,
+            end_of_hole: self.end_of_hole(),
+            timestamp: now.as_nanos(),
+            payload_len: 0,
+        }
+    }
+
+    fn seal(&self, header: &Header, payload_len: usize, buf: &mut [u8], cfg: &Config) -> usize {
+        seal(header, payload_len, &cfg.key, buf).expect("buffer checked by the endpoint")
+    }
+}

@@ -1,0 +1,391 @@
+//! One process's end of all its channels.
+
+use std::collections::VecDeque;
+
+use bulkwire_wire::{decode, Accept, DecodeError, PacketType};
+
+use crate::channel::{Channel, SendRate, Shared};
+use crate::config::{Config, ConfigError, Strategy};
+use crate::pool::BufferPool;
+use crate::stats::{ChannelStats, EndpointStats};
+use crate::time::Time;
+
+/// The path class a datagram should travel on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Path {
+    /// Best effort: data while latency is low.
+    Ordinary,
+    /// Priority class: control traffic (acknowledgements, prods, status).
+    Premium,
+}
+
+/// A datagram the caller must send: `len` bytes written at the start of the
+/// buffer given to [`Endpoint::poll_transmit`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    pub path: Path,
+    pub to: u32,
+    pub len: usize,
+}
+
+/// What the endpoint tells its application.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A whole message, delivered exactly once and in order per channel.
+    Message { from: u32, channel: u16, data: Vec<u8> },
+    /// An authenticated peer broke the protocol; its channel is closed.
+    ProtocolViolation { peer: u32, channel: u16, reason: &'static str },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    #[error("rank {to} does not exist (the job has {ranks} ranks)")]
+    NoSuchRank { to: u32, ranks: u32 },
+    #[error("channel {channel} does not exist ({channels} per pair)")]
+    NoSuchChannel { channel: u16, channels: u16 },
+    #[error("message of {len} bytes exceeds max_message_size ({max})")]
+    TooLarge { len: usize, max: usize },
+    #[error("send buffers are full; poll the endpoint and try again")]
+    WouldBlock,
+    #[error("the channel to rank {peer} is closed after a protocol violation")]
+    Closed { peer: u32 },
+    #[error("channel strategy can only change before the channel is used")]
+    InUse,
+}
+
+/// Memory held by an endpoint, to check against the configured bounds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Memory {
+    pub send_packets: usize,
+    pub recv_packets: usize,
+    pub pending_bytes: usize,
+    pub recv_bytes: usize,
+}
+
+/// The reliable channels of one process, sans I/O.
+#[derive(Debug)]
+pub struct Endpoint {
+    cfg: Config,
+    accept: Accept,
+    /// Indexed by `peer * channels + channel`; the slots of our own rank are unused.
+    channels: Vec<Channel>,
+    send_pool: BufferPool,
+    recv_pool: BufferPool,
+    events: VecDeque<Event>,
+    recv_bytes: usize,
+    pending_bytes: usize,
+    send_rate: SendRate,
+    /// Channels that may have something to send, in round-robin order.
+    ready: VecDeque<usize>,
+    in_ready: Vec<bool>,
+    /// Channels with data queued but no free send buffer.
+    waiting_for_buffers: Vec<usize>,
+    /// Channels whose next packet waits for room in the receive buffer.
+    blocked_on_recv: Vec<usize>,
+    rejected: bulkwire_wire::RejectCounters,
+    protocol_violations: u64,
+    unhandled: u64,
+}
+
+impl Endpoint {
+    pub fn new(cfg: Config) -> Result<Endpoint, ConfigError> {
+        cfg.validate()?;
+        let count = cfg.ranks as usize * cfg.channels as usize;
+        let channels = (0..count)
+            .map(|i| Channel::new((i / cfg.channels as usize) as u32, (i % cfg.channels as usize) as u16, &cfg))
+            .collect();
+        Ok(Endpoint {
+            accept: Accept { job: cfg.job, destination: cfg.rank, ranks: cfg.ranks, channels: cfg.channels },
+            channels,
+            send_pool: BufferPool::new(cfg.send_buffers(), cfg.max_payload()),
+            recv_pool: BufferPool::new(cfg.recv_buffers(), cfg.max_payload()),
+            events: VecDeque::new(),
+            recv_bytes: 0,
+            pending_bytes: 0,
+            send_rate: SendRate::default(),
+            ready: VecDeque::new(),
+            in_ready: vec![false; count],
+            waiting_for_buffers: Vec::new(),
+            blocked_on_recv: Vec::new(),
+            rejected: Default::default(),
+            protocol_violations: 0,
+            unhandled: 0,
+            cfg,
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    pub fn rank(&self) -> u32 {
+        self.cfg.rank
+    }
+
+    // ----- application commands -----------------------------------------
+
+    /// Queues a copy of `data` for `to` on `channel`.
+    pub fn send(&mut self, to: u32, channel: u16, data: &[u8]) -> Result<(), SendError> {
+        self.check_send(to, channel, data.len())?;
+        self.send_owned(to, channel, data.to_vec())
+    }
+
+    /// Queues `data` for `to` on `channel` without copying it. Fails with
+    /// [`SendError::WouldBlock`] while the send buffer cannot take it.
+    pub fn send_owned(&mut self, to: u32, channel: u16, data: Vec<u8>) -> Result<(), SendError> {
+        self.check_send(to, channel, data.len())?;
+        if to == self.cfg.rank {
+            // A message to oneself never touches the network.
+            self.recv_bytes += data.len();
+            self.events.push_back(Event::Message { from: to, channel, data });
+            return Ok(());
+        }
+        let index = self.index(to, channel);
+        self.pending_bytes += data.len();
+        self.channels[index].queue(data);
+        self.mark_ready(index);
+        Ok(())
+    }
+
+    fn check_send(&self, to: u32, channel: u16, len: usize) -> Result<(), SendError> {
+        if to >= self.cfg.ranks {
+            return Err(SendError::NoSuchRank { to, ranks: self.cfg.ranks });
+        }
+        if channel >= self.cfg.channels {
+            return Err(SendError::NoSuchChannel { channel, channels: self.cfg.channels });
+        }
+        if len > self.cfg.max_message_size {
+            return Err(SendError::TooLarge { len, max: self.cfg.max_message_size });
+        }
+        if to == self.cfg.rank {
+            if self.recv_bytes + len > self.cfg.recv_buffer_bytes {
+                return Err(SendError::WouldBlock);
+            }
+            return Ok(());
+        }
+        if self.channels[self.index(to, channel)].failed {
+            return Err(SendError::Closed { peer: to });
+        }
+        if self.pending_bytes + len > self.cfg.send_buffer_bytes {
+            return Err(SendError::WouldBlock);
+        }
+        Ok(())
+    }
+
+    /// Whether a message of `len` bytes would be accepted by `send` now.
+    pub fn can_send(&self, to: u32, channel: u16, len: usize) -> bool {
+        self.check_send(to, channel, len).is_ok()
+    }
+
+    /// Marks the last message queued for `to` as the end of a communication
+    /// phase: its packet asks for an acknowledgement at once (seed 002 §4.4).
+    pub fn end_phase(&mut self, to: u32, channel: u16) {
+        if to < self.cfg.ranks && to != self.cfg.rank && channel < self.cfg.channels {
+            let index = self.index(to, channel);
+            self.channels[index].end_phase();
+        }
+    }
+
+    /// Chooses the loss-recovery strategy of one channel; both ends must
+    /// choose the same, before the channel carries anything.
+    pub fn set_strategy(&mut self, peer: u32, channel: u16, strategy: Strategy) -> Result<(), SendError> {
+        self.check_send(peer, channel, 0).or_else(|e| if e == SendError::WouldBlock { Ok(()) } else { Err(e) })?;
+        let index = self.index(peer, channel);
+        let ch = &mut self.channels[index];
+        if !ch.is_fresh() {
+            return Err(SendError::InUse);
+        }
+        ch.strategy = strategy;
+        Ok(())
+    }
+
+    /// Sets the superstep colour carried by the packets sent to `peer`.
+    pub fn set_colour(&mut self, peer: u32, channel: u16, colour: u8) {
+        if peer < self.cfg.ranks && channel < self.cfg.channels {
+            let index = self.index(peer, channel);
+            self.channels[index].colour = colour;
+        }
+    }
+
+    /// True when every message sent has been acknowledged and no answer is owed.
+    pub fn is_idle(&self) -> bool {
+        self.channels.iter().all(Channel::is_idle)
+    }
+
+    // ----- network input --------------------------------------------------
+
+    /// A datagram arrived. Anything wrong with it is counted and dropped.
+    pub fn handle_datagram(&mut self, now: Time, datagram: &[u8]) {
+        let packet = match decode(datagram, &self.cfg.key, &self.accept) {
+            Ok(p) => p,
+            Err(e) => return self.reject(&e),
+        };
+        let header = packet.header;
+        if !matches!(header.packet_type, PacketType::Data | PacketType::Ack | PacketType::Prod) {
+            // Probe, status and clock packets belong to later engines.
+            self.unhandled += 1;
+            return;
+        }
+        let index = self.index(header.source, header.channel);
+        let freed_before = self.send_pool.available();
+        let mut sh = Shared {
+            cfg: &self.cfg,
+            send_pool: &mut self.send_pool,
+            recv_pool: &mut self.recv_pool,
+            events: &mut self.events,
+            recv_bytes: &mut self.recv_bytes,
+            pending_bytes: &mut self.pending_bytes,
+            send_rate: &mut self.send_rate,
+        };
+        let ch = &mut self.channels[index];
+        if let Err(reason) = ch.handle_packet(now, &header, packet.payload, &mut sh) {
+            self.protocol_violations += 1;
+            ch.failed = true;
+            self.events.push_back(Event::ProtocolViolation { peer: ch.peer, channel: ch.id, reason });
+            return;
+        }
+        if ch.blocked_on_recv_buffer() && !self.blocked_on_recv.contains(&index) {
+            self.blocked_on_recv.push(index);
+        }
+        if self.send_pool.available() > freed_before {
+            for waiting in std::mem::take(&mut self.waiting_for_buffers) {
+                self.mark_ready(waiting);
+            }
+        }
+        self.mark_ready(index);
+    }
+
+    fn reject(&mut self, error: &DecodeError) {
+        self.rejected.record(error);
+    }
+
+    /// Timers that are due fire: tail probes and prods.
+    pub fn handle_timeout(&mut self, now: Time) {
+        for index in 0..self.channels.len() {
+            if self.channels[index].poll_timeout().is_some_and(|t| t <= now) {
+                self.channels[index].handle_timeout(now);
+                self.mark_ready(index);
+            }
+        }
+    }
+
+    // ----- outputs ----------------------------------------------------------
+
+    /// Writes the next datagram to send into `buf` (at least
+    /// `config().max_datagram` bytes).
+    pub fn poll_transmit(&mut self, now: Time, buf: &mut [u8]) -> Option<Transmit> {
+        assert!(buf.len() >= self.cfg.max_datagram, "poll_transmit needs a buffer of max_datagram bytes");
+        while let Some(index) = self.ready.pop_front() {
+            let mut sh = Shared {
+                cfg: &self.cfg,
+                send_pool: &mut self.send_pool,
+                recv_pool: &mut self.recv_pool,
+                events: &mut self.events,
+                recv_bytes: &mut self.recv_bytes,
+                pending_bytes: &mut self.pending_bytes,
+                send_rate: &mut self.send_rate,
+            };
+            let ch = &mut self.channels[index];
+            if let Some((path, len)) = ch.poll_transmit(now, buf, &mut sh) {
+                let to = ch.peer;
+                // Round robin: a channel with more to send goes to the back.
+                if ch.has_work(self.send_pool.available() > 0) {
+                    self.ready.push_back(index);
+                } else {
+                    self.park(index);
+                }
+                return Some(Transmit { path, to, len });
+            }
+            self.park(index);
+        }
+        None
+    }
+
+    fn park(&mut self, index: usize) {
+        self.in_ready[index] = false;
+        if self.channels[index].waits_for_buffers() && !self.waiting_for_buffers.contains(&index) {
+            self.waiting_for_buffers.push(index);
+        }
+    }
+
+    /// When `handle_timeout` should be called next.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        self.channels.iter().filter_map(Channel::poll_timeout).min()
+    }
+
+    /// The next message or notice for the application.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        let event = self.events.pop_front()?;
+        if let Event::Message { data, .. } = &event {
+            self.recv_bytes -= data.len();
+            if !self.blocked_on_recv.is_empty() {
+                self.retry_blocked();
+            }
+        }
+        Some(event)
+    }
+
+    /// Room freed in the receive buffer: deliver held packets that waited for it.
+    fn retry_blocked(&mut self) {
+        for index in std::mem::take(&mut self.blocked_on_recv) {
+            let mut sh = Shared {
+                cfg: &self.cfg,
+                send_pool: &mut self.send_pool,
+                recv_pool: &mut self.recv_pool,
+                events: &mut self.events,
+                recv_bytes: &mut self.recv_bytes,
+                pending_bytes: &mut self.pending_bytes,
+                send_rate: &mut self.send_rate,
+            };
+            let ch = &mut self.channels[index];
+            if let Err(reason) = ch.drain_held(&mut sh) {
+                self.protocol_violations += 1;
+                ch.failed = true;
+                self.events.push_back(Event::ProtocolViolation { peer: ch.peer, channel: ch.id, reason });
+                continue;
+            }
+            if ch.blocked_on_recv_buffer() {
+                self.blocked_on_recv.push(index);
+            }
+        }
+    }
+
+    // ----- observation ------------------------------------------------------
+
+    pub fn memory(&self) -> Memory {
+        Memory {
+            send_packets: self.send_pool.in_use(),
+            recv_packets: self.recv_pool.in_use(),
+            pending_bytes: self.pending_bytes,
+            recv_bytes: self.recv_bytes,
+        }
+    }
+
+    pub fn channel_stats(&self, peer: u32, channel: u16) -> Option<ChannelStats> {
+        (peer < self.cfg.ranks && channel < self.cfg.channels).then(|| self.channels[self.index(peer, channel)].stats)
+    }
+
+    pub fn stats(&self) -> EndpointStats {
+        let mut total = ChannelStats::default();
+        for ch in &self.channels {
+            total.add(&ch.stats);
+        }
+        EndpointStats {
+            channels: total,
+            rejected: self.rejected,
+            protocol_violations: self.protocol_violations,
+            unhandled: self.unhandled,
+        }
+    }
+
+    fn index(&self, peer: u32, channel: u16) -> usize {
+        peer as usize * self.cfg.channels as usize + channel as usize
+    }
+
+    fn mark_ready(&mut self, index: usize) {
+        if !self.in_ready[index] {
+            self.in_ready[index] = true;
+            self.ready.push_back(index);
+        }
+    }
+}
