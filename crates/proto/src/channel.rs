@@ -17,7 +17,7 @@ use bulkwire_wire::{seal, AckPayload, Flags, Header, PacketType, RecordWriter, R
 
 use crate::config::{Config, Strategy};
 use crate::endpoint::{Event, Path};
-use crate::pool::BufferPool;
+use crate::pool::{Admission, BufferPool, RecvBudget};
 use crate::rtt::RttEstimator;
 use crate::stats::ChannelStats;
 use crate::time::Time;
@@ -32,9 +32,8 @@ pub(crate) struct Shared<'a> {
     pub send_pool: &'a mut BufferPool,
     pub recv_pool: &'a mut BufferPool,
     pub events: &'a mut VecDeque<Event>,
-    /// Bytes of received messages held for the application (limit:
-    /// `cfg.recv_buffer_bytes`).
-    pub recv_bytes: &'a mut usize,
+    /// Bytes of received messages held for the application.
+    pub recv: &'a mut RecvBudget,
     /// Bytes queued by `send` and not yet packetised, over all channels.
     pub pending_bytes: &'a mut usize,
     pub send_rate: &'a mut SendRate,
@@ -191,6 +190,11 @@ impl Channel {
         self.pending.is_empty() && self.unacked.is_empty() && self.ack_due.is_none()
     }
 
+    /// The receiver half knows of packets it has not got.
+    pub(crate) fn is_waiting(&self) -> bool {
+        self.known_sent > self.next_expected
+    }
+
     pub(crate) fn queue(&mut self, data: Vec<u8>) {
         self.stats.messages_sent += 1;
         self.stats.bytes_sent += data.len() as u64;
@@ -215,6 +219,30 @@ impl Channel {
 
     pub(crate) fn waits_for_buffers(&self) -> bool {
         !self.pending.is_empty()
+    }
+
+    /// A one-line account of the channel's state, for diagnostics.
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "peer {} ch {}: send next {} base {} unacked {} retx {:?} pending {} probe {} backoff {} | recv next {} known {} held {:?} reassembly {:?} prod_at {:?} prod_backoff {} ack_due {}{}",
+            self.peer,
+            self.id,
+            self.next_seq,
+            self.base,
+            self.unacked.len(),
+            self.retransmit,
+            self.pending.len(),
+            self.probe_due,
+            self.rto_backoff,
+            self.next_expected,
+            self.known_sent,
+            self.held.keys().take(8).collect::<Vec<_>>(),
+            self.reassembly.as_ref().map(|r| (r.data.len(), r.total)),
+            self.prod_at,
+            self.prod_backoff,
+            self.ack_due.is_some(),
+            if self.failed { " FAILED" } else { "" },
+        )
     }
 
     // ----- inputs -------------------------------------------------------
@@ -428,9 +456,9 @@ impl Channel {
     /// buffer now.
     fn deliver(&mut self, payload: &[u8], sh: &mut Shared<'_>) -> Result<bool, &'static str> {
         // First pass: check that the records continue the message stream and
-        // count the bytes the new messages need.
-        let mut open = self.reassembly.as_ref().map(|r| (r.total, r.data.len()));
-        let mut need = 0usize;
+        // see what they would do to the receive budget.
+        let mut open = self.reassembly.as_ref().map(|r| (r.total, r.data.len(), false));
+        let mut admission = Admission::default();
         for record in Records::new(payload) {
             let record = record.map_err(|_| "malformed data payload")?;
             let len = record.data.len();
@@ -439,38 +467,51 @@ impl Channel {
                     if record.offset != 0 {
                         return Err("fragment without the start of its message");
                     }
-                    if record.message_len as usize > sh.cfg.max_message_size {
+                    let total = record.message_len as usize;
+                    if total > sh.cfg.max_message_size {
                         return Err("message larger than max_message_size");
                     }
-                    need += record.message_len as usize;
-                    (!record.ends_message()).then_some((record.message_len as usize, len))
+                    if record.ends_message() {
+                        admission.completes += total;
+                        None
+                    } else {
+                        admission.starts = total;
+                        Some((total, len, true))
+                    }
                 }
-                Some((total, filled)) => {
+                Some((total, filled, started_here)) => {
                     if record.message_len as usize != total || record.offset as usize != filled {
                         return Err("fragment out of place");
                     }
-                    (filled + len < total).then_some((total, filled + len))
+                    if filled + len < total {
+                        Some((total, filled + len, started_here))
+                    } else {
+                        admission.completes += total;
+                        if started_here {
+                            admission.starts = 0;
+                        } else {
+                            admission.finishes = total;
+                        }
+                        None
+                    }
                 }
             };
         }
-        if need > 0 && *sh.recv_bytes + need > sh.cfg.recv_buffer_bytes {
+        if !sh.recv.admits(&admission) {
             return Ok(false);
         }
-        // Second pass: apply.
-        *sh.recv_bytes += need;
+        sh.recv.apply(&admission);
+        // Second pass: apply. Reassembly buffers grow with what arrives, not
+        // with what a peer announces.
         for record in Records::new(payload).flatten() {
-            let reassembly = match self.reassembly.take() {
+            let mut r = match self.reassembly.take() {
                 Some(r) => r,
                 None if record.ends_message() => {
                     self.emit(record.data.to_vec(), sh);
                     continue;
                 }
-                None => {
-                    let total = record.message_len as usize;
-                    Reassembly { data: Vec::with_capacity(total), total }
-                }
+                None => Reassembly { data: Vec::new(), total: record.message_len as usize },
             };
-            let mut r = reassembly;
             r.data.extend_from_slice(record.data);
             if r.data.len() == r.total {
                 self.emit(r.data, sh);
@@ -528,6 +569,8 @@ impl Channel {
         if !self.unacked.is_empty() && !self.probe_due && now >= self.last_progress + self.backoff(self.rto_backoff) {
             self.probe_due = true;
             self.rto_backoff = (self.rto_backoff + 1).min(MAX_BACKOFF);
+            // The next probe waits a longer back-off from this one.
+            self.last_progress = now;
         }
         if self.prod_at.is_some_and(|at| now >= at) {
             self.prod_due = true;

@@ -6,7 +6,7 @@ use bulkwire_wire::{decode, Accept, DecodeError, PacketType};
 
 use crate::channel::{Channel, SendRate, Shared};
 use crate::config::{Config, ConfigError, Strategy};
-use crate::pool::BufferPool;
+use crate::pool::{BufferPool, RecvBudget};
 use crate::stats::{ChannelStats, EndpointStats};
 use crate::time::Time;
 
@@ -59,7 +59,10 @@ pub struct Memory {
     pub send_packets: usize,
     pub recv_packets: usize,
     pub pending_bytes: usize,
-    pub recv_bytes: usize,
+    /// Complete messages waiting for `poll_event`.
+    pub ready_bytes: usize,
+    /// Reserved by messages in reassembly.
+    pub partial_bytes: usize,
 }
 
 /// The reliable channels of one process, sans I/O.
@@ -72,7 +75,7 @@ pub struct Endpoint {
     send_pool: BufferPool,
     recv_pool: BufferPool,
     events: VecDeque<Event>,
-    recv_bytes: usize,
+    recv: RecvBudget,
     pending_bytes: usize,
     send_rate: SendRate,
     /// Channels that may have something to send, in round-robin order.
@@ -100,7 +103,7 @@ impl Endpoint {
             send_pool: BufferPool::new(cfg.send_buffers(), cfg.max_payload()),
             recv_pool: BufferPool::new(cfg.recv_buffers(), cfg.max_payload()),
             events: VecDeque::new(),
-            recv_bytes: 0,
+            recv: RecvBudget { ready: 0, partial: 0, limit: cfg.recv_buffer_bytes },
             pending_bytes: 0,
             send_rate: SendRate::default(),
             ready: VecDeque::new(),
@@ -136,7 +139,7 @@ impl Endpoint {
         self.check_send(to, channel, data.len())?;
         if to == self.cfg.rank {
             // A message to oneself never touches the network.
-            self.recv_bytes += data.len();
+            self.recv.ready += data.len();
             self.events.push_back(Event::Message { from: to, channel, data });
             return Ok(());
         }
@@ -158,7 +161,7 @@ impl Endpoint {
             return Err(SendError::TooLarge { len, max: self.cfg.max_message_size });
         }
         if to == self.cfg.rank {
-            if self.recv_bytes + len > self.cfg.recv_buffer_bytes {
+            if self.recv.ready > 0 && self.recv.ready + len > self.cfg.recv_buffer_bytes {
                 return Err(SendError::WouldBlock);
             }
             return Ok(());
@@ -228,23 +231,11 @@ impl Endpoint {
         }
         let index = self.index(header.source, header.channel);
         let freed_before = self.send_pool.available();
-        let mut sh = Shared {
-            cfg: &self.cfg,
-            send_pool: &mut self.send_pool,
-            recv_pool: &mut self.recv_pool,
-            events: &mut self.events,
-            recv_bytes: &mut self.recv_bytes,
-            pending_bytes: &mut self.pending_bytes,
-            send_rate: &mut self.send_rate,
-        };
-        let ch = &mut self.channels[index];
+        let (ch, mut sh) = self.split(index);
         if let Err(reason) = ch.handle_packet(now, &header, packet.payload, &mut sh) {
-            self.protocol_violations += 1;
-            ch.failed = true;
-            self.events.push_back(Event::ProtocolViolation { peer: ch.peer, channel: ch.id, reason });
-            return;
+            return self.fail(index, reason);
         }
-        if ch.blocked_on_recv_buffer() && !self.blocked_on_recv.contains(&index) {
+        if self.channels[index].blocked_on_recv_buffer() && !self.blocked_on_recv.contains(&index) {
             self.blocked_on_recv.push(index);
         }
         if self.send_pool.available() > freed_before {
@@ -276,20 +267,12 @@ impl Endpoint {
     pub fn poll_transmit(&mut self, now: Time, buf: &mut [u8]) -> Option<Transmit> {
         assert!(buf.len() >= self.cfg.max_datagram, "poll_transmit needs a buffer of max_datagram bytes");
         while let Some(index) = self.ready.pop_front() {
-            let mut sh = Shared {
-                cfg: &self.cfg,
-                send_pool: &mut self.send_pool,
-                recv_pool: &mut self.recv_pool,
-                events: &mut self.events,
-                recv_bytes: &mut self.recv_bytes,
-                pending_bytes: &mut self.pending_bytes,
-                send_rate: &mut self.send_rate,
-            };
-            let ch = &mut self.channels[index];
+            let (ch, mut sh) = self.split(index);
             if let Some((path, len)) = ch.poll_transmit(now, buf, &mut sh) {
                 let to = ch.peer;
                 // Round robin: a channel with more to send goes to the back.
-                if ch.has_work(self.send_pool.available() > 0) {
+                let free = sh.send_pool.available() > 0;
+                if ch.has_work(free) {
                     self.ready.push_back(index);
                 } else {
                     self.park(index);
@@ -317,7 +300,7 @@ impl Endpoint {
     pub fn poll_event(&mut self) -> Option<Event> {
         let event = self.events.pop_front()?;
         if let Event::Message { data, .. } = &event {
-            self.recv_bytes -= data.len();
+            self.recv.ready -= data.len();
             if !self.blocked_on_recv.is_empty() {
                 self.retry_blocked();
             }
@@ -328,23 +311,12 @@ impl Endpoint {
     /// Room freed in the receive buffer: deliver held packets that waited for it.
     fn retry_blocked(&mut self) {
         for index in std::mem::take(&mut self.blocked_on_recv) {
-            let mut sh = Shared {
-                cfg: &self.cfg,
-                send_pool: &mut self.send_pool,
-                recv_pool: &mut self.recv_pool,
-                events: &mut self.events,
-                recv_bytes: &mut self.recv_bytes,
-                pending_bytes: &mut self.pending_bytes,
-                send_rate: &mut self.send_rate,
-            };
-            let ch = &mut self.channels[index];
+            let (ch, mut sh) = self.split(index);
             if let Err(reason) = ch.drain_held(&mut sh) {
-                self.protocol_violations += 1;
-                ch.failed = true;
-                self.events.push_back(Event::ProtocolViolation { peer: ch.peer, channel: ch.id, reason });
+                self.fail(index, reason);
                 continue;
             }
-            if ch.blocked_on_recv_buffer() {
+            if self.channels[index].blocked_on_recv_buffer() {
                 self.blocked_on_recv.push(index);
             }
         }
@@ -352,12 +324,25 @@ impl Endpoint {
 
     // ----- observation ------------------------------------------------------
 
+    /// The state of every channel that is not idle, one per line: what a
+    /// stalled job shows to whoever debugs it.
+    pub fn describe(&self) -> String {
+        let mut out = format!("rank {} {:?} ready {:?} waiting {:?} blocked {:?}\n", self.cfg.rank, self.memory(), self.ready, self.waiting_for_buffers, self.blocked_on_recv);
+        for ch in self.channels.iter().filter(|c| !c.is_idle() || c.is_waiting()) {
+            out.push_str("  ");
+            out.push_str(&ch.describe());
+            out.push('\n');
+        }
+        out
+    }
+
     pub fn memory(&self) -> Memory {
         Memory {
             send_packets: self.send_pool.in_use(),
             recv_packets: self.recv_pool.in_use(),
             pending_bytes: self.pending_bytes,
-            recv_bytes: self.recv_bytes,
+            ready_bytes: self.recv.ready,
+            partial_bytes: self.recv.partial,
         }
     }
 
@@ -376,6 +361,28 @@ impl Endpoint {
             protocol_violations: self.protocol_violations,
             unhandled: self.unhandled,
         }
+    }
+
+    /// A channel together with the endpoint resources it works with.
+    fn split(&mut self, index: usize) -> (&mut Channel, Shared<'_>) {
+        let sh = Shared {
+            cfg: &self.cfg,
+            send_pool: &mut self.send_pool,
+            recv_pool: &mut self.recv_pool,
+            events: &mut self.events,
+            recv: &mut self.recv,
+            pending_bytes: &mut self.pending_bytes,
+            send_rate: &mut self.send_rate,
+        };
+        (&mut self.channels[index], sh)
+    }
+
+    /// Closes a channel whose peer broke the protocol, and tells the application.
+    fn fail(&mut self, index: usize, reason: &'static str) {
+        let ch = &mut self.channels[index];
+        ch.failed = true;
+        self.protocol_violations += 1;
+        self.events.push_back(Event::ProtocolViolation { peer: ch.peer, channel: ch.id, reason });
     }
 
     fn index(&self, peer: u32, channel: u16) -> usize {

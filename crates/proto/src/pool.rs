@@ -44,3 +44,45 @@ impl BufferPool {
         self.free.push(buf);
     }
 }
+
+/// Accounting of received message bytes held for the application.
+///
+/// Complete messages waiting for `poll_event` (`ready`) may only grow while
+/// they stay within the limit, except that an application that has taken
+/// everything can always receive the next packet's messages; so
+/// `ready <= limit + max_payload`, and the application's pace is the
+/// back-pressure.
+///
+/// Messages in reassembly (`partial`, counted at their declared length) are
+/// never held back: at most one per channel, each at most `max_message_size`.
+/// Holding them back against a shared budget would couple channels — a
+/// reassembly waiting for its continuation, which waits for a send buffer
+/// held by a channel whose packets wait for that budget — and deadlock.
+#[derive(Debug)]
+pub(crate) struct RecvBudget {
+    pub ready: usize,
+    pub partial: usize,
+    pub limit: usize,
+}
+
+/// What one in-sequence packet would do to the budget.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Admission {
+    /// Bytes of the messages it completes.
+    pub completes: usize,
+    /// Reservation of the reassembly it finishes.
+    pub finishes: usize,
+    /// Reservation of the reassembly it starts.
+    pub starts: usize,
+}
+
+impl RecvBudget {
+    pub(crate) fn admits(&self, a: &Admission) -> bool {
+        a.completes == 0 || self.ready == 0 || self.ready + a.completes <= self.limit
+    }
+
+    pub(crate) fn apply(&mut self, a: &Admission) {
+        self.ready += a.completes;
+        self.partial = self.partial - a.finishes + a.starts;
+    }
+}
