@@ -22,9 +22,9 @@ use crate::rtt::RttEstimator;
 use crate::stats::ChannelStats;
 use crate::time::Time;
 
-/// Longest exponential back-off of prods and tail probes (2^10 round trips,
+/// Longest exponential back-off of prods and tail probes (2^16 timeouts,
 /// further bounded by `max_rto`).
-const MAX_BACKOFF: u32 = 10;
+const MAX_BACKOFF: u32 = 16;
 
 /// What the channel borrows from its endpoint while it works.
 pub(crate) struct Shared<'a> {
@@ -39,26 +39,31 @@ pub(crate) struct Shared<'a> {
     pub send_rate: &'a mut SendRate,
 }
 
-/// How fast this process puts new data packets on the wire, to foresee when
-/// its free send buffers will run out within a round trip.
+/// How many new data packets this process puts on the wire per round trip,
+/// to foresee when its free send buffers will run out within one.
+///
+/// Counts packets in consecutive windows of one round trip and takes the
+/// larger of the current and the previous window.
 #[derive(Debug, Default)]
 pub(crate) struct SendRate {
-    last: Option<Time>,
-    /// Smoothed interval between new data packets, in nanoseconds.
-    interval: f64,
+    window_start: Time,
+    current: u32,
+    previous: u32,
 }
 
 impl SendRate {
-    fn record(&mut self, now: Time) {
-        if let Some(last) = self.last {
-            let gap = now.since(last).as_nanos() as f64;
-            self.interval = 0.875 * self.interval + 0.125 * gap;
+    fn record(&mut self, now: Time, rtt: Duration) {
+        let elapsed = now.since(self.window_start);
+        if elapsed >= rtt {
+            self.previous = if elapsed < rtt * 2 { self.current } else { 0 };
+            self.current = 0;
+            self.window_start = now;
         }
-        self.last = Some(now);
+        self.current += 1;
     }
 
-    fn packets_per(&self, rtt: Duration) -> f64 {
-        rtt.as_nanos() as f64 / self.interval.max(1.0)
+    fn per_round_trip(&self) -> u32 {
+        self.current.max(self.previous)
     }
 }
 
@@ -126,6 +131,8 @@ pub(crate) struct Channel {
     retransmit: VecDeque<u64>,
     pending: VecDeque<OutMessage>,
     phase_end: bool,
+    /// The last packet of the phase has left and nothing new was queued since.
+    phase_closed: bool,
     /// Last time the peer acknowledged something or new data left.
     last_progress: Time,
     rto_backoff: u32,
@@ -164,6 +171,7 @@ impl Channel {
             retransmit: VecDeque::new(),
             pending: VecDeque::new(),
             phase_end: false,
+            phase_closed: false,
             last_progress: Time::ZERO,
             rto_backoff: 0,
             probe_due: false,
@@ -199,6 +207,7 @@ impl Channel {
         self.stats.messages_sent += 1;
         self.stats.bytes_sent += data.len() as u64;
         self.pending.push_back(OutMessage { data, offset: 0 });
+        self.phase_closed = false;
     }
 
     pub(crate) fn end_phase(&mut self) {
@@ -399,7 +408,8 @@ impl Channel {
 
         if header.flags.contains(Flags::LAST_OF_PHASE) {
             self.ack_due = Some(AckDue { echo: header.timestamp, arrived: now, reply: true });
-        } else if self.ack_asked && self.arrivals_since_ack >= sh.cfg.explicit_ack_threshold() && self.ack_due.is_none() {
+        } else if self.ack_asked && self.arrivals_since_ack >= sh.cfg.explicit_ack_threshold() && self.ack_due.is_none()
+        {
             self.ack_due = Some(AckDue { echo: header.timestamp, arrived: now, reply: false });
         }
         self.update_hole(now, progressed);
@@ -551,7 +561,8 @@ impl Channel {
         if self.failed {
             return None;
         }
-        let rto = (!self.unacked.is_empty() && !self.probe_due).then(|| self.last_progress + self.backoff(self.rto_backoff));
+        let rto =
+            (!self.unacked.is_empty() && !self.probe_due).then(|| self.last_progress + self.backoff(self.rto_backoff));
         match (rto, self.prod_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -623,7 +634,13 @@ impl Channel {
                 continue;
             }
             self.unacked[(seq - self.base) as usize].queued = false;
-            return Some(self.resend(seq, Flags::empty(), now, buf, sh));
+            // After the phase has ended, the last resend of a recovery round is
+            // the phase's last packet again: it asks for an answer at once, so
+            // the sender learns of the next hole, or of the end, without
+            // waiting for a timeout.
+            let last = self.phase_closed && self.retransmit.iter().all(|&s| s < self.base);
+            let extra = if last { Flags::LAST_OF_PHASE } else { Flags::empty() };
+            return Some(self.resend(seq, extra, now, buf, sh));
         }
         if self.pending.is_empty() {
             return None;
@@ -656,11 +673,12 @@ impl Channel {
         let mut flags = Flags::empty();
         if self.pending.is_empty() && std::mem::take(&mut self.phase_end) {
             flags.insert(Flags::LAST_OF_PHASE);
+            self.phase_closed = true;
         }
-        sh.send_rate.record(now);
+        sh.send_rate.record(now, self.rtt.srtt());
         // Ask for an acknowledgement when the free buffers would run out
         // within a round trip at the current sending rate.
-        if (sh.send_pool.available() as f64) <= sh.send_rate.packets_per(self.rtt.srtt()) {
+        if sh.send_pool.available() <= sh.send_rate.per_round_trip() as usize {
             flags.insert(Flags::ACK_REQUESTED);
             self.stats.ack_requests += 1;
         }

@@ -125,7 +125,9 @@ impl Config {
         if self.max_message_size > u32::MAX as usize {
             return Err(ConfigError::MessageTooLarge(self.max_message_size));
         }
-        for (which, bytes) in [("send_buffer_bytes", self.send_buffer_bytes), ("recv_buffer_bytes", self.recv_buffer_bytes)] {
+        for (which, bytes) in
+            [("send_buffer_bytes", self.send_buffer_bytes), ("recv_buffer_bytes", self.recv_buffer_bytes)]
+        {
             if bytes < self.max_message_size {
                 return Err(ConfigError::BufferBelowMessage { which, bytes, max: self.max_message_size });
             }

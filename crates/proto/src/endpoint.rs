@@ -182,6 +182,9 @@ impl Endpoint {
 
     /// Marks the last message queued for `to` as the end of a communication
     /// phase: its packet asks for an acknowledgement at once (seed 002 §4.4).
+    /// Call it after queueing the phase's last message and before polling;
+    /// with nothing queued it does nothing (the tail probe then covers the
+    /// last packets).
     pub fn end_phase(&mut self, to: u32, channel: u16) {
         if to < self.cfg.ranks && to != self.cfg.rank && channel < self.cfg.channels {
             let index = self.index(to, channel);
@@ -327,7 +330,14 @@ impl Endpoint {
     /// The state of every channel that is not idle, one per line: what a
     /// stalled job shows to whoever debugs it.
     pub fn describe(&self) -> String {
-        let mut out = format!("rank {} {:?} ready {:?} waiting {:?} blocked {:?}\n", self.cfg.rank, self.memory(), self.ready, self.waiting_for_buffers, self.blocked_on_recv);
+        let mut out = format!(
+            "rank {} {:?} ready {:?} waiting {:?} blocked {:?}\n",
+            self.cfg.rank,
+            self.memory(),
+            self.ready,
+            self.waiting_for_buffers,
+            self.blocked_on_recv
+        );
         for ch in self.channels.iter().filter(|c| !c.is_idle() || c.is_waiting()) {
             out.push_str("  ");
             out.push_str(&ch.describe());

@@ -4,6 +4,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use bulkwire_proto::{Path, Time};
+use bulkwire_wire::PacketType;
 use rand::Rng;
 use serde::Serialize;
 
@@ -23,7 +24,16 @@ pub trait Network {
     /// `from` hands a datagram for `to` to the network at `now`; what arrives
     /// (zero, one or more copies) is pushed to `out`.
     #[allow(clippy::too_many_arguments)]
-    fn send(&mut self, now: Time, from: usize, to: usize, path: Path, bytes: Vec<u8>, rng: &mut SimRng, out: &mut Vec<Delivery>);
+    fn send(
+        &mut self,
+        now: Time,
+        from: usize,
+        to: usize,
+        path: Path,
+        bytes: Vec<u8>,
+        rng: &mut SimRng,
+        out: &mut Vec<Delivery>,
+    );
 
     /// When `host`'s interface can take its next datagram. The simulator does
     /// not poll a host before then: a sender is held back by its own
@@ -39,20 +49,30 @@ pub enum LossModel {
     None,
     /// Each datagram lost independently with this probability.
     Random(f64),
-    /// Gilbert-Elliott: a good state without loss and a bad state that loses
-    /// every datagram; `enter` and `leave` are the per-datagram transition
-    /// probabilities.
-    Bursty { enter: f64, leave: f64 },
+    /// Gilbert-Elliott in continuous time: the link alternates between a
+    /// good state without loss and a bad state that loses every datagram,
+    /// each lasting an exponentially distributed time with these means.
+    /// Time-based rather than per-datagram, as congestion episodes are: a
+    /// burst lasts as long whether a datagram passes every microsecond or
+    /// every second.
+    Bursty {
+        mean_good: Duration,
+        mean_bad: Duration,
+    },
 }
 
 impl LossModel {
-    /// Bursty loss with the given long-run loss rate and mean burst length
-    /// (in datagrams).
-    pub fn bursty(rate: f64, mean_burst: f64) -> LossModel {
-        let leave = 1.0 / mean_burst.max(1.0);
-        let enter = rate * leave / (1.0 - rate).max(1e-9);
-        LossModel::Bursty { enter: enter.min(1.0), leave }
+    /// Bursty loss that loses the fraction `rate` of the time, in episodes of
+    /// `mean_burst` on average.
+    pub fn bursty(rate: f64, mean_burst: Duration) -> LossModel {
+        let rate = rate.clamp(1e-9, 1.0 - 1e-9);
+        LossModel::Bursty { mean_good: mean_burst.mul_f64((1.0 - rate) / rate), mean_bad: mean_burst }
     }
+}
+
+fn exponential(rng: &mut SimRng, mean: Duration) -> Duration {
+    let u: f64 = 1.0 - rng.random::<f64>();
+    mean.mul_f64(-u.ln())
 }
 
 /// Faults injected on a link, besides loss.
@@ -125,6 +145,8 @@ impl Default for LinkParams {
 pub struct NetStats {
     pub sent: u64,
     pub delivered: u64,
+    /// Data packets (as opposed to control packets) that never arrived intact.
+    pub data_lost: u64,
     /// Dropped by the loss model.
     pub lost: u64,
     /// Dropped by a full link queue.
@@ -145,6 +167,7 @@ impl NetStats {
     fn add(&mut self, o: &NetStats) {
         self.sent += o.sent;
         self.delivered += o.delivered;
+        self.data_lost += o.data_lost;
         self.lost += o.lost;
         self.queue_drops += o.queue_drops;
         self.partitioned += o.partitioned;
@@ -157,8 +180,9 @@ impl NetStats {
 #[derive(Debug)]
 struct Link {
     params: LinkParams,
-    /// Gilbert-Elliott state.
+    /// Gilbert-Elliott state, and when it next changes.
     bad: bool,
+    state_until: Option<Time>,
     busy_until: Time,
     /// Times at which the datagrams in the queue finish transmission.
     in_queue: VecDeque<Time>,
@@ -186,6 +210,7 @@ impl LinkNetwork {
             .map(|i| Link {
                 params: params(i / hosts, i % hosts),
                 bad: false,
+                state_until: None,
                 busy_until: Time::ZERO,
                 in_queue: VecDeque::new(),
                 stats: NetStats::default(),
@@ -210,7 +235,16 @@ fn transmission_time(bytes: usize, bps: u64) -> Duration {
 }
 
 impl Network for LinkNetwork {
-    fn send(&mut self, now: Time, from: usize, to: usize, path: Path, mut bytes: Vec<u8>, rng: &mut SimRng, out: &mut Vec<Delivery>) {
+    fn send(
+        &mut self,
+        now: Time,
+        from: usize,
+        to: usize,
+        path: Path,
+        mut bytes: Vec<u8>,
+        rng: &mut SimRng,
+        out: &mut Vec<Delivery>,
+    ) {
         if from >= self.hosts || to >= self.hosts || from == to {
             return;
         }
@@ -218,9 +252,12 @@ impl Network for LinkNetwork {
         let left_nic = now.max(self.nic_busy[from]) + transmission_time(bytes.len(), nic_bps);
         self.nic_busy[from] = left_nic;
 
+        // The simulator may peek at the unauthenticated type byte, for statistics only.
+        let is_data = bytes.get(1) == Some(&(PacketType::Data as u8));
         let link = &mut self.links[from * self.hosts + to];
         let p = &link.params;
         link.stats.sent += 1;
+        link.stats.data_lost += is_data as u64; // taken back below if it arrives intact
         if p.faults.partitions.iter().any(|&(start, end)| left_nic >= start && left_nic < end) {
             link.stats.partitioned += 1;
             return;
@@ -228,8 +265,13 @@ impl Network for LinkNetwork {
         let lost = match p.faults.loss {
             LossModel::None => false,
             LossModel::Random(rate) => rng.random_bool(rate.clamp(0.0, 1.0)),
-            LossModel::Bursty { enter, leave } => {
-                link.bad = if link.bad { !rng.random_bool(leave) } else { rng.random_bool(enter) };
+            LossModel::Bursty { mean_good, mean_bad } => {
+                let mut until = link.state_until.unwrap_or_else(|| Time::ZERO + exponential(rng, mean_good));
+                while left_nic >= until {
+                    link.bad = !link.bad;
+                    until = until + exponential(rng, if link.bad { mean_bad } else { mean_good });
+                }
+                link.state_until = Some(until);
                 link.bad
             }
         };
@@ -247,7 +289,11 @@ impl Network for LinkNetwork {
         let start = left_nic.max(link.busy_until);
         link.busy_until = start + transmission_time(bytes.len(), p.rate_bps);
         link.in_queue.push_back(link.busy_until);
-        let jitter = if p.jitter.is_zero() { Duration::ZERO } else { Duration::from_nanos(rng.random_range(0..p.jitter.as_nanos() as u64)) };
+        let jitter = if p.jitter.is_zero() {
+            Duration::ZERO
+        } else {
+            Duration::from_nanos(rng.random_range(0..p.jitter.as_nanos() as u64))
+        };
         let mut at = link.busy_until + p.delay + jitter;
         if p.faults.reorder > 0.0 && rng.random_bool(p.faults.reorder) {
             at = at + p.faults.reorder_delay;
@@ -257,6 +303,8 @@ impl Network for LinkNetwork {
             let bit = rng.random_range(0..bytes.len() * 8);
             bytes[bit / 8] ^= 1 << (bit % 8);
             link.stats.corrupted += 1;
+        } else {
+            link.stats.data_lost -= is_data as u64;
         }
         if p.faults.duplicate > 0.0 && rng.random_bool(p.faults.duplicate) {
             link.stats.duplicated += 1;

@@ -10,7 +10,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bulkwire_proto::{ChannelStats, Config, Endpoint, EndpointStats, Event, Memory, Path, SendError, Strategy, Time, Transmit};
+use bulkwire_proto::{
+    ChannelStats, Config, Endpoint, EndpointStats, Event, Memory, Path, SendError, Strategy, Time, Transmit,
+};
 use bulkwire_wire::JobKey;
 use rand::{Rng, SeedableRng};
 
@@ -138,9 +140,9 @@ impl WorkloadHost {
         while let Some(event) = self.endpoint.poll_event() {
             match event {
                 Event::Message { from, channel, data } => self.check(now, from, channel, &data),
-                Event::ProtocolViolation { peer, channel, reason } => {
-                    self.errors.push(format!("rank {}: protocol violation by {peer} on channel {channel}: {reason}", self.rank))
-                }
+                Event::ProtocolViolation { peer, channel, reason } => self
+                    .errors
+                    .push(format!("rank {}: protocol violation by {peer} on channel {channel}: {reason}", self.rank)),
             }
         }
         let sends = &self.plan.sends[self.rank as usize];
@@ -393,7 +395,7 @@ pub fn random_scenario(seed: u64) -> Scenario {
     let loss = match rng.random_range(0..4) {
         0 => LossModel::None,
         1 | 2 => LossModel::Random(rng.random_range(0.0..0.2)),
-        _ => LossModel::bursty(rng.random_range(0.01..0.15), rng.random_range(1.0..6.0)),
+        _ => LossModel::bursty(rng.random_range(0.01..0.15), Duration::from_micros(rng.random_range(10..500))),
     };
     let mut partitions = Vec::new();
     if rng.random_bool(0.2) {

@@ -19,7 +19,13 @@ fn check(seed: u64) -> Result<Outcome, String> {
     if !outcome.completed {
         return Err(format!(
             "seed {seed}: stalled: {}/{} messages delivered by {} ({:?}, {} ranks, {} buffers)\n{:?}",
-            outcome.delivered, outcome.expected, outcome.ended, scenario.strategy, scenario.plan.ranks, scenario.packet_buffers, outcome.protocol
+            outcome.delivered,
+            outcome.expected,
+            outcome.ended,
+            scenario.strategy,
+            scenario.plan.ranks,
+            scenario.packet_buffers,
+            outcome.protocol
         ));
     }
     Ok(outcome)

@@ -29,7 +29,6 @@ pub use control::{AckPayload, ACK_PAYLOAD_LEN};
 pub use header::{Flags, Header, PacketType, HEADER_LEN, VERSION};
 pub use mac::{JobKey, MAC_LEN};
 pub use packet::{
-    decode, encode, seal, Accept, DecodeError, EncodeError, Packet, RejectCounters, MAX_DATAGRAM,
-    MAX_PAYLOAD, OVERHEAD,
+    decode, encode, seal, Accept, DecodeError, EncodeError, Packet, RejectCounters, MAX_DATAGRAM, MAX_PAYLOAD, OVERHEAD,
 };
 pub use records::{Record, RecordWriter, Records, RECORD_HEADER_LEN};

@@ -68,12 +68,7 @@ pub struct Accept {
 
 /// Encodes header and payload into `out`, returns the datagram length.
 /// `header.payload_len` is taken from `payload`.
-pub fn encode(
-    header: &Header,
-    payload: &[u8],
-    key: &JobKey,
-    out: &mut [u8],
-) -> Result<usize, EncodeError> {
+pub fn encode(header: &Header, payload: &[u8], key: &JobKey, out: &mut [u8]) -> Result<usize, EncodeError> {
     let need = check_room(payload.len(), out.len())?;
     out[HEADER_LEN..HEADER_LEN + payload.len()].copy_from_slice(payload);
     seal(header, payload.len(), key, &mut out[..need])
@@ -81,12 +76,7 @@ pub fn encode(
 
 /// Writes the header and MAC around a payload that the caller already placed
 /// at `out[HEADER_LEN..HEADER_LEN + payload_len]` (no copy of the payload).
-pub fn seal(
-    header: &Header,
-    payload_len: usize,
-    key: &JobKey,
-    out: &mut [u8],
-) -> Result<usize, EncodeError> {
+pub fn seal(header: &Header, payload_len: usize, key: &JobKey, out: &mut [u8]) -> Result<usize, EncodeError> {
     let need = check_room(payload_len, out.len())?;
     let mut header = *header;
     header.payload_len = payload_len as u16;
@@ -156,7 +146,8 @@ pub fn decode<'a>(datagram: &'a [u8], key: &JobKey, accept: &Accept) -> Result<P
         timestamp: u64_at(head, 48),
         payload_len: payload_len as u16,
     };
-    if header.destination != accept.destination || header.source >= accept.ranks || header.source == accept.destination {
+    if header.destination != accept.destination || header.source >= accept.ranks || header.source == accept.destination
+    {
         return Err(DecodeError::Misaddressed { from: header.source, to: header.destination });
     }
     if header.channel >= accept.channels {
@@ -192,9 +183,9 @@ impl RejectCounters {
             DecodeError::BadMac => &mut self.bad_mac,
             DecodeError::LengthMismatch { .. } => &mut self.length_mismatch,
             DecodeError::UnknownType(_) => &mut self.unknown_type,
-            DecodeError::UnknownFlags(_)
-            | DecodeError::ReservedNotZero
-            | DecodeError::MalformedPayload(_) => &mut self.malformed,
+            DecodeError::UnknownFlags(_) | DecodeError::ReservedNotZero | DecodeError::MalformedPayload(_) => {
+                &mut self.malformed
+            }
             DecodeError::Misaddressed { .. } | DecodeError::UnknownChannel(_) => &mut self.misaddressed,
         };
         *counter += 1;

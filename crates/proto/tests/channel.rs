@@ -1,0 +1,395 @@
+//! Behaviour of the reliable channels, driven packet by packet between two
+//! endpoints with a virtual clock and a scriptable loss filter.
+
+use std::time::Duration;
+
+use bulkwire_proto::{Config, Endpoint, Event, SendError, Strategy, Time};
+use bulkwire_wire::{encode, Header, JobKey, PacketType};
+
+const JOB: u64 = 77;
+const DELAY: Duration = Duration::from_micros(50);
+
+fn config(rank: u32) -> Config {
+    let mut c = Config::new(JOB, JobKey::new([3; 32]), rank, 2);
+    c.initial_rtt = DELAY * 2;
+    c
+}
+
+/// What the loss filter sees of a datagram.
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    from: usize,
+    packet_type: u8,
+    sequence: u64,
+    retransmission: bool,
+}
+
+/// Two endpoints joined by a link with a fixed delay in each direction.
+struct Pair {
+    ends: [Endpoint; 2],
+    now: Time,
+    in_flight: Vec<(Time, usize, Vec<u8>)>,
+    drop: Box<dyn FnMut(&Seen) -> bool>,
+    received: [Vec<Vec<u8>>; 2],
+    violations: Vec<&'static str>,
+}
+
+impl Pair {
+    fn new(a: Config, b: Config) -> Pair {
+        Pair {
+            ends: [Endpoint::new(a).unwrap(), Endpoint::new(b).unwrap()],
+            now: Time::ZERO,
+            in_flight: Vec::new(),
+            drop: Box::new(|_| false),
+            received: [Vec::new(), Vec::new()],
+            violations: Vec::new(),
+        }
+    }
+
+    fn default() -> Pair {
+        Pair::new(config(0), config(1))
+    }
+
+    fn flush(&mut self) {
+        let mut buf = vec![0u8; 65_536];
+        for i in 0..2 {
+            while let Some(t) = self.ends[i].poll_transmit(self.now, &mut buf) {
+                let bytes = buf[..t.len].to_vec();
+                let seen = Seen {
+                    from: i,
+                    packet_type: bytes[1],
+                    sequence: u64::from_be_bytes(bytes[24..32].try_into().unwrap()),
+                    retransmission: bytes[3] & 4 != 0,
+                };
+                if !(self.drop)(&seen) {
+                    self.in_flight.push((self.now + DELAY, 1 - i, bytes));
+                }
+            }
+            while let Some(e) = self.ends[i].poll_event() {
+                match e {
+                    Event::Message { data, .. } => self.received[i].push(data),
+                    Event::ProtocolViolation { reason, .. } => self.violations.push(reason),
+                }
+            }
+        }
+    }
+
+    /// Advances to the next arrival or timer; false when nothing is left.
+    fn step(&mut self) -> bool {
+        self.flush();
+        let arrival = self.in_flight.iter().map(|p| p.0).min();
+        let timer = self.ends.iter().filter_map(|e| e.poll_timeout()).min();
+        let next = match (arrival, timer) {
+            (Some(a), Some(t)) => a.min(t),
+            (a, t) => match a.or(t) {
+                Some(x) => x,
+                None => return false,
+            },
+        };
+        self.now = self.now.max(next);
+        let (due, later): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.in_flight).into_iter().partition(|p| p.0 <= self.now);
+        self.in_flight = later;
+        for (_, to, bytes) in due {
+            self.ends[to].handle_datagram(self.now, &bytes);
+        }
+        for e in &mut self.ends {
+            e.handle_timeout(self.now);
+        }
+        self.flush();
+        true
+    }
+
+    fn run(&mut self, limit: Duration) {
+        let end = self.now + limit;
+        while self.now < end && !(self.ends[0].is_idle() && self.ends[1].is_idle() && self.in_flight.is_empty()) {
+            if !self.step() {
+                break;
+            }
+        }
+    }
+}
+
+fn msg(i: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|j| (i * 31 + j) as u8).collect()
+}
+
+#[test]
+fn hole_filling_resends_exactly_the_missing_packets() {
+    let mut p = Pair::default();
+    // Payload per packet is 1472 - 76 = 1396 bytes; 1000-byte messages go one per packet.
+    p.drop = Box::new(|s| s.packet_type == 1 && !s.retransmission && [2, 3, 7, 8].contains(&s.sequence));
+    for i in 0..10 {
+        p.ends[0].send(1, 0, &msg(i, 1000)).unwrap();
+        if i == 9 {
+            p.ends[0].end_phase(1, 0);
+        }
+        p.flush(); // one packet per message
+    }
+    p.run(Duration::from_secs(1));
+    assert_eq!(p.received[1], (0..10).map(|i| msg(i, 1000)).collect::<Vec<_>>());
+    let s = p.ends[0].channel_stats(1, 0).unwrap();
+    assert_eq!(s.data_sent, 10);
+    assert_eq!(s.retransmissions, 4, "exactly the four lost packets, each once: {s:?}");
+    assert!(p.ends[0].is_idle());
+}
+
+#[test]
+fn symmetric_traffic_piggybacks_and_does_not_resend_twice_per_round_trip() {
+    let mut p = Pair::default();
+    p.drop = Box::new(|s| s.from == 0 && s.packet_type == 1 && !s.retransmission && s.sequence == 5);
+    for round in 0..40 {
+        p.ends[0].send(1, 0, &msg(round, 1000)).unwrap();
+        p.ends[1].send(0, 0, &msg(round, 1000)).unwrap();
+        if round == 39 {
+            p.ends[0].end_phase(1, 0);
+            p.ends[1].end_phase(0, 0);
+        }
+        p.step();
+    }
+    p.run(Duration::from_secs(1));
+    assert_eq!(p.received[1].len(), 40);
+    assert_eq!(p.received[0].len(), 40);
+    let s = p.ends[0].channel_stats(1, 0).unwrap();
+    // Every reverse packet reports the hole until the resend lands, yet the
+    // packet goes again once.
+    assert_eq!(s.retransmissions, 1, "{s:?}");
+    assert!(s.implicit_acks > 0, "{s:?}");
+    assert_eq!(p.ends[1].channel_stats(0, 0).unwrap().prods_sent, 0, "reverse traffic makes prods unnecessary");
+}
+
+#[test]
+fn prods_back_off_exponentially() {
+    let mut p = Pair::default();
+    // The first packet arrives, the rest never do, nor anything back: the
+    // receiver knows of a hole (packet 2 arrives, 1 does not) and prods.
+    p.drop =
+        Box::new(|s| !(s.from == 0 && s.packet_type == 1 && (s.sequence == 0 || s.sequence == 2) && !s.retransmission));
+    for i in 0..3 {
+        p.ends[0].send(1, 0, &msg(i, 1000)).unwrap();
+        p.flush();
+    }
+    p.run(Duration::from_secs(10));
+    let prods = p.ends[1].channel_stats(0, 0).unwrap().prods_sent;
+    // 10 s at a 200 us minimum would be 50,000 prods; back-off to the 1 s cap
+    // makes it about 10 + 10.
+    assert!((5..=30).contains(&prods), "prods sent: {prods}");
+    let probes = p.ends[0].channel_stats(1, 0).unwrap().timeouts;
+    assert!((5..=30).contains(&probes), "tail probes sent: {probes}");
+}
+
+#[test]
+fn a_prod_with_nothing_missing_is_answered_by_an_ack() {
+    let mut p = Pair::default();
+    // Packet 1 is only delayed (dropped first, resent by the tail probe), so
+    // the receiver prods; the sender has nothing it may resend within a round
+    // trip of the probe and answers with an acknowledgement.
+    p.drop = Box::new(|s| s.from == 0 && s.packet_type == 1 && s.sequence == 1 && !s.retransmission);
+    for i in 0..3 {
+        p.ends[0].send(1, 0, &msg(i, 1000)).unwrap();
+        p.flush();
+    }
+    p.run(Duration::from_secs(1));
+    assert_eq!(p.received[1].len(), 3);
+    let r = p.ends[1].channel_stats(0, 0).unwrap();
+    let s = p.ends[0].channel_stats(1, 0).unwrap();
+    assert!(r.prods_sent >= 1, "{r:?}");
+    assert_eq!(s.prods_received, r.prods_sent);
+    assert!(s.retransmissions >= 1);
+}
+
+#[test]
+fn explicit_acks_are_rare_on_a_one_way_bulk_transfer() {
+    let mut p = Pair::default();
+    let mut sent = 0;
+    while sent < 3000 {
+        match p.ends[0].send(1, 0, &msg(sent, 1396 - 10)) {
+            Ok(()) => sent += 1,
+            Err(SendError::WouldBlock) => assert!(p.step()),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    p.ends[0].end_phase(1, 0);
+    p.run(Duration::from_secs(5));
+    assert_eq!(p.received[1].len(), 3000);
+    let s = p.ends[0].channel_stats(1, 0).unwrap();
+    let r = p.ends[1].channel_stats(0, 0).unwrap();
+    assert_eq!(s.data_sent, 3000);
+    assert!(r.explicit_acks_sent * 100 < s.data_sent * 10, "{r:?}");
+    assert!(r.explicit_acks_sent >= 1, "the last packet of the phase is acknowledged");
+}
+
+#[test]
+fn sender_asks_for_acks_when_its_buffers_run_low() {
+    let mut a = config(0);
+    let mut b = config(1);
+    a.packet_buffers = 16; // 8 send buffers
+    b.packet_buffers = 16;
+    let mut p = Pair::new(a, b);
+    let mut sent = 0;
+    while sent < 200 {
+        match p.ends[0].send(1, 0, &msg(sent, 1000)) {
+            Ok(()) => sent += 1,
+            Err(SendError::WouldBlock) => assert!(p.step()),
+            Err(e) => panic!("{e}"),
+        }
+        p.flush();
+    }
+    p.run(Duration::from_secs(5));
+    assert_eq!(p.received[1].len(), 200);
+    let s = p.ends[0].channel_stats(1, 0).unwrap();
+    let r = p.ends[1].channel_stats(0, 0).unwrap();
+    assert!(s.ack_requests > 0, "{s:?}");
+    // n/(2p) = 16/4 = 4 packets between explicit acks at least.
+    assert!(r.explicit_acks_sent <= 200 / 4 + 1, "{r:?}");
+    assert!(p.ends[0].memory().send_packets <= 8);
+}
+
+#[test]
+fn large_messages_fragment_and_small_ones_pack() {
+    let mut p = Pair::default();
+    let big = msg(1, 10_000);
+    p.ends[0].send(1, 0, &big).unwrap();
+    for i in 0..100 {
+        p.ends[0].send(1, 0, &msg(i, 8)).unwrap();
+    }
+    p.ends[0].send(1, 0, &[]).unwrap();
+    p.run(Duration::from_secs(1));
+    assert_eq!(p.received[1].len(), 102);
+    assert_eq!(p.received[1][0], big);
+    assert_eq!(p.received[1][100], msg(99, 8));
+    assert!(p.received[1][101].is_empty());
+    let s = p.ends[0].channel_stats(1, 0).unwrap();
+    // 10,000 + 10 bytes of record header over 1396-byte payloads: 8 packets;
+    // 100 records of 18 bytes fill about 1.3 more.
+    assert!(s.data_sent <= 10, "{s:?}");
+}
+
+#[test]
+fn back_pressure_when_the_send_buffer_is_full() {
+    let mut a = config(0);
+    a.send_buffer_bytes = 10_000;
+    a.max_message_size = 5_000;
+    let mut p = Pair::new(a, config(1));
+    p.ends[0].send(1, 0, &msg(0, 5000)).unwrap();
+    p.ends[0].send(1, 0, &msg(1, 5000)).unwrap();
+    assert_eq!(p.ends[0].send(1, 0, &msg(2, 1)), Err(SendError::WouldBlock));
+    assert!(!p.ends[0].can_send(1, 0, 1));
+    p.flush(); // packetising frees the byte budget
+    assert!(p.ends[0].can_send(1, 0, 5000));
+    assert_eq!(p.ends[0].send(1, 0, &msg(3, 5001)), Err(SendError::TooLarge { len: 5001, max: 5000 }));
+    assert_eq!(p.ends[0].send(5, 0, &[]), Err(SendError::NoSuchRank { to: 5, ranks: 2 }));
+    assert_eq!(p.ends[0].send(1, 3, &[]), Err(SendError::NoSuchChannel { channel: 3, channels: 1 }));
+}
+
+#[test]
+fn a_slow_application_holds_back_delivery_not_memory() {
+    let mut b = config(1);
+    b.recv_buffer_bytes = 4 << 20;
+    b.max_message_size = 1 << 20;
+    let mut p = Pair::new(config(0), b);
+    for i in 0..12 {
+        p.ends[0].send(1, 0, &msg(i, 1 << 19)).unwrap();
+    }
+    // Run without taking events at the receiver.
+    let mut buf = vec![0u8; 65_536];
+    for _ in 0..200_000 {
+        let mut moved = false;
+        for i in 0..2 {
+            while let Some(t) = p.ends[i].poll_transmit(p.now, &mut buf) {
+                p.in_flight.push((p.now + DELAY, 1 - i, buf[..t.len].to_vec()));
+                moved = true;
+            }
+        }
+        if !moved && p.in_flight.is_empty() {
+            break;
+        }
+        p.now = p.now + DELAY;
+        for (_, to, bytes) in std::mem::take(&mut p.in_flight) {
+            p.ends[to].handle_datagram(p.now, &bytes);
+        }
+        p.ends.iter_mut().for_each(|e| e.handle_timeout(p.now));
+        let m = p.ends[1].memory();
+        assert!(m.ready_bytes <= (4 << 20) + 1396, "{m:?}");
+    }
+    assert!(p.ends[1].stats().channels.drops > 0, "the receiver dropped what it had no room for");
+    p.run(Duration::from_secs(5));
+    assert_eq!(p.received[1].len(), 12);
+    assert_eq!(p.received[1][11], msg(11, 1 << 19));
+}
+
+#[test]
+fn go_back_n_resends_everything_from_the_hole() {
+    let mut a = config(0);
+    let mut b = config(1);
+    a.strategy = Strategy::GoBackN;
+    b.strategy = Strategy::GoBackN;
+    let mut p = Pair::new(a, b);
+    p.drop = Box::new(|s| s.packet_type == 1 && !s.retransmission && s.sequence == 2);
+    for i in 0..10 {
+        p.ends[0].send(1, 0, &msg(i, 1000)).unwrap();
+        if i == 9 {
+            p.ends[0].end_phase(1, 0);
+        }
+        p.flush();
+    }
+    p.run(Duration::from_secs(1));
+    assert_eq!(p.received[1], (0..10).map(|i| msg(i, 1000)).collect::<Vec<_>>());
+    let s = p.ends[0].channel_stats(1, 0).unwrap();
+    let r = p.ends[1].channel_stats(0, 0).unwrap();
+    assert_eq!(s.retransmissions, 8, "packets 2..=9 again: {s:?}");
+    assert_eq!(r.drops, 7, "3..=9 discarded out of order: {r:?}");
+}
+
+#[test]
+fn strategy_changes_only_before_use() {
+    let mut p = Pair::default();
+    assert_eq!(p.ends[0].set_strategy(1, 0, Strategy::GoBackN), Ok(()));
+    p.ends[0].send(1, 0, b"x").unwrap();
+    assert_eq!(p.ends[0].set_strategy(1, 0, Strategy::HoleFilling), Err(SendError::InUse));
+}
+
+#[test]
+fn messages_to_oneself_are_delivered_locally() {
+    let mut p = Pair::default();
+    p.ends[0].send(0, 0, b"me").unwrap();
+    assert_eq!(p.ends[0].poll_event(), Some(Event::Message { from: 0, channel: 0, data: b"me".to_vec() }));
+}
+
+#[test]
+fn bad_datagrams_are_counted_and_dropped() {
+    let mut p = Pair::default();
+    let e = &mut p.ends[1];
+    e.handle_datagram(Time::ZERO, &[]);
+    e.handle_datagram(Time::ZERO, &[0xff; 2000]);
+    let mut h = Header::new(PacketType::Data);
+    h.job = JOB;
+    h.source = 0;
+    h.destination = 1;
+    let mut buf = vec![0; 200];
+    let n = encode(&h, &[], &JobKey::new([4; 32]), &mut buf).unwrap();
+    e.handle_datagram(Time::ZERO, &buf[..n]); // another key
+    h.job = JOB + 1;
+    let n = encode(&h, &[], &JobKey::new([3; 32]), &mut buf).unwrap();
+    e.handle_datagram(Time::ZERO, &buf[..n]); // another job
+    let r = e.stats().rejected;
+    assert_eq!((r.truncated, r.wrong_version, r.bad_mac, r.wrong_job, r.total()), (1, 1, 1, 1, 4), "{r:?}");
+    assert!(e.poll_event().is_none());
+}
+
+#[test]
+fn a_peer_that_breaks_the_protocol_closes_its_channel() {
+    let mut p = Pair::default();
+    let mut h = Header::new(PacketType::Ack);
+    h.job = JOB;
+    h.source = 0;
+    h.destination = 1;
+    h.ack = 1000; // acknowledges packets never sent
+    h.end_of_hole = 1000;
+    let mut buf = vec![0; 200];
+    let n = encode(&h, &[0; 12], &JobKey::new([3; 32]), &mut buf).unwrap();
+    p.ends[1].handle_datagram(Time::ZERO, &buf[..n]);
+    p.flush();
+    assert_eq!(p.violations, vec!["acknowledges packets never sent"]);
+    assert_eq!(p.ends[1].send(0, 0, b"x"), Err(SendError::Closed { peer: 0 }));
+}
