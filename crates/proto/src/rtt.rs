@@ -23,7 +23,7 @@ impl RttEstimator {
             self.has_sample = true;
             return;
         }
-        let diff = if self.srtt > rtt { self.srtt - rtt } else { rtt - self.srtt };
+        let diff = self.srtt.abs_diff(rtt);
         self.rttvar = (self.rttvar * 3 + diff) / 4;
         self.srtt = (self.srtt * 7 + rtt) / 8;
     }

@@ -14,18 +14,22 @@ fn check(seed: u64) -> Result<Outcome, String> {
     let scenario: Scenario = random_scenario(seed);
     let outcome = run(&scenario, LIMIT);
     if !outcome.errors.is_empty() {
-        return Err(format!("seed {seed}: {}", outcome.errors.join("; ")));
+        return Err(format!(
+            "seed {seed}: {} (replay: cargo run --release -p bulkwire-sim --example replay -- {seed})",
+            outcome.errors.join("; ")
+        ));
     }
     if !outcome.completed {
         return Err(format!(
-            "seed {seed}: stalled: {}/{} messages delivered by {} ({:?}, {} ranks, {} buffers)\n{:?}",
+            "seed {seed}: stalled: {}/{} messages delivered by {} ({:?}, {} ranks, {} buffers)\n{:?}\n{}",
             outcome.delivered,
             outcome.expected,
             outcome.ended,
             scenario.strategy,
             scenario.plan.ranks,
             scenario.packet_buffers,
-            outcome.protocol
+            outcome.protocol,
+            outcome.diagnosis
         ));
     }
     Ok(outcome)
@@ -78,5 +82,59 @@ fn same_seed_same_run() {
         assert_eq!(a.events, b.events);
         assert_eq!(a.network, b.network);
         assert_eq!(a.protocol, b.protocol);
+    }
+}
+
+mod faults_are_real {
+    use super::*;
+    use bulkwire_proto::Time;
+    use bulkwire_sim::workload::Plan;
+    use bulkwire_sim::{Faults, LinkParams, LossModel};
+
+    fn bulk_over(faults: Faults) -> Outcome {
+        let link = LinkParams { faults, ..LinkParams::default() };
+        let outcome = run(&Scenario::new(5, Plan::bulk(300, 3000), link), LIMIT);
+        assert!(outcome.completed, "{:?}\n{}", outcome.errors, outcome.diagnosis);
+        outcome
+    }
+
+    #[test]
+    fn corruption_is_caught_by_the_mac() {
+        let o = bulk_over(Faults { corrupt: 0.05, ..Faults::default() });
+        let bad_mac: u64 = o.endpoints.iter().map(|e| e.rejected.bad_mac).sum();
+        assert!(o.network.corrupted > 10);
+        // A flipped bit in the length or version fields is rejected before the MAC.
+        let rejected: u64 = o.endpoints.iter().map(|e| e.rejected.total()).sum();
+        assert_eq!(rejected, o.network.corrupted);
+        assert!(bad_mac * 10 >= o.network.corrupted * 8, "{bad_mac} of {}", o.network.corrupted);
+    }
+
+    #[test]
+    fn duplicates_are_delivered_once() {
+        let o = bulk_over(Faults { duplicate: 0.1, ..Faults::default() });
+        assert!(o.network.duplicated > 10);
+        assert!(o.protocol.duplicates >= o.network.duplicated);
+    }
+
+    #[test]
+    fn reordering_is_tolerated() {
+        let o = bulk_over(Faults { reorder: 0.1, ..Faults::default() });
+        assert!(o.network.reordered > 10);
+    }
+
+    #[test]
+    fn a_partition_heals_and_the_transfer_completes() {
+        let start = Time::from_nanos(2_000_000);
+        let end = Time::from_nanos(300_000_000);
+        let o = bulk_over(Faults { partitions: vec![(start, end)], ..Faults::default() });
+        assert!(o.network.partitioned > 0);
+        assert!(o.completion > end);
+    }
+
+    #[test]
+    fn bursty_loss_comes_in_bursts_at_the_asked_rate() {
+        let o = bulk_over(Faults { loss: LossModel::bursty(0.05, Duration::from_micros(100)), ..Faults::default() });
+        let rate = o.network.lost as f64 / o.network.sent as f64;
+        assert!((0.01..0.15).contains(&rate), "loss rate {rate}");
     }
 }
