@@ -6,7 +6,7 @@ use std::collections::BinaryHeap;
 use bulkwire_proto::{Path, Time, Transmit};
 use rand::SeedableRng;
 
-use crate::network::{Delivery, Network};
+use crate::network::{Datagram, Delivery, Network};
 
 /// The one random stream of a simulation. ChaCha is portable and stable
 /// across versions, so a seed means the same run everywhere.
@@ -168,7 +168,12 @@ impl<H: Host, N: Network> Simulator<H, N> {
             }
             let Some(t) = self.hosts[h].poll_transmit(self.now, &mut self.buf) else { break };
             let bytes = self.buf[..t.len].to_vec();
-            self.network.send(self.now, h, t.to as usize, t.path, bytes, &mut self.rng, &mut self.deliveries);
+            self.network.send(
+                self.now,
+                Datagram { from: h, to: t.to as usize, path: t.path, bytes },
+                &mut self.rng,
+                &mut self.deliveries,
+            );
             for d in std::mem::take(&mut self.deliveries) {
                 self.schedule(d.at, Action::Deliver(d));
             }

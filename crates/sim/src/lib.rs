@@ -19,4 +19,4 @@ mod network;
 pub mod workload;
 
 pub use engine::{Host, SimRng, Simulator};
-pub use network::{Delivery, Faults, LinkNetwork, LinkParams, LossModel, NetStats, Network};
+pub use network::{Datagram, Delivery, Faults, LinkNetwork, LinkParams, LossModel, NetStats, Network};

@@ -19,21 +19,20 @@ pub struct Delivery {
     pub bytes: Vec<u8>,
 }
 
+/// A datagram a host hands to the network.
+#[derive(Clone, Debug)]
+pub struct Datagram {
+    pub from: usize,
+    pub to: usize,
+    pub path: Path,
+    pub bytes: Vec<u8>,
+}
+
 /// How datagrams travel between hosts.
 pub trait Network {
-    /// `from` hands a datagram for `to` to the network at `now`; what arrives
-    /// (zero, one or more copies) is pushed to `out`.
-    #[allow(clippy::too_many_arguments)]
-    fn send(
-        &mut self,
-        now: Time,
-        from: usize,
-        to: usize,
-        path: Path,
-        bytes: Vec<u8>,
-        rng: &mut SimRng,
-        out: &mut Vec<Delivery>,
-    );
+    /// A host hands `datagram` to the network at `now`; what arrives (zero,
+    /// one or more copies) is pushed to `out`.
+    fn send(&mut self, now: Time, datagram: Datagram, rng: &mut SimRng, out: &mut Vec<Delivery>);
 
     /// When `host`'s interface can take its next datagram. The simulator does
     /// not poll a host before then: a sender is held back by its own
@@ -235,16 +234,8 @@ fn transmission_time(bytes: usize, bps: u64) -> Duration {
 }
 
 impl Network for LinkNetwork {
-    fn send(
-        &mut self,
-        now: Time,
-        from: usize,
-        to: usize,
-        path: Path,
-        mut bytes: Vec<u8>,
-        rng: &mut SimRng,
-        out: &mut Vec<Delivery>,
-    ) {
+    fn send(&mut self, now: Time, datagram: Datagram, rng: &mut SimRng, out: &mut Vec<Delivery>) {
+        let Datagram { from, to, path, mut bytes } = datagram;
         if from >= self.hosts || to >= self.hosts || from == to {
             return;
         }

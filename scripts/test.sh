@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The test suite: formatting, lints, every test (including the fault sweep over
+# 2,000 seeds) and a short fuzzing run of the wire decoder.
+#   FUZZ_SECONDS       fuzzing time (default 20)
+#   BULKWIRE_SEEDS     seeds of the fault sweep (default 2000)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "format"
+cargo fmt --all -- --check
+
+step "lints"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "tests"
+cargo test --workspace --locked
+
+step "fuzz the wire decoder"
+FUZZ_SECONDS="${FUZZ_SECONDS:-20}" .ci/fuzz.sh
+
+step "all tests passed"
