@@ -135,6 +135,8 @@ pub(crate) struct Channel {
     phase_closed: bool,
     /// Last time the peer acknowledged something or new data left.
     last_progress: Time,
+    /// Since when the oldest unacknowledged packet has waited for the peer.
+    waiting_since: Time,
     rto_backoff: u32,
     probe_due: bool,
 
@@ -173,6 +175,7 @@ impl Channel {
             phase_end: false,
             phase_closed: false,
             last_progress: Time::ZERO,
+            waiting_since: Time::ZERO,
             rto_backoff: 0,
             probe_due: false,
             next_expected: 0,
@@ -196,6 +199,15 @@ impl Channel {
     /// Nothing queued, in flight or owed: every message sent has been acknowledged.
     pub(crate) fn is_idle(&self) -> bool {
         self.pending.is_empty() && self.unacked.is_empty() && self.ack_due.is_none()
+    }
+
+    /// How long sent data has waited for any acknowledgement from the peer
+    /// (zero when nothing is unacknowledged).
+    pub(crate) fn unanswered_for(&self, now: Time) -> Duration {
+        if self.unacked.is_empty() {
+            return Duration::ZERO;
+        }
+        now.since(self.waiting_since)
     }
 
     /// The receiver half knows of packets it has not got.
@@ -322,6 +334,7 @@ impl Channel {
                 self.stats.implicit_acks += 1;
             }
             self.last_progress = now;
+            self.waiting_since = now;
             self.rto_backoff = 0;
         }
         let from = ack.max(self.base);
@@ -687,6 +700,9 @@ impl Channel {
         self.next_seq += 1;
         self.stats.data_sent += 1;
         buf[HEADER_LEN..HEADER_LEN + len].copy_from_slice(&payload);
+        if self.unacked.is_empty() {
+            self.waiting_since = now;
+        }
         self.unacked.push_back(SentPacket { payload, flags, last_sent: now, transmissions: 1, queued: false });
         self.last_progress = now;
         let header = self.header(PacketType::Data, flags, seq, now, sh.cfg);

@@ -327,6 +327,15 @@ impl Endpoint {
 
     // ----- observation ------------------------------------------------------
 
+    /// Peers that have acknowledged none of our outstanding data for `after`
+    /// or longer, despite probes: unreachable or dead.
+    pub fn unresponsive_peers(&self, now: Time, after: std::time::Duration) -> Vec<u32> {
+        let mut peers: Vec<u32> =
+            self.channels.iter().filter(|c| c.unanswered_for(now) >= after).map(|c| c.peer).collect();
+        peers.dedup();
+        peers
+    }
+
     /// The state of every channel that is not idle, one per line: what a
     /// stalled job shows to whoever debugs it.
     pub fn describe(&self) -> String {

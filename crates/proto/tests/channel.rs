@@ -393,3 +393,15 @@ fn a_peer_that_breaks_the_protocol_closes_its_channel() {
     assert_eq!(p.violations, vec!["acknowledges packets never sent"]);
     assert_eq!(p.ends[1].send(0, 0, b"x"), Err(SendError::Closed { peer: 0 }));
 }
+
+#[test]
+fn a_silent_peer_is_reported_unresponsive() {
+    let mut p = Pair::default();
+    p.drop = Box::new(|s| s.from == 0);
+    p.ends[0].send(1, 0, b"anyone?").unwrap();
+    p.flush();
+    assert!(p.ends[0].unresponsive_peers(p.now, Duration::from_secs(1)).is_empty());
+    p.run(Duration::from_secs(2));
+    assert_eq!(p.ends[0].unresponsive_peers(p.now, Duration::from_secs(1)), vec![1]);
+    assert!(p.ends[1].unresponsive_peers(p.now, Duration::from_secs(1)).is_empty());
+}

@@ -37,7 +37,8 @@ impl JobKey {
         self.0.iter().map(|b| format!("{b:02x}")).collect()
     }
 
-    pub(crate) fn tag(&self, data: &[u8]) -> [u8; MAC_LEN] {
+    /// The MAC of `data` under this key (also authenticates the rendezvous).
+    pub fn tag(&self, data: &[u8]) -> [u8; MAC_LEN] {
         let hash = blake3::keyed_hash(&self.0, data);
         let mut tag = [0u8; MAC_LEN];
         tag.copy_from_slice(&hash.as_bytes()[..MAC_LEN]);
@@ -45,7 +46,7 @@ impl JobKey {
     }
 
     /// Constant-time check of `tag` against the MAC of `data`.
-    pub(crate) fn verify(&self, data: &[u8], tag: &[u8]) -> bool {
+    pub fn verify(&self, data: &[u8], tag: &[u8]) -> bool {
         self.tag(data).ct_eq(tag).into()
     }
 }
