@@ -19,8 +19,13 @@ mod pool;
 mod rtt;
 mod stats;
 mod time;
+mod warp;
 
 pub use config::{Config, ConfigError, Strategy};
 pub use endpoint::{Endpoint, Event, Memory, Path, SendError, Transmit};
 pub use stats::{ChannelStats, EndpointStats};
 pub use time::Time;
+pub use warp::{
+    critical_epsilon, is_stable, rap_step, stability_product, BufferedSubmission, WarpConfig, WarpEstimator, WarpRate,
+    WarpSample, DEFAULT_STABILITY_FRACTION, STABILITY_LIMIT,
+};
