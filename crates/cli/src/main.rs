@@ -1,5 +1,7 @@
 //! The `bulkwire` command.
 
+mod demo;
+mod launch;
 mod reliability;
 
 use clap::{Parser, Subcommand};
@@ -13,6 +15,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Runs a program as a job of N processes on this machine.
+    Run(launch::Args),
+    /// A small job on this machine: a ring exchange and a barrier on 4 ranks,
+    /// with a latency summary.
+    Demo(demo::Args),
+    /// One rank of the demo job (started by `bulkwire demo`).
+    #[command(hide = true, name = "__demo-rank")]
+    DemoRank(demo::RankArgs),
     /// Experiments in the deterministic network simulator.
     Sim {
         #[command(subcommand)]
@@ -29,10 +39,16 @@ enum SimCommand {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Sim { experiment: SimCommand::Reliability(args) } => reliability::run(&args),
+        Command::Run(args) => launch::run(&args),
+        Command::Demo(args) => demo::run(&args),
+        Command::DemoRank(args) => demo::rank(&args).map(|()| 0),
+        Command::Sim { experiment: SimCommand::Reliability(args) } => reliability::run(&args).map(|()| 0),
     };
-    if let Err(e) = result {
-        eprintln!("bulkwire: {e}");
-        std::process::exit(1);
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("bulkwire: {e}");
+            std::process::exit(1);
+        }
     }
 }

@@ -150,7 +150,8 @@ impl Endpoint {
         Ok(())
     }
 
-    fn check_send(&self, to: u32, channel: u16, len: usize) -> Result<(), SendError> {
+    /// Whether `send` of `len` bytes would succeed now, and if not, why.
+    pub fn check_send(&self, to: u32, channel: u16, len: usize) -> Result<(), SendError> {
         if to >= self.cfg.ranks {
             return Err(SendError::NoSuchRank { to, ranks: self.cfg.ranks });
         }

@@ -1,0 +1,373 @@
+//! `bulkwire run`: starts the processes of a job on this machine, meets them
+//! at a rendezvous, forwards their output and input, and stops every one of
+//! them when one fails, hangs or the user interrupts.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use bulkwire_runtime::rendezvous::{read_msg, write_msg, ToLauncher, ToRank};
+use bulkwire_runtime::{new_job_id, new_key, JOB, KEY, LOCAL_SIZE, RANK, RENDEZVOUS, SIZE};
+use bulkwire_wire::JobKey;
+
+/// A rank that sends no heartbeat for this long is declared hung.
+const HUNG_AFTER: Duration = Duration::from_secs(3);
+/// After the order to stop, ranks still running are killed after this.
+const GRACE: Duration = Duration::from_secs(1);
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Number of processes.
+    #[arg(short = 'n', long = "np", default_value_t = 1)]
+    pub ranks: u32,
+    /// Prefix every line of output with the rank that wrote it.
+    #[arg(long)]
+    pub tag_output: bool,
+    /// The program and its arguments.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+    pub command: Vec<String>,
+}
+
+enum Ev {
+    Exited { rank: u32, status: ExitStatus },
+    Joined { rank: u32, stream: TcpStream },
+    Message { rank: u32, msg: ToLauncher },
+    Disconnected { rank: u32 },
+    Stranger(String),
+    Signal(i32),
+}
+
+struct Failure {
+    code: i32,
+}
+
+/// Runs the job; returns the exit code of `bulkwire run`.
+pub fn run(args: &Args) -> Result<i32, String> {
+    if args.ranks == 0 {
+        return Err("-n must be at least 1".into());
+    }
+    let key = new_key();
+    let job = new_job_id();
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot open the rendezvous: {e}"))?;
+    let rendezvous = listener.local_addr().map_err(|e| e.to_string())?;
+    let (tx, rx) = channel();
+
+    let signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM, libc::SIGHUP])
+        .map_err(|e| format!("cannot handle signals: {e}"))?;
+    spawn_signal_thread(signals, tx.clone());
+    spawn_accept_thread(listener, key.clone(), job, args.ranks, tx.clone());
+
+    let mut children = Vec::new();
+    let mut outputs = Vec::new();
+    for rank in 0..args.ranks {
+        let mut child = spawn_rank(args, rank, job, &key, rendezvous).map_err(|e| {
+            kill_all(&children, libc::SIGKILL);
+            format!("cannot start {:?}: {e}", args.command[0])
+        })?;
+        let prefix = if args.tag_output { format!("[{rank}] ") } else { String::new() };
+        if let Some(out) = child.stdout.take() {
+            outputs.push(forward(out, std::io::stdout(), prefix.clone()));
+        }
+        if let Some(err) = child.stderr.take() {
+            outputs.push(forward(err, std::io::stderr(), prefix));
+        }
+        if let Some(input) = child.stdin.take() {
+            forward_stdin(input);
+        }
+        children.push(child.id());
+        spawn_wait_thread(child, rank, tx.clone());
+    }
+    drop(tx);
+    let code = supervise(args.ranks, &children, &key, job, &rx);
+    for t in outputs {
+        let _ = t.join();
+    }
+    Ok(code)
+}
+
+fn spawn_rank(args: &Args, rank: u32, job: u64, key: &JobKey, rendezvous: SocketAddr) -> std::io::Result<Child> {
+    let mut cmd = Command::new(&args.command[0]);
+    cmd.args(&args.command[1..])
+        .env(RANK, rank.to_string())
+        .env(SIZE, args.ranks.to_string())
+        .env(LOCAL_SIZE, args.ranks.to_string())
+        .env(JOB, format!("{job:x}"))
+        .env(KEY, key.to_hex())
+        .env(RENDEZVOUS, rendezvous.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .stdin(if rank == 0 { Stdio::piped() } else { Stdio::null() });
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            // No orphans: the rank dies with the launcher, however it dies.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn()
+}
+
+fn forward(
+    mut from: impl Read + Send + 'static,
+    to: impl Write + Send + 'static,
+    prefix: String,
+) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        let mut to = to;
+        if prefix.is_empty() {
+            let _ = std::io::copy(&mut from, &mut to);
+            return;
+        }
+        let mut reader = BufReader::new(from);
+        let mut line = Vec::new();
+        while reader.read_until(b'\n', &mut line).map(|n| n > 0).unwrap_or(false) {
+            let mut out = prefix.as_bytes().to_vec();
+            out.extend_from_slice(&line);
+            if to.write_all(&out).and_then(|_| to.flush()).is_err() {
+                break;
+            }
+            line.clear();
+        }
+    })
+}
+
+fn forward_stdin(mut to: std::process::ChildStdin) {
+    // Not joined: it may block on our stdin until the job ends.
+    thread::spawn(move || {
+        let _ = std::io::copy(&mut std::io::stdin(), &mut to);
+    });
+}
+
+fn spawn_wait_thread(mut child: Child, rank: u32, tx: Sender<Ev>) {
+    thread::spawn(move || {
+        if let Ok(status) = child.wait() {
+            let _ = tx.send(Ev::Exited { rank, status });
+        }
+    });
+}
+
+fn spawn_signal_thread(mut signals: signal_hook::iterator::Signals, tx: Sender<Ev>) {
+    thread::spawn(move || {
+        for signal in signals.forever() {
+            if tx.send(Ev::Signal(signal)).is_err() {
+                break;
+            }
+        }
+    });
+}
+
+fn spawn_accept_thread(listener: TcpListener, key: JobKey, job: u64, size: u32, tx: Sender<Ev>) {
+    thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            let (key, tx) = (key.clone(), tx.clone());
+            thread::spawn(move || serve_rank(stream, &key, job, size, &tx));
+        }
+    });
+}
+
+/// Reads one rank's control connection: its hello, then its messages.
+fn serve_rank(stream: TcpStream, key: &JobKey, job: u64, size: u32, tx: &Sender<Ev>) {
+    let _ = stream.set_nodelay(true);
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let Ok(read_half) = stream.try_clone() else { return };
+    let mut reader = BufReader::new(read_half);
+    let rank = match read_msg::<ToLauncher>(&mut reader, key) {
+        Ok(Some(ToLauncher::Hello { job: j, rank, size: s, ordinary, premium, .. }))
+            if j == job && s == size && rank < size =>
+        {
+            let _ =
+                tx.send(Ev::Message { rank, msg: ToLauncher::Hello { job, rank, size, pid: 0, ordinary, premium } });
+            let _ = tx.send(Ev::Joined { rank, stream });
+            rank
+        }
+        Ok(other) => {
+            let _ = tx.send(Ev::Stranger(format!("a connection to the rendezvous sent {other:?}")));
+            return;
+        }
+        Err(e) => {
+            let _ = tx.send(Ev::Stranger(e.to_string()));
+            return;
+        }
+    };
+    let _ = reader.get_ref().set_read_timeout(None);
+    loop {
+        match read_msg::<ToLauncher>(&mut reader, key) {
+            Ok(Some(msg)) => {
+                if tx.send(Ev::Message { rank, msg }).is_err() {
+                    return;
+                }
+            }
+            Ok(None) | Err(_) => {
+                let _ = tx.send(Ev::Disconnected { rank });
+                return;
+            }
+        }
+    }
+}
+
+fn broadcast(streams: &mut HashMap<u32, TcpStream>, key: &JobKey, msg: &ToRank) {
+    for s in streams.values_mut() {
+        // A rank that is gone is noticed by its reader.
+        let _ = write_msg(s, key, msg);
+    }
+}
+
+/// Stops the job, once: tells every rank why, and kills what is still
+/// running after a grace period.
+fn fail(
+    failure: &mut Option<Failure>,
+    kill_at: &mut Option<Instant>,
+    streams: &mut HashMap<u32, TcpStream>,
+    key: &JobKey,
+    reason: String,
+    code: i32,
+) {
+    if failure.is_some() {
+        return;
+    }
+    eprintln!("bulkwire run: {reason}; stopping the job");
+    *failure = Some(Failure { code });
+    broadcast(streams, key, &ToRank::Abort { reason });
+    *kill_at = Some(Instant::now() + GRACE);
+}
+
+fn kill_all(pids: &[u32], signal: i32) {
+    for &pid in pids {
+        // SAFETY: kill(2) on a child we started; a stale pid is reaped only by us.
+        unsafe { libc::kill(pid as libc::pid_t, signal) };
+    }
+}
+
+fn describe(status: &ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(sig)) => format!("was killed by signal {sig} ({})", signal_name(sig)),
+        _ => "ended".into(),
+    }
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGINT => "SIGINT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        _ => "signal",
+    }
+}
+
+fn code_of(status: &ExitStatus) -> i32 {
+    status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+/// The launcher's main loop.
+fn supervise(size: u32, pids: &[u32], key: &JobKey, job: u64, rx: &Receiver<Ev>) -> i32 {
+    let n = size as usize;
+    let mut streams: HashMap<u32, TcpStream> = HashMap::new();
+    let mut addrs: Vec<Option<(SocketAddr, SocketAddr)>> = vec![None; n];
+    let mut last_seen = vec![Instant::now(); n];
+    let mut finished = vec![false; n];
+    let mut exited = vec![false; n];
+    let mut table_sent = false;
+    let mut failure: Option<Failure> = None;
+    let mut kill_at: Option<Instant> = None;
+
+    while exited.iter().any(|e| !e) {
+        let event = match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(ev) => Some(ev),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        match event {
+            Some(Ev::Joined { rank, stream }) => {
+                if streams.contains_key(&rank) {
+                    let reason = format!("two processes claim rank {rank}");
+                    fail(&mut failure, &mut kill_at, &mut streams, key, reason, 1);
+                    continue;
+                }
+                last_seen[rank as usize] = Instant::now();
+                streams.insert(rank, stream);
+                if !table_sent && addrs.iter().all(Option::is_some) && streams.len() == n {
+                    let peers: Vec<_> = addrs.iter().map(|a| a.expect("all joined")).collect();
+                    broadcast(&mut streams, key, &ToRank::Table { job, peers });
+                    table_sent = true;
+                }
+            }
+            Some(Ev::Message { rank, msg }) => {
+                last_seen[rank as usize] = Instant::now();
+                match msg {
+                    ToLauncher::Hello { ordinary, premium, .. } => addrs[rank as usize] = Some((ordinary, premium)),
+                    ToLauncher::Heartbeat => {}
+                    ToLauncher::Failed { reason } => {
+                        fail(&mut failure, &mut kill_at, &mut streams, key, format!("rank {rank} failed: {reason}"), 1)
+                    }
+                    ToLauncher::Finished => {
+                        finished[rank as usize] = true;
+                        broadcast(&mut streams, key, &ToRank::PeerFinished { rank });
+                        if finished.iter().all(|&f| f) {
+                            broadcast(&mut streams, key, &ToRank::Release);
+                        }
+                    }
+                }
+            }
+            Some(Ev::Disconnected { rank }) => {
+                streams.remove(&rank);
+            }
+            Some(Ev::Stranger(why)) => eprintln!("bulkwire run: rejected a connection to the rendezvous: {why}"),
+            Some(Ev::Exited { rank, status }) => {
+                exited[rank as usize] = true;
+                streams.remove(&rank);
+                let joined = addrs[rank as usize].is_some();
+                let anyone_joined = addrs.iter().any(Option::is_some);
+                if !status.success() {
+                    let reason = format!("rank {rank} (pid {}) {}", pids[rank as usize], describe(&status));
+                    fail(&mut failure, &mut kill_at, &mut streams, key, reason, code_of(&status));
+                } else if joined && !finished[rank as usize] {
+                    let reason = format!("rank {rank} exited without finishing its part of the job");
+                    fail(&mut failure, &mut kill_at, &mut streams, key, reason, 1);
+                } else if !joined && anyone_joined && !table_sent {
+                    let reason = format!("rank {rank} exited before joining the job");
+                    fail(&mut failure, &mut kill_at, &mut streams, key, reason, 1);
+                }
+            }
+            Some(Ev::Signal(sig)) => {
+                let reason = format!("interrupted by {}", signal_name(sig));
+                fail(&mut failure, &mut kill_at, &mut streams, key, reason, 128 + sig);
+                kill_all(pids, libc::SIGTERM);
+            }
+            None => {}
+        }
+        for rank in 0..n {
+            let alive = streams.contains_key(&(rank as u32)) && !finished[rank] && !exited[rank];
+            if alive && last_seen[rank].elapsed() > HUNG_AFTER {
+                let reason =
+                    format!("rank {rank} (pid {}) stopped responding for {HUNG_AFTER:?}: hung or stopped", pids[rank]);
+                fail(&mut failure, &mut kill_at, &mut streams, key, reason, 1);
+                kill_all(&pids[rank..rank + 1], libc::SIGKILL);
+                last_seen[rank] = Instant::now();
+            }
+        }
+        if kill_at.is_some_and(|t| Instant::now() >= t) {
+            let alive: Vec<u32> = (0..n).filter(|&r| !exited[r]).map(|r| pids[r]).collect();
+            kill_all(&alive, libc::SIGKILL);
+            kill_at = Some(Instant::now() + GRACE);
+        }
+    }
+    failure.map_or(0, |f| f.code)
+}

@@ -1,0 +1,508 @@
+//! The progress engine.
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bulkwire_proto::{Config, Endpoint, Event, Path, Time};
+
+use crate::env::JobEnv;
+use crate::rendezvous::{Control, ToLauncher, ToRank};
+use crate::sockets::{PathSockets, SocketOptions};
+
+/// A peer that acknowledges nothing for this long is declared unreachable.
+const UNREACHABLE_AFTER: Duration = Duration::from_secs(3);
+/// How often a rank tells the launcher it is alive.
+const HEARTBEAT: Duration = Duration::from_millis(250);
+/// Datagrams read per socket per progress call, so one busy socket cannot
+/// starve the rest of the work.
+const READ_BATCH: usize = 64;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error(transparent)]
+    Env(#[from] crate::env::JobEnvError),
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    #[error("rendezvous failed: {0}")]
+    Rendezvous(String),
+    #[error("invalid configuration: {0}")]
+    Config(#[from] bulkwire_proto::ConfigError),
+    #[error("rank {peer} broke the protocol: {reason}")]
+    Protocol { peer: u32, reason: &'static str },
+    #[error("the job is stopping: {0}")]
+    Stopped(String),
+}
+
+/// A message taken from the endpoint, waiting to be matched.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Inbound {
+    pub from: u32,
+    pub channel: u16,
+    pub data: Vec<u8>,
+}
+
+/// The endpoint with its sockets: everything the application and the
+/// progress thread share, behind one lock.
+#[derive(Debug)]
+pub struct Engine {
+    pub endpoint: Endpoint,
+    sockets: PathSockets,
+    peers: Vec<(SocketAddr, SocketAddr)>,
+    start: Instant,
+    rx: Vec<u8>,
+    tx: Vec<u8>,
+    /// A datagram the socket had no room for, sent first next time.
+    unsent: Option<(Path, u32, usize)>,
+    /// Messages taken from the endpoint and not yet matched by the application.
+    pub inbox: VecDeque<Inbound>,
+    inbox_bytes: usize,
+    /// Ranks that have finished: nothing more will come from them.
+    pub finished: Vec<bool>,
+    /// Why the job must stop, once it must.
+    pub failure: Option<String>,
+}
+
+impl Engine {
+    pub fn now(&self) -> Time {
+        Time::from_nanos(self.start.elapsed().as_nanos() as u64)
+    }
+
+    /// Reads what arrived, fires due timers, sends what is ready and collects
+    /// delivered messages. Returns whether anything happened.
+    pub fn progress(&mut self) -> bool {
+        let now = self.now();
+        let mut moved = false;
+        for path in [Path::Premium, Path::Ordinary] {
+            for _ in 0..READ_BATCH {
+                match self.sockets.socket(path).recv_from(&mut self.rx) {
+                    Ok((n, _)) => {
+                        self.endpoint.handle_datagram(now, &self.rx[..n]);
+                        moved = true;
+                    }
+                    // Would block, or an ICMP error for an earlier send: the
+                    // protocol recovers from both.
+                    Err(_) => break,
+                }
+            }
+        }
+        if self.endpoint.poll_timeout().is_some_and(|t| t <= now) {
+            self.endpoint.handle_timeout(now);
+        }
+        moved |= self.flush(now);
+        self.collect();
+        moved
+    }
+
+    fn flush(&mut self, now: Time) -> bool {
+        let mut sent = false;
+        loop {
+            let (path, to, len) = match self.unsent.take() {
+                Some(u) => u,
+                None => match self.endpoint.poll_transmit(now, &mut self.tx) {
+                    Some(t) => (t.path, t.to, t.len),
+                    None => return sent,
+                },
+            };
+            let (ordinary, premium) = self.peers[to as usize];
+            let addr = if path == Path::Premium { premium } else { ordinary };
+            match self.sockets.socket(path).send_to(&self.tx[..len], addr) {
+                Ok(_) => sent = true,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.unsent = Some((path, to, len));
+                    return sent;
+                }
+                // Anything else is a lost datagram, which the protocol recovers.
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// Moves delivered messages to the inbox while it has room, so that an
+    /// application that does not receive still holds the sender back.
+    fn collect(&mut self) {
+        let limit = self.endpoint.config().recv_buffer_bytes;
+        while self.inbox_bytes < limit {
+            match self.endpoint.poll_event() {
+                Some(Event::Message { from, channel, data }) => {
+                    self.inbox_bytes += data.len();
+                    self.inbox.push_back(Inbound { from, channel, data });
+                }
+                Some(Event::ProtocolViolation { peer, reason, .. }) => {
+                    self.failure.get_or_insert_with(|| format!("rank {peer} broke the protocol: {reason}"));
+                }
+                None => break,
+            }
+        }
+    }
+
+    /// Removes and returns the first inbox message that `matches`.
+    pub fn take(&mut self, mut matches: impl FnMut(&Inbound) -> bool) -> Option<Inbound> {
+        let index = self.inbox.iter().position(&mut matches)?;
+        let message = self.inbox.remove(index).expect("position is valid");
+        self.inbox_bytes -= message.data.len();
+        self.collect();
+        Some(message)
+    }
+
+    fn fds(&self) -> [RawFd; 2] {
+        [self.sockets.ordinary.as_raw_fd(), self.sockets.premium.as_raw_fd()]
+    }
+}
+
+struct Inner {
+    engine: Mutex<Engine>,
+    changed: Condvar,
+    stop: AtomicBool,
+    /// Application threads spinning on the engine right now.
+    spinning: AtomicU32,
+    /// When the progress thread will wake up by itself (engine time, ns).
+    thread_wakes_at: AtomicU64,
+    wake: OwnedFd,
+    control: Mutex<Control>,
+    /// The launcher let everyone go (all ranks finished).
+    released: AtomicBool,
+    rank: u32,
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, Engine> {
+        // A panic while holding the lock leaves a usable engine: its state
+        // changes are complete per call.
+        self.engine.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn wake_thread(&self) {
+        let one: u64 = 1;
+        // SAFETY: writing 8 bytes from a valid u64 to an eventfd we own.
+        unsafe { libc::write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    fn report(&self, msg: &ToLauncher) {
+        let mut control = self.control.lock().unwrap_or_else(|e| e.into_inner());
+        // A launcher that is gone is noticed by the reader.
+        let _ = control.send(msg);
+    }
+}
+
+/// A running process of a job: its engine and the progress thread.
+pub struct Runtime {
+    inner: Arc<Inner>,
+    thread: Option<JoinHandle<()>>,
+    size: u32,
+    spin: Duration,
+    finished: bool,
+}
+
+impl Runtime {
+    /// Joins the job described by the environment.
+    pub fn from_env() -> Result<Runtime, RuntimeError> {
+        Runtime::start(JobEnv::from_env()?)
+    }
+
+    pub fn start(env: JobEnv) -> Result<Runtime, RuntimeError> {
+        let (mut control, ip) = Control::connect(&env)?;
+        let sockets = PathSockets::bind(ip, &SocketOptions::from_env()?)?;
+        let (ordinary, premium) = sockets.addrs()?;
+        control.send(&ToLauncher::Hello {
+            job: env.job,
+            rank: env.rank,
+            size: env.size,
+            pid: std::process::id(),
+            ordinary,
+            premium,
+        })?;
+        let peers = match control.recv()? {
+            Some(ToRank::Table { job, peers }) if job == env.job && peers.len() == env.size as usize => peers,
+            Some(ToRank::Abort { reason }) => return Err(RuntimeError::Stopped(reason)),
+            other => return Err(RuntimeError::Rendezvous(format!("unexpected answer from the launcher: {other:?}"))),
+        };
+
+        let mut config = Config::new(env.job, env.key.clone(), env.rank, env.size);
+        config.channels = 2;
+        // Loopback carries large datagrams; elsewhere stay within an Ethernet frame.
+        config.max_datagram = if ip.is_loopback() { 16 * 1024 } else { 1472 };
+        if let Ok(v) = std::env::var("BULKWIRE_MAX_DATAGRAM") {
+            config.max_datagram = v.trim().parse().map_err(|_| {
+                io::Error::new(io::ErrorKind::InvalidInput, format!("BULKWIRE_MAX_DATAGRAM={v:?}: not a number"))
+            })?;
+        }
+        config.initial_rtt = Duration::from_micros(if ip.is_loopback() { 50 } else { 500 });
+        config.min_rto = Duration::from_micros(500);
+        let endpoint = Endpoint::new(config)?;
+        let max_datagram = endpoint.config().max_datagram;
+
+        // SAFETY: eventfd returns a new descriptor that we then own.
+        let wake = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if wake < 0 {
+            return Err(io::Error::last_os_error().into());
+        }
+        // SAFETY: `wake` is a fresh, valid descriptor owned by nobody else.
+        let wake = unsafe { OwnedFd::from_raw_fd(wake) };
+        control.reader.get_ref().set_read_timeout(Some(Duration::from_secs(1)))?;
+        let engine = Engine {
+            endpoint,
+            sockets,
+            peers,
+            start: Instant::now(),
+            rx: vec![0; 65_536],
+            tx: vec![0; max_datagram],
+            unsent: None,
+            inbox: VecDeque::new(),
+            inbox_bytes: 0,
+            finished: vec![false; env.size as usize],
+            failure: None,
+        };
+        let inner = Arc::new(Inner {
+            engine: Mutex::new(engine),
+            changed: Condvar::new(),
+            stop: AtomicBool::new(false),
+            spinning: AtomicU32::new(0),
+            thread_wakes_at: AtomicU64::new(0),
+            wake,
+            control: Mutex::new(control),
+            released: AtomicBool::new(false),
+            rank: env.rank,
+        });
+        let thread_inner = inner.clone();
+        let thread = std::thread::Builder::new()
+            .name("bulkwire-progress".into())
+            .spawn(move || progress_thread(&thread_inner))?;
+        // Spinning pays only when every process of the job here has a core.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+        let spin = match std::env::var("BULKWIRE_SPIN_US").ok().and_then(|v| v.trim().parse().ok()) {
+            Some(us) => Duration::from_micros(us),
+            None if env.local_size <= cores => Duration::from_micros(50),
+            None => Duration::ZERO,
+        };
+        Ok(Runtime { inner, thread: Some(thread), size: env.size, spin, finished: false })
+    }
+
+    pub fn rank(&self) -> u32 {
+        self.inner.rank
+    }
+
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// Seconds since this process joined the job.
+    pub fn elapsed(&self) -> Duration {
+        self.inner.lock().start.elapsed()
+    }
+
+    /// Works on the engine once, making progress before and after.
+    pub fn with<R>(&self, f: impl FnOnce(&mut Engine) -> Result<R, RuntimeError>) -> Result<R, RuntimeError> {
+        let mut e = self.inner.lock();
+        check(&e)?;
+        e.progress();
+        let result = f(&mut e);
+        e.progress();
+        self.kick(&e);
+        result
+    }
+
+    /// Waits until `f` returns `Some`: first spinning on the sockets, then
+    /// sleeping while the progress thread works.
+    pub fn wait<R>(
+        &self,
+        mut f: impl FnMut(&mut Engine) -> Result<Option<R>, RuntimeError>,
+    ) -> Result<R, RuntimeError> {
+        let spin_until = Instant::now() + self.spin;
+        self.inner.spinning.fetch_add(1, Ordering::SeqCst);
+        let spun = loop {
+            let mut e = self.inner.lock();
+            if let Err(err) = check(&e) {
+                break Err(err);
+            }
+            e.progress();
+            match f(&mut e) {
+                Ok(Some(r)) => {
+                    e.progress();
+                    self.kick(&e);
+                    break Ok(Some(r));
+                }
+                Ok(None) => {}
+                Err(err) => break Err(err),
+            }
+            drop(e);
+            if Instant::now() >= spin_until {
+                break Ok(None);
+            }
+            std::hint::spin_loop();
+        };
+        self.inner.spinning.fetch_sub(1, Ordering::SeqCst);
+        if let Some(r) = spun? {
+            return Ok(r);
+        }
+        self.inner.wake_thread();
+        let mut e = self.inner.lock();
+        loop {
+            check(&e)?;
+            if let Some(r) = f(&mut e)? {
+                e.progress();
+                self.kick(&e);
+                return Ok(r);
+            }
+            e = self.inner.changed.wait_timeout(e, Duration::from_millis(20)).unwrap_or_else(|p| p.into_inner()).0;
+        }
+    }
+
+    /// Wakes the progress thread if the engine now wants attention before
+    /// the thread would wake by itself.
+    fn kick(&self, e: &Engine) {
+        let wanted = e.endpoint.poll_timeout().map_or(u64::MAX, |t| t.as_nanos());
+        if wanted < self.inner.thread_wakes_at.load(Ordering::SeqCst) {
+            self.inner.wake_thread();
+        }
+    }
+
+    /// Reports a failure of this process to the launcher, which stops the job.
+    pub fn fail(&self, reason: &str) {
+        self.inner.report(&ToLauncher::Failed { reason: reason.to_string() });
+    }
+
+    /// Leaves the job cleanly: waits until everything this process sent has
+    /// been acknowledged, tells the launcher, and keeps answering peers until
+    /// every rank has finished.
+    pub fn finish(mut self) -> Result<(), RuntimeError> {
+        self.finish_inner()
+    }
+
+    fn finish_inner(&mut self) -> Result<(), RuntimeError> {
+        if self.finished {
+            return Ok(());
+        }
+        self.finished = true;
+        self.wait(|e| Ok(e.endpoint.is_idle().then_some(())))?;
+        self.inner.report(&ToLauncher::Finished);
+        while !self.inner.released.load(Ordering::SeqCst) {
+            let e = self.inner.lock();
+            check(&e)?;
+            drop(self.inner.changed.wait_timeout(e, Duration::from_millis(20)).unwrap_or_else(|p| p.into_inner()));
+        }
+        self.shutdown();
+        Ok(())
+    }
+
+    fn shutdown(&mut self) {
+        self.inner.stop.store(true, Ordering::SeqCst);
+        self.inner.wake_thread();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if !self.finished {
+            if let Err(e) = self.finish_inner() {
+                eprintln!("bulkwire: rank {}: {e}", self.inner.rank);
+            }
+        }
+        self.shutdown();
+    }
+}
+
+fn check(e: &Engine) -> Result<(), RuntimeError> {
+    match &e.failure {
+        Some(reason) => Err(RuntimeError::Stopped(reason.clone())),
+        None => Ok(()),
+    }
+}
+
+/// Blocks in poll(2) while the application does not spin; fires timers,
+/// reads the control connection, sends heartbeats, and watches for peers
+/// that stopped answering.
+fn progress_thread(inner: &Inner) {
+    let control_fd = inner.control.lock().map(|c| c.reader.get_ref().as_raw_fd()).unwrap_or(-1);
+    let mut last_heartbeat = Instant::now() - HEARTBEAT;
+    let mut reported = false;
+    while !inner.stop.load(Ordering::SeqCst) {
+        let (fds, timeout) = {
+            let mut e = inner.lock();
+            e.progress();
+            let now = e.now();
+            if !reported {
+                if let Some(peer) = e.endpoint.unresponsive_peers(now, UNREACHABLE_AFTER).first() {
+                    reported = true;
+                    let reason = format!("rank {peer} is unreachable: nothing acknowledged for {UNREACHABLE_AFTER:?}");
+                    inner.report(&ToLauncher::Failed { reason });
+                }
+            }
+            let timeout = e.endpoint.poll_timeout().map_or(HEARTBEAT, |t| t.since(now));
+            inner.thread_wakes_at.store((now + timeout.min(HEARTBEAT)).as_nanos(), Ordering::SeqCst);
+            (e.fds(), timeout)
+        };
+        inner.changed.notify_all();
+        if last_heartbeat.elapsed() >= HEARTBEAT {
+            inner.report(&ToLauncher::Heartbeat);
+            last_heartbeat = Instant::now();
+        }
+        if inner.spinning.load(Ordering::SeqCst) > 0 {
+            // The application is polling the sockets itself: stay out of its way.
+            std::thread::sleep(Duration::from_micros(200));
+            continue;
+        }
+        let until_heartbeat = HEARTBEAT.saturating_sub(last_heartbeat.elapsed());
+        let wait = timeout.min(until_heartbeat);
+        let mut polls = [
+            libc::pollfd { fd: fds[0], events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: fds[1], events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: inner.wake.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: control_fd, events: libc::POLLIN, revents: 0 },
+        ];
+        let ms = wait.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+        // SAFETY: `polls` is a valid array of pollfd for the duration of the call.
+        unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, ms) };
+        if polls[2].revents != 0 {
+            let mut count = [0u8; 8];
+            // SAFETY: reading 8 bytes into a valid buffer from our eventfd.
+            unsafe { libc::read(inner.wake.as_raw_fd(), count.as_mut_ptr().cast(), 8) };
+        }
+        if polls[3].revents != 0 {
+            read_control(inner);
+        }
+    }
+}
+
+/// Handles the messages from the launcher that have arrived, including any
+/// the reader already buffered (poll(2) does not see those).
+fn read_control(inner: &Inner) {
+    loop {
+        let (message, more) = {
+            let mut control = inner.control.lock().unwrap_or_else(|e| e.into_inner());
+            let message = control.recv();
+            (message, !control.reader.buffer().is_empty())
+        };
+        match message {
+            Ok(Some(ToRank::Abort { reason })) => stop_now(inner, &reason),
+            Ok(Some(ToRank::PeerFinished { rank })) => {
+                let mut e = inner.lock();
+                if let Some(f) = e.finished.get_mut(rank as usize) {
+                    *f = true;
+                }
+            }
+            Ok(Some(ToRank::Release)) => inner.released.store(true, Ordering::SeqCst),
+            Ok(Some(ToRank::Table { .. })) => {}
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
+            Ok(None) | Err(_) => stop_now(inner, "the launcher is gone"),
+        }
+        inner.changed.notify_all();
+        if !more {
+            return;
+        }
+    }
+}
+
+/// Ends this process: the job is over.
+fn stop_now(inner: &Inner, reason: &str) -> ! {
+    eprintln!("bulkwire: rank {}: job stopped: {reason}", inner.rank);
+    std::process::exit(1);
+}

@@ -1,0 +1,25 @@
+//! The bulkwire runtime: drives `proto` endpoints over real UDP sockets.
+//!
+//! - [`JobEnv`]: who this process is in which job, read from the environment
+//!   that `bulkwire run` (or SLURM's `srun`, Open MPI's or MPICH's `mpirun`
+//!   started by `bulkwire run --launcher …`) provides.
+//! - [`rendezvous`]: the processes of a job exchange their addresses through
+//!   the launcher, every message authenticated with the job key; the same
+//!   connection then carries heartbeats and the order to stop.
+//! - [`PathSockets`]: one UDP socket per path class (ordinary; premium marked
+//!   with DSCP and `SO_PRIORITY`), bound to the interface the job uses.
+//! - [`Runtime`]: the progress engine. Calls from the application make
+//!   progress themselves and spin briefly while they wait, so small messages
+//!   see busy-poll latency; a background thread blocks in `poll(2)` for the
+//!   rest of the time, fires timers, and keeps the launcher informed, so an
+//!   idle or oversubscribed machine is not burnt.
+
+mod engine;
+mod env;
+pub mod rendezvous;
+mod sockets;
+
+pub use engine::{Engine, Inbound, Runtime, RuntimeError};
+pub use env::{new_job_id, new_key, JobEnv, JobEnvError};
+pub use env::{JOB, KEY, LOCAL_SIZE, RANK, RENDEZVOUS, SIZE};
+pub use sockets::{PathSockets, SocketOptions};

@@ -1,0 +1,137 @@
+//! The rendezvous: processes of a job meet at the launcher, exchange
+//! addresses, and keep the connection as a control channel (heartbeats,
+//! failure reports, the order to stop).
+//!
+//! Messages are lines over TCP: 32 hexadecimal digits of MAC (the job key over
+//! the JSON that follows), a space, a JSON object. A line with a bad MAC, or
+//! of another job, ends the connection.
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::time::Duration;
+
+use bulkwire_wire::{JobKey, MAC_LEN};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::env::JobEnv;
+
+/// Messages from a rank to the launcher.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToLauncher {
+    Hello {
+        job: u64,
+        rank: u32,
+        size: u32,
+        pid: u32,
+        ordinary: SocketAddr,
+        premium: SocketAddr,
+    },
+    Heartbeat,
+    /// The rank stops the job: a peer is unreachable, or the program failed.
+    Failed {
+        reason: String,
+    },
+    /// The rank has finished cleanly.
+    Finished,
+}
+
+/// Messages from the launcher to a rank.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToRank {
+    /// Everyone's addresses, by rank: `(ordinary, premium)`.
+    Table { job: u64, peers: Vec<(SocketAddr, SocketAddr)> },
+    /// Stop now: another rank failed.
+    Abort { reason: String },
+    /// A rank has finished: nothing more will come from it.
+    PeerFinished { rank: u32 },
+    /// Every rank has finished: leave.
+    Release,
+}
+
+/// Writes one authenticated message.
+pub fn write_msg<T: Serialize>(w: &mut impl Write, key: &JobKey, msg: &T) -> io::Result<()> {
+    let body = serde_json::to_string(msg).map_err(io::Error::other)?;
+    let tag: String = key.tag(body.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+    let line = format!("{tag} {body}\n");
+    w.write_all(line.as_bytes())?;
+    w.flush()
+}
+
+/// Reads one authenticated message; `Ok(None)` at the end of the stream.
+pub fn read_msg<T: DeserializeOwned>(r: &mut impl BufRead, key: &JobKey) -> io::Result<Option<T>> {
+    let mut line = String::new();
+    // Bound the line so a stranger cannot make us buffer without end.
+    let n = r.by_ref().take(64 * 1024).read_line(&mut line)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    let invalid = |why: &str| io::Error::new(io::ErrorKind::InvalidData, format!("rendezvous: {why}"));
+    let line = line.strip_suffix('\n').ok_or_else(|| invalid("line too long or cut short"))?;
+    let (tag_hex, body) = line.split_once(' ').ok_or_else(|| invalid("malformed line"))?;
+    let tag = decode_hex(tag_hex).ok_or_else(|| invalid("malformed MAC"))?;
+    if tag.len() != MAC_LEN || !key.verify(body.as_bytes(), &tag) {
+        return Err(invalid("bad MAC: not a member of this job"));
+    }
+    serde_json::from_str(body).map(Some).map_err(|e| invalid(&format!("malformed message: {e}")))
+}
+
+fn decode_hex(text: &str) -> Option<Vec<u8>> {
+    if text.len() % 2 != 0 {
+        return None;
+    }
+    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
+}
+
+/// A rank's end of the control connection.
+#[derive(Debug)]
+pub struct Control {
+    pub writer: TcpStream,
+    pub reader: BufReader<TcpStream>,
+    key: JobKey,
+}
+
+impl Control {
+    /// Connects to the launcher; returns the local address the connection
+    /// uses, which names the interface the job's sockets bind to.
+    pub fn connect(env: &JobEnv) -> io::Result<(Control, IpAddr)> {
+        let stream = TcpStream::connect_timeout(&env.rendezvous, Duration::from_secs(10)).map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot reach the launcher's rendezvous at {}: {e}", env.rendezvous))
+        })?;
+        stream.set_nodelay(true)?;
+        let ip = stream.local_addr()?.ip();
+        let reader = BufReader::new(stream.try_clone()?);
+        Ok((Control { writer: stream, reader, key: env.key.clone() }, ip))
+    }
+
+    pub fn send(&mut self, msg: &ToLauncher) -> io::Result<()> {
+        write_msg(&mut self.writer, &self.key, msg)
+    }
+
+    pub fn recv(&mut self) -> io::Result<Option<ToRank>> {
+        read_msg(&mut self.reader, &self.key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip_and_forgeries_fail() {
+        let key = JobKey::new([9; 32]);
+        let mut buf = Vec::new();
+        let msg = ToRank::Abort { reason: "rank 1 died".into() };
+        write_msg(&mut buf, &key, &msg).unwrap();
+        assert_eq!(read_msg::<ToRank>(&mut &buf[..], &key).unwrap(), Some(msg));
+        assert!(read_msg::<ToRank>(&mut &buf[..], &JobKey::new([8; 32])).is_err());
+        let mut forged = buf.clone();
+        let n = forged.len();
+        forged[n - 3] ^= 1;
+        assert!(read_msg::<ToRank>(&mut &forged[..], &key).is_err());
+        assert_eq!(read_msg::<ToRank>(&mut &b""[..], &key).unwrap(), None);
+        assert!(read_msg::<ToRank>(&mut &b"zz {}\n"[..], &key).is_err());
+    }
+}

@@ -1,0 +1,117 @@
+//! One UDP socket per path class.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+
+use bulkwire_proto::Path;
+use socket2::{Domain, Protocol, Socket, Type};
+
+/// How the premium path is marked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SocketOptions {
+    /// DSCP of the premium socket (46 = Expedited Forwarding).
+    pub premium_dscp: u8,
+    /// Linux `SO_PRIORITY` of the premium socket (0 to 6 without privileges).
+    pub premium_priority: u32,
+    /// Kernel buffer sizes asked for; the kernel may grant less.
+    pub buffer_bytes: usize,
+}
+
+impl Default for SocketOptions {
+    fn default() -> Self {
+        SocketOptions { premium_dscp: 46, premium_priority: 6, buffer_bytes: 4 << 20 }
+    }
+}
+
+impl SocketOptions {
+    /// Defaults overridden by `BULKWIRE_PREMIUM_DSCP` and `BULKWIRE_PREMIUM_PRIORITY`.
+    pub fn from_env() -> io::Result<SocketOptions> {
+        let mut o = SocketOptions::default();
+        if let Ok(v) = std::env::var("BULKWIRE_PREMIUM_DSCP") {
+            o.premium_dscp = v.trim().parse().ok().filter(|d| *d < 64).ok_or_else(|| {
+                io::Error::new(io::ErrorKind::InvalidInput, format!("BULKWIRE_PREMIUM_DSCP={v:?}: a DSCP is 0 to 63"))
+            })?;
+        }
+        if let Ok(v) = std::env::var("BULKWIRE_PREMIUM_PRIORITY") {
+            o.premium_priority = v.trim().parse().map_err(|_| {
+                io::Error::new(io::ErrorKind::InvalidInput, format!("BULKWIRE_PREMIUM_PRIORITY={v:?}: not a number"))
+            })?;
+        }
+        Ok(o)
+    }
+}
+
+/// The sockets of one process: `ordinary` (best effort) and `premium`.
+#[derive(Debug)]
+pub struct PathSockets {
+    pub ordinary: UdpSocket,
+    pub premium: UdpSocket,
+}
+
+impl PathSockets {
+    /// Binds both sockets to `ip` (the interface the job uses, never the
+    /// wildcard address), on ports the system chooses.
+    pub fn bind(ip: IpAddr, options: &SocketOptions) -> io::Result<PathSockets> {
+        let ordinary = open(ip, options)?;
+        let premium = open(ip, options)?;
+        let premium_ref = socket2::SockRef::from(&premium);
+        let tos = (options.premium_dscp as u32) << 2;
+        match ip {
+            IpAddr::V4(_) => premium_ref.set_tos(tos)?,
+            IpAddr::V6(_) => premium_ref.set_tclass_v6(tos)?,
+        }
+        // SO_PRIORITY orders the premium packets first in the host's own queues.
+        let priority = options.premium_priority as libc::c_int;
+        // SAFETY: setsockopt with a valid fd and a pointer to a c_int of the right size.
+        let rc = unsafe {
+            libc::setsockopt(
+                premium.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PRIORITY,
+                (&priority as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(PathSockets { ordinary, premium })
+    }
+
+    pub fn socket(&self, path: Path) -> &UdpSocket {
+        match path {
+            Path::Ordinary => &self.ordinary,
+            Path::Premium => &self.premium,
+        }
+    }
+
+    pub fn addrs(&self) -> io::Result<(SocketAddr, SocketAddr)> {
+        Ok((self.ordinary.local_addr()?, self.premium.local_addr()?))
+    }
+}
+
+fn open(ip: IpAddr, options: &SocketOptions) -> io::Result<UdpSocket> {
+    let domain = if ip.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
+    let socket = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+    // Larger kernel buffers absorb bursts; failures only mean smaller ones.
+    let _ = socket.set_recv_buffer_size(options.buffer_bytes);
+    let _ = socket.set_send_buffer_size(options.buffer_bytes);
+    socket.set_nonblocking(true)?;
+    socket.bind(&SocketAddr::new(ip, 0).into())?;
+    Ok(socket.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn premium_socket_is_marked() {
+        let s = PathSockets::bind("127.0.0.1".parse().unwrap(), &SocketOptions::default()).unwrap();
+        assert_eq!(socket2::SockRef::from(&s.premium).tos().unwrap(), 46 << 2);
+        assert_eq!(socket2::SockRef::from(&s.ordinary).tos().unwrap(), 0);
+        let (o, p) = s.addrs().unwrap();
+        assert!(o.ip().is_loopback() && p.ip().is_loopback() && o.port() != p.port());
+    }
+}
