@@ -125,6 +125,11 @@ impl World {
         self.rt.rank()
     }
 
+    /// The runtime underneath: counters and addresses, for tools and tests.
+    pub fn runtime(&self) -> &Runtime {
+        &self.rt
+    }
+
     pub fn size(&self) -> u32 {
         self.rt.size()
     }

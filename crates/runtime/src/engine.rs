@@ -150,6 +150,11 @@ impl Engine {
         Some(message)
     }
 
+    /// The addresses of `rank`'s ordinary and premium sockets.
+    pub fn peer_addrs(&self, rank: u32) -> Option<(SocketAddr, SocketAddr)> {
+        self.peers.get(rank as usize).copied()
+    }
+
     fn fds(&self) -> [RawFd; 2] {
         [self.sockets.ordinary.as_raw_fd(), self.sockets.premium.as_raw_fd()]
     }
@@ -291,6 +296,16 @@ impl Runtime {
         self.size
     }
 
+    /// The endpoint's counters: packets, retransmissions, rejected datagrams.
+    pub fn stats(&self) -> bulkwire_proto::EndpointStats {
+        self.inner.lock().endpoint.stats()
+    }
+
+    /// The addresses of `rank`'s sockets.
+    pub fn peer_addrs(&self, rank: u32) -> Option<(SocketAddr, SocketAddr)> {
+        self.inner.lock().peer_addrs(rank)
+    }
+
     /// Seconds since this process joined the job.
     pub fn elapsed(&self) -> Duration {
         self.inner.lock().start.elapsed()
@@ -401,6 +416,11 @@ impl Runtime {
 
 impl Drop for Runtime {
     fn drop(&mut self) {
+        if std::thread::panicking() && !self.finished {
+            // A panic is a failure of this rank, not its end: stop the job.
+            self.inner.report(&ToLauncher::Failed { reason: "the program panicked".into() });
+            self.finished = true;
+        }
         if !self.finished {
             if let Err(e) = self.finish_inner() {
                 eprintln!("bulkwire: rank {}: {e}", self.inner.rank);

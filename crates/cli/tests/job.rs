@@ -1,0 +1,315 @@
+//! Multi-process jobs on loopback, started with `bulkwire run`.
+//!
+//! Each test is both the launcher and the program: run normally, it starts
+//! `bulkwire run -n N <this test binary> --exact <this test>`; run as a rank
+//! (BULKWIRE_RANK is set), it plays its part of the job.
+
+use std::net::UdpSocket;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use bulkwire_comm::{CommError, Completion, Source, Tag, World};
+use bulkwire_wire::{encode, Header, JobKey, PacketType};
+
+fn is_rank() -> bool {
+    std::env::var("BULKWIRE_RANK").is_ok()
+}
+
+/// Runs this test as a job of `n` ranks.
+fn launch(n: u32, test: &str, extra: &[&str]) -> (Output, Duration) {
+    let exe = std::env::current_exe().expect("test binary");
+    let start = Instant::now();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bulkwire"));
+    cmd.arg("run").arg("-n").arg(n.to_string()).args(extra);
+    cmd.arg(exe).args(["--exact", test, "--nocapture", "--test-threads=1"]);
+    let out = cmd.stdin(Stdio::null()).output().expect("run bulkwire");
+    (out, start.elapsed())
+}
+
+fn text(out: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn ring_any_source_and_nonblocking_on_2_3_and_8_ranks() {
+    if is_rank() {
+        let world = World::init().unwrap();
+        let (rank, size) = (world.rank(), world.size());
+        let right = (rank + 1) % size;
+        let left = (rank + size - 1) % size;
+        for i in 0..200u32 {
+            let msg: Vec<u8> = (0..(i as usize * 37) % 5000).map(|k| (k as u32 ^ i ^ rank) as u8).collect();
+            world.send(right, i as i32, &msg).unwrap();
+            let (status, got) = world.recv(Source::Rank(left), Tag::Is(i as i32)).unwrap();
+            let expect: Vec<u8> = (0..(i as usize * 37) % 5000).map(|k| (k as u32 ^ i ^ left) as u8).collect();
+            assert_eq!((status.source, status.tag, got), (left, i as i32, expect));
+        }
+        // Any source: everyone sends to rank 0, which takes them in any order.
+        let big = vec![rank as u8; 100_000];
+        if rank == 0 {
+            let mut seen = vec![false; size as usize];
+            for _ in 1..size {
+                let (status, data) = world.recv(Source::Any, Tag::Is(9)).unwrap();
+                assert!(data.iter().all(|&b| b == status.source as u8) && data.len() == 100_000);
+                seen[status.source as usize] = true;
+            }
+            assert!(seen[1..].iter().all(|&s| s));
+        } else {
+            world.send(0, 9, &big).unwrap();
+        }
+        // Non-blocking: post the receive first, test until done.
+        let mut r = world.irecv(Source::Rank(left), Tag::Is(77)).unwrap();
+        let s = world.isend(right, 77, b"nb").unwrap();
+        assert_eq!(world.wait(s).unwrap(), Completion::Sent);
+        let done = loop {
+            if let Some(c) = world.test(&mut r).unwrap() {
+                break c;
+            }
+        };
+        assert!(matches!(done, Completion::Received(st, d) if st.source == left && d == b"nb"));
+        world.barrier().unwrap();
+        println!("ok rank {rank} of {size}");
+        world.finalize().unwrap();
+        return;
+    }
+    for n in [2, 3, 8] {
+        let (out, _) = launch(n, "ring_any_source_and_nonblocking_on_2_3_and_8_ranks", &[]);
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "n={n}\n{stdout}\n{stderr}");
+        for r in 0..n {
+            assert!(stdout.contains(&format!("ok rank {r} of {n}")), "n={n}\n{stdout}\n{stderr}");
+        }
+    }
+}
+
+#[test]
+fn a_killed_rank_stops_the_job_within_5_seconds() {
+    if is_rank() {
+        let world = World::init().unwrap();
+        world.barrier().unwrap();
+        if world.rank() == 2 {
+            // SAFETY: raising a signal in our own process.
+            unsafe { libc::raise(libc::SIGKILL) };
+        }
+        // The others wait for a message that will never come.
+        let _ = world.recv(Source::Rank(2), Tag::Any);
+        std::thread::sleep(Duration::from_secs(60));
+        return;
+    }
+    let (out, took) = launch(4, "a_killed_rank_stops_the_job_within_5_seconds", &[]);
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(128 + 9), "{stderr}");
+    assert!(stderr.contains("rank 2") && stderr.contains("SIGKILL"), "{stderr}");
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+}
+
+#[test]
+fn a_stopped_rank_is_detected_as_hung() {
+    if is_rank() {
+        let world = World::init().unwrap();
+        world.barrier().unwrap();
+        if world.rank() == 1 {
+            // SAFETY: raising a signal in our own process.
+            unsafe { libc::raise(libc::SIGSTOP) };
+        }
+        let _ = world.recv(Source::Rank(1), Tag::Any);
+        return;
+    }
+    let (out, took) = launch(3, "a_stopped_rank_is_detected_as_hung", &[]);
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success());
+    assert!(stderr.contains("rank 1") && stderr.contains("stopped responding"), "{stderr}");
+    assert!(took < Duration::from_secs(8), "took {took:?}");
+}
+
+#[test]
+fn exit_status_is_the_first_failing_ranks() {
+    if is_rank() {
+        let world = World::init().unwrap();
+        world.barrier().unwrap();
+        if world.rank() == 1 {
+            std::process::exit(3);
+        }
+        let _ = world.recv(Source::Rank(1), Tag::Any);
+        return;
+    }
+    let (out, _) = launch(2, "exit_status_is_the_first_failing_ranks", &[]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out).1);
+}
+
+#[test]
+fn misuse_gets_clear_errors() {
+    if is_rank() {
+        let world = World::init().unwrap();
+        match world.send(99, 0, b"x") {
+            Err(CommError::NoSuchRank { to: 99, size: 2 }) => println!("misuse: no such rank ok"),
+            other => panic!("{other:?}"),
+        }
+        match world.send(0, 0, &vec![0; 5 << 20]) {
+            Err(e @ CommError::TooLarge { .. }) => println!("misuse: too large ok: {e}"),
+            other => panic!("{other:?}"),
+        }
+        if world.rank() == 1 {
+            // Rank 0 finishes without ever sending: this can never be matched.
+            let err = world.recv(Source::Rank(0), Tag::Any).unwrap_err();
+            assert!(err.to_string().contains("can never be matched: rank 0 has finished"), "{err}");
+            println!("misuse: never matched ok");
+        }
+        world.finalize().unwrap();
+        return;
+    }
+    let (out, _) = launch(2, "misuse_gets_clear_errors", &[]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout.matches("misuse: no such rank ok").count(), 2, "{stdout}");
+    assert!(stdout.contains("exceeds the largest message"), "{stdout}");
+    assert!(stdout.contains("misuse: never matched ok"), "{stdout}");
+}
+
+#[test]
+fn rogue_traffic_is_dropped_and_counted() {
+    if is_rank() {
+        let world = World::init().unwrap();
+        let rank = world.rank();
+        if rank == 0 {
+            // A rogue socket sprays rank 1 with noise, forgeries, datagrams of
+            // another job and replays of packets it has already had.
+            let (ordinary, premium) = world.runtime().peer_addrs(1).unwrap();
+            let key = JobKey::from_hex(&std::env::var("BULKWIRE_KEY").unwrap()).unwrap();
+            let job = u64::from_str_radix(&std::env::var("BULKWIRE_JOB").unwrap(), 16).unwrap();
+            // The genuine packets 0 to 2 arrive first: what follows replays them.
+            for i in 0..300u32 {
+                world.send(1, 1, &i.to_le_bytes()).unwrap();
+            }
+            world.barrier().unwrap();
+            let rogue = UdpSocket::bind("127.0.0.1:0").unwrap();
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let stop2 = stop.clone();
+            let spray = std::thread::spawn(move || {
+                let mut buf = vec![0u8; 2000];
+                let mut i = 0u64;
+                while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+                    let mut h = Header::new(PacketType::Data);
+                    h.job = job;
+                    h.source = 0;
+                    h.destination = 1;
+                    h.sequence = i % 3;
+                    let mut seal = |h: &Header, payload: &[u8], key: &JobKey| {
+                        let n = encode(h, payload, key, &mut buf).unwrap();
+                        buf[..n].to_vec()
+                    };
+                    let datagram = match i % 4 {
+                        0 => vec![i as u8; 20],
+                        1 => seal(&h, b"forged", &JobKey::new([1; 32])),
+                        2 => {
+                            h.job = job ^ 1;
+                            seal(&h, b"other job", &key)
+                        }
+                        // Replays of sequence numbers 0 to 2, long delivered.
+                        _ => seal(&h, &[0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 9], &key),
+                    };
+                    let _ = rogue.send_to(&datagram, if i % 2 == 0 { ordinary } else { premium });
+                    i += 1;
+                }
+            });
+            for i in 300..600u32 {
+                world.send(1, 1, &i.to_le_bytes()).unwrap();
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            world.barrier().unwrap();
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            spray.join().unwrap();
+        } else {
+            for i in 0..600u32 {
+                let (_, data) = world.recv(Source::Rank(0), Tag::Is(1)).unwrap();
+                assert_eq!(data, i.to_le_bytes(), "message {i}");
+                if i == 299 {
+                    world.barrier().unwrap();
+                }
+            }
+            world.barrier().unwrap();
+            let s = world.runtime().stats();
+            println!(
+                "rogue: rejected {} (bad mac {}, wrong job {}, truncated {}), duplicates {}",
+                s.rejected.total(),
+                s.rejected.bad_mac,
+                s.rejected.wrong_job,
+                s.rejected.truncated,
+                s.channels.duplicates
+            );
+            assert!(s.rejected.bad_mac > 0 && s.rejected.wrong_job > 0 && s.rejected.truncated > 0, "{s:?}");
+            assert!(s.channels.duplicates > 0, "replays are recognised: {s:?}");
+        }
+        world.finalize().unwrap();
+        return;
+    }
+    let (out, _) = launch(2, "rogue_traffic_is_dropped_and_counted", &[]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("rogue: rejected"), "{stdout}");
+}
+
+#[test]
+fn output_is_tagged_and_stdin_reaches_rank_0() {
+    if is_rank() {
+        let world = World::init().unwrap();
+        if world.rank() == 0 {
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line).unwrap();
+            println!("rank 0 read {:?}", line.trim());
+        }
+        println!("hello from {}", world.rank());
+        world.finalize().unwrap();
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bulkwire"))
+        .args(["run", "-n", "2", "--tag-output"])
+        .arg(exe)
+        .args(["--exact", "output_is_tagged_and_stdin_reaches_rank_0", "--nocapture", "--test-threads=1"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(b"forty-two\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    // Lines also carry the test harness's own words after the prefix.
+    let line_of = |rank: &str, text: &str| stdout.lines().any(|l| l.starts_with(rank) && l.contains(text));
+    assert!(line_of("[0] ", "rank 0 read \"forty-two\""), "{stdout}");
+    assert!(line_of("[1] ", "hello from 1"), "{stdout}");
+}
+
+#[test]
+fn interrupting_the_launcher_leaves_no_process_behind() {
+    if is_rank() {
+        let world = World::init().unwrap();
+        println!("pid {}", std::process::id());
+        let _ = world.recv(Source::Any, Tag::Any);
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_bulkwire"))
+        .args(["run", "-n", "3"])
+        .arg(exe)
+        .args(["--exact", "interrupting_the_launcher_leaves_no_process_behind", "--nocapture", "--test-threads=1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: signalling the child we started.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(128 + libc::SIGINT), "{stdout}");
+    let pids: Vec<i32> = stdout.lines().filter_map(|l| l.split("pid ").nth(1)?.trim().parse().ok()).collect();
+    assert_eq!(pids.len(), 3, "{stdout}");
+    std::thread::sleep(Duration::from_millis(200));
+    for pid in pids {
+        assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "rank pid {pid} survived");
+    }
+}
