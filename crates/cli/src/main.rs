@@ -1,5 +1,6 @@
 //! The `bulkwire` command.
 
+mod bench;
 mod demo;
 mod launch;
 mod reliability;
@@ -23,6 +24,14 @@ enum Command {
     /// One rank of the demo job (started by `bulkwire demo`).
     #[command(hide = true, name = "__demo-rank")]
     DemoRank(demo::RankArgs),
+    /// Benchmarks, each beside references measured in the same run.
+    Bench {
+        #[command(subcommand)]
+        bench: bench::Bench,
+    },
+    /// One rank of a benchmark job (started by `bulkwire bench`).
+    #[command(hide = true, name = "__bench-rank")]
+    BenchRank(bench::RankArgs),
     /// Experiments in the deterministic network simulator.
     Sim {
         #[command(subcommand)]
@@ -42,6 +51,8 @@ fn main() {
         Command::Run(args) => launch::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::DemoRank(args) => demo::rank(&args).map(|()| 0),
+        Command::Bench { bench } => bench::run(&bench),
+        Command::BenchRank(args) => bench::rank(&args).map(|()| 0),
         Command::Sim { experiment: SimCommand::Reliability(args) } => reliability::run(&args).map(|()| 0),
     };
     match result {

@@ -230,6 +230,9 @@ impl Runtime {
 
         let mut config = Config::new(env.job, env.key.clone(), env.rank, env.size);
         config.channels = 2;
+        config.max_message_size = 16 << 20;
+        config.send_buffer_bytes = 32 << 20;
+        config.recv_buffer_bytes = 32 << 20;
         // Loopback carries large datagrams; elsewhere stay within an Ethernet frame.
         config.max_datagram = if ip.is_loopback() { 16 * 1024 } else { 1472 };
         if let Ok(v) = std::env::var("BULKWIRE_MAX_DATAGRAM") {
