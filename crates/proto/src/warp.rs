@@ -51,27 +51,44 @@
 //!
 //! Here ε is the sum of the senders' εᵢ (each sender adds its own εᵢ(1 − warp)).
 //! Beyond π/2 the deviation grows until the nonlinearities (an empty queue,
-//! the floor of the rate) bound it: the rate oscillates instead of settling.
-//! [`stability_product`] computes τε/μ̄ and [`is_stable`] checks the bound;
-//! [`WarpConfig::for_path`] picks ε at a quarter of it.
+//! the floor and the ceiling of the rate) bound it: the rate oscillates
+//! instead of settling. [`stability_product`] computes τε/μ̄ and [`is_stable`]
+//! checks the bound; [`WarpConfig::for_path`] picks ε at a quarter of it.
+//!
+//! τ includes the standing queue, and Warp sets that queue itself. The steps a
+//! sender takes add up to λᵢ(t) = λᵢ(0) − εᵢ·(dᵢ(t) − dᵢ(0)), with dᵢ the
+//! one-way delay of its latest message (the sum of span × (1 − warp)
+//! telescopes), so senders that start at Σλᵢ(0) > μ̄ settle, if they settle,
+//! with a queue of (Σλᵢ(0) − μ̄)/ε seconds, and
+//!
+//! ```text
+//! τ ε / μ̄ = τ₀ ε / μ̄ + (Σλᵢ(0)/μ̄ − 1)
+//! ```
+//!
+//! with τ₀ the loop delay of empty queues. Senders that start more than π/2
+//! above capacity are unstable whatever ε; senders that start at the fair
+//! share (the default `initial_rate`) see τ ≈ τ₀. The same sum shows the
+//! other limit of the estimator: on a path whose queue is empty warp is 1, so
+//! senders that start below capacity stay where they started.
 //!
 //! # Fairness
 //!
 //! The paper asks that the variation of the senders' rates, Eᵢ{(λᵢ − λ̄)²}, be
 //! kept small (§6.2) and refers to [Par93] for the protocol, which is not among
-//! our sources. The mechanism here is our own, chosen so that it leaves the
-//! total rate, and so equation 2, alone: the receiver knows every source's
-//! sending rate from the timestamps (the mean spacing of its stamps), so it
-//! returns their mean λ̄ with each warp, and each sender moves towards it,
-//! dλᵢ/dt = εᵢ(1 − warp) + γ(λ̄ − λᵢ). The fairness terms sum to zero over the
-//! senders, and the differences λᵢ − λ̄ decay as e^(−γt), stable for
-//! 0 < γτ < π/2 by the same argument as equation 2 (λ̄ is seen with the loop
-//! delay).
+//! our sources. The mechanism here is our own: the receiver knows every
+//! source's sending rate from the timestamps (the running mean of its stamp
+//! spacing), so it returns their mean λ̄ with each warp, and each sender moves
+//! towards it, dλᵢ/dt = εᵢ(1 − warp) + γ(λ̄ − λᵢ). All senders hear the same
+//! λ̄, so the difference between any two decays as e^(−γt), whatever the loop
+//! delay. Without it, the telescoped sum above shifts every sender sharing the
+//! queue by the same amount, and the differences the senders started with
+//! persist.
 //!
-//! Without it, and with the steps weighted by time, the sum of the steps a
-//! sender takes telescopes: λᵢ(t) = λᵢ(0) − εᵢ·(dᵢ(t) − dᵢ(0)), with dᵢ the
-//! one-way delay of its latest message. Every sender sharing the queue shifts
-//! by the same amount, so the differences the senders started with persist.
+//! The term is not neutral for the total: λ̄ is seen a loop delay late, so
+//! while the rates fall it is above their current mean and the senders add
+//! rate. That acts as damping on the total (the loop settles more slowly, and
+//! settles in cases that oscillate without it) and leaves a longer standing
+//! queue.
 
 use std::f64::consts::FRAC_PI_2;
 use std::time::Duration;

@@ -16,6 +16,7 @@
 
 mod engine;
 mod network;
+pub mod warp;
 pub mod workload;
 
 pub use engine::{Host, SimRng, Simulator};
