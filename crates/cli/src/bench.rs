@@ -35,6 +35,7 @@ pub fn run(bench: &Bench) -> Result<i32, String> {
     let launch = crate::launch::Args {
         ranks: 2,
         tag_output: false,
+        bind: std::net::Ipv4Addr::LOCALHOST.into(),
         command: vec![exe.to_string_lossy().into_owned(), "__bench-rank".into(), spec],
     };
     crate::launch::run(&launch)

@@ -32,6 +32,7 @@ pub fn run(args: &Args) -> Result<i32, String> {
     let launch = crate::launch::Args {
         ranks: args.ranks,
         tag_output: false,
+        bind: std::net::Ipv4Addr::LOCALHOST.into(),
         command: vec![
             exe.to_string_lossy().into_owned(),
             "__demo-rank".into(),

@@ -28,6 +28,10 @@ pub struct Args {
     /// Prefix every line of output with the rank that wrote it.
     #[arg(long)]
     pub tag_output: bool,
+    /// Address of the rendezvous; the ranks' sockets bind to the interface
+    /// that reaches it. Loopback by default.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub bind: std::net::IpAddr,
     /// The program and its arguments.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
     pub command: Vec<String>,
@@ -53,7 +57,8 @@ pub fn run(args: &Args) -> Result<i32, String> {
     }
     let key = new_key();
     let job = new_job_id();
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot open the rendezvous: {e}"))?;
+    let listener =
+        TcpListener::bind((args.bind, 0)).map_err(|e| format!("cannot open the rendezvous on {}: {e}", args.bind))?;
     let rendezvous = listener.local_addr().map_err(|e| e.to_string())?;
     let (tx, rx) = channel();
 

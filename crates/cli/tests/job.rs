@@ -313,3 +313,90 @@ fn interrupting_the_launcher_leaves_no_process_behind() {
         assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "rank pid {pid} survived");
     }
 }
+
+/// Two network namespaces joined by a veth pair; needs root and iproute2,
+/// and is skipped (with a note) where they are missing.
+struct Netns;
+
+impl Netns {
+    const A: &'static str = "bwtestA";
+    const B: &'static str = "bwtestB";
+
+    fn up() -> Option<Netns> {
+        let sh = |cmd: &str| Command::new("sh").args(["-c", cmd]).status().map(|s| s.success()).unwrap_or(false);
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 || !sh("command -v ip >/dev/null") {
+            return None;
+        }
+        Netns::down();
+        let ok = sh(&format!(
+            "ip netns add {a} && ip netns add {b} && \
+             ip link add bwtA type veth peer name bwtB && \
+             ip link set bwtA netns {a} && ip link set bwtB netns {b} && \
+             ip -n {a} addr add 10.77.0.1/24 dev bwtA && ip -n {b} addr add 10.77.0.2/24 dev bwtB && \
+             ip -n {a} link set bwtA up && ip -n {b} link set bwtB up && \
+             ip -n {a} link set lo up && ip -n {b} link set lo up",
+            a = Netns::A,
+            b = Netns::B
+        ));
+        if ok {
+            Some(Netns)
+        } else {
+            Netns::down();
+            None
+        }
+    }
+
+    fn down() {
+        let _ = Command::new("sh")
+            .args([
+                "-c",
+                &format!("ip netns del {} 2>/dev/null; ip netns del {} 2>/dev/null; true", Netns::A, Netns::B),
+            ])
+            .status();
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        Netns::down();
+    }
+}
+
+#[test]
+fn a_job_across_two_network_namespaces() {
+    if is_rank() {
+        let world = World::init().unwrap();
+        let peer = 1 - world.rank();
+        for i in 0..100u32 {
+            world.send(peer, 5, &vec![i as u8; 3000]).unwrap();
+            let (_, data) = world.recv(Source::Rank(peer), Tag::Is(5)).unwrap();
+            assert_eq!(data, vec![i as u8; 3000]);
+        }
+        let (ordinary, premium) = world.runtime().peer_addrs(peer).unwrap();
+        println!("netns rank {} talks to {ordinary} and {premium}", world.rank());
+        world.finalize().unwrap();
+        return;
+    }
+    let Some(_ns) = Netns::up() else {
+        eprintln!("skipped: needs root and iproute2 to create network namespaces");
+        return;
+    };
+    let exe = std::env::current_exe().unwrap();
+    let script = format!(
+        "if [ \"$BULKWIRE_RANK\" = 1 ]; then exec ip netns exec {} \"$0\" \"$@\"; else exec \"$0\" \"$@\"; fi",
+        Netns::B
+    );
+    let out = Command::new("ip")
+        .args(["netns", "exec", Netns::A, env!("CARGO_BIN_EXE_bulkwire"), "run", "-n", "2", "--bind", "10.77.0.1"])
+        .args(["sh", "-c", &script])
+        .arg(exe)
+        .args(["--exact", "a_job_across_two_network_namespaces", "--nocapture", "--test-threads=1"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("netns rank 0 talks to 10.77.0.2:"), "{stdout}");
+    assert!(stdout.contains("netns rank 1 talks to 10.77.0.1:"), "{stdout}");
+}

@@ -1,0 +1,133 @@
+//! PNG line charts for the experiments, with plotters.
+//!
+//! Text (titles, axis names, tick labels, legends) needs a TrueType font. None
+//! is built in: the first of `BULKWIRE_PLOT_FONT` and a few usual system font
+//! files that exists is used (on Debian, `apt-get install fonts-dejavu-core`).
+//! Without one the charts are drawn without text, so a plot never fails for
+//! want of a font; `BULKWIRE_PLOT_FONT=none` forces that.
+
+use std::ops::Range;
+use std::path::Path;
+use std::sync::OnceLock;
+
+use plotters::prelude::*;
+use plotters::style::FontStyle;
+
+/// Font files tried in order (Debian/Ubuntu, Fedora, Arch, macOS).
+const FONT_FILES: &[&str] = &[
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu-sans-fonts/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+    "/usr/share/fonts/liberation-sans/LiberationSans-Regular.ttf",
+    "/usr/share/fonts/truetype/freefont/FreeSans.ttf",
+    "/System/Library/Fonts/Supplemental/Arial.ttf",
+];
+
+/// Colours that stay apart on white.
+pub const PALETTE: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(255, 127, 14),
+    RGBColor(148, 103, 189),
+    RGBColor(90, 90, 90),
+];
+
+/// Whether text can be drawn (a font was found and registered).
+pub fn has_font() -> bool {
+    static FONT: OnceLock<bool> = OnceLock::new();
+    *FONT.get_or_init(|| {
+        let chosen = std::env::var("BULKWIRE_PLOT_FONT").ok();
+        if chosen.as_deref() == Some("none") {
+            return false;
+        }
+        let candidates = chosen.iter().map(String::as_str).chain(FONT_FILES.iter().copied());
+        for file in candidates {
+            if let Ok(bytes) = std::fs::read(file) {
+                // Registered fonts live for the whole process.
+                let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+                if plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).is_ok() {
+                    return true;
+                }
+            }
+        }
+        false
+    })
+}
+
+/// One line of a chart.
+pub struct Line {
+    pub label: String,
+    pub points: Vec<(f64, f64)>,
+    pub colour: RGBColor,
+    /// Dashed and thin: a reference rather than a measurement.
+    pub reference: bool,
+}
+
+/// One chart.
+pub struct Panel {
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub x: Range<f64>,
+    pub y: Range<f64>,
+    pub lines: Vec<Line>,
+}
+
+/// Draws `panels` side by side into a PNG of `width` × `height` pixels.
+pub fn write_png(path: &Path, panels: &[Panel], width: u32, height: u32) -> Result<(), String> {
+    let err = |e: &dyn std::fmt::Display| format!("plot {}: {e}", path.display());
+    let root = BitMapBackend::new(path, (width, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let areas = root.split_evenly((1, panels.len().max(1)));
+    for (area, panel) in areas.iter().zip(panels) {
+        draw_panel(area, panel).map_err(|e| err(&e))?;
+    }
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
+}
+
+type Area<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>;
+
+fn draw_panel(area: &Area<'_>, panel: &Panel) -> Result<(), Box<dyn std::error::Error>> {
+    let text = has_font();
+    let mut builder = ChartBuilder::on(area);
+    builder.margin(14).x_label_area_size(if text { 42 } else { 8 }).y_label_area_size(if text { 58 } else { 8 });
+    if text {
+        builder.caption(&panel.title, ("sans-serif", 17));
+    }
+    let mut chart = builder.build_cartesian_2d(panel.x.clone(), panel.y.clone())?;
+    let mut mesh = chart.configure_mesh();
+    mesh.light_line_style(RGBColor(238, 238, 238)).bold_line_style(RGBColor(215, 215, 215));
+    if text {
+        mesh.x_desc(&panel.x_label).y_desc(&panel.y_label).label_style(("sans-serif", 13));
+    } else {
+        mesh.x_label_formatter(&|_| String::new()).y_label_formatter(&|_| String::new());
+    }
+    mesh.draw()?;
+    for line in &panel.lines {
+        let colour = line.colour;
+        let points = line.points.iter().copied();
+        let drawn = if line.reference {
+            chart.draw_series(DashedLineSeries::new(points, 6, 4, colour.stroke_width(1)))?
+        } else {
+            chart.draw_series(LineSeries::new(points, colour.stroke_width(2)))?
+        };
+        if text && !line.label.is_empty() {
+            drawn
+                .label(line.label.as_str())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2)));
+        }
+    }
+    if text && panel.lines.iter().any(|l| !l.label.is_empty()) {
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(RGBColor(190, 190, 190))
+            .label_font(("sans-serif", 12))
+            .draw()?;
+    }
+    Ok(())
+}
