@@ -146,7 +146,7 @@ fn misuse_gets_clear_errors() {
             Err(CommError::NoSuchRank { to: 99, size: 2 }) => println!("misuse: no such rank ok"),
             other => panic!("{other:?}"),
         }
-        match world.send(0, 0, &vec![0; 5 << 20]) {
+        match world.send(0, 0, &vec![0; 17 << 20]) {
             Err(e @ CommError::TooLarge { .. }) => println!("misuse: too large ok: {e}"),
             other => panic!("{other:?}"),
         }

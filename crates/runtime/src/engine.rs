@@ -314,13 +314,15 @@ impl Runtime {
         self.inner.lock().start.elapsed()
     }
 
-    /// Works on the engine once, making progress before and after.
+    /// Works on the engine once, then sends what that made ready. Reading
+    /// the sockets is left to waits and to the progress thread: a send
+    /// should cost one system call, not five.
     pub fn with<R>(&self, f: impl FnOnce(&mut Engine) -> Result<R, RuntimeError>) -> Result<R, RuntimeError> {
         let mut e = self.inner.lock();
         check(&e)?;
-        e.progress();
         let result = f(&mut e);
-        e.progress();
+        let now = e.now();
+        e.flush(now);
         self.kick(&e);
         result
     }
@@ -341,7 +343,8 @@ impl Runtime {
             e.progress();
             match f(&mut e) {
                 Ok(Some(r)) => {
-                    e.progress();
+                    let now = e.now();
+                    e.flush(now);
                     self.kick(&e);
                     break Ok(Some(r));
                 }
@@ -363,7 +366,8 @@ impl Runtime {
         loop {
             check(&e)?;
             if let Some(r) = f(&mut e)? {
-                e.progress();
+                let now = e.now();
+                e.flush(now);
                 self.kick(&e);
                 return Ok(r);
             }
