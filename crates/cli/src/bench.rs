@@ -32,12 +32,7 @@ pub fn run(bench: &Bench) -> Result<i32, String> {
     let Bench::Pingpong(args) = bench;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let spec = serde_json::to_string(args).map_err(|e| e.to_string())?;
-    let launch = crate::launch::Args {
-        ranks: 2,
-        tag_output: false,
-        bind: std::net::Ipv4Addr::LOCALHOST.into(),
-        command: vec![exe.to_string_lossy().into_owned(), "__bench-rank".into(), spec],
-    };
+    let launch = crate::launch::Args::local(2, vec![exe.to_string_lossy().into_owned(), "__bench-rank".into(), spec]);
     crate::launch::run(&launch)
 }
 

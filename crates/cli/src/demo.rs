@@ -29,11 +29,9 @@ pub fn run(args: &Args) -> Result<i32, String> {
         return Err("the demo needs at least 2 ranks".into());
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
-    let launch = crate::launch::Args {
-        ranks: args.ranks,
-        tag_output: false,
-        bind: std::net::Ipv4Addr::LOCALHOST.into(),
-        command: vec![
+    let launch = crate::launch::Args::local(
+        args.ranks,
+        vec![
             exe.to_string_lossy().into_owned(),
             "__demo-rank".into(),
             "--iterations".into(),
@@ -41,7 +39,7 @@ pub fn run(args: &Args) -> Result<i32, String> {
             "--size".into(),
             args.size.to_string(),
         ],
-    };
+    );
     crate::launch::run(&launch)
 }
 

@@ -32,16 +32,47 @@ pub struct Args {
     /// that reaches it. Loopback by default.
     #[arg(long, default_value = "127.0.0.1")]
     pub bind: std::net::IpAddr,
+    /// Who starts the processes: this machine (`local`), or an engine the
+    /// cluster already has (`srun`, Open MPI's or MPICH's `mpirun`), which
+    /// then handles placement and output.
+    #[arg(long, value_enum, default_value_t = Engine::Local)]
+    pub launcher: Engine,
     /// The program and its arguments.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
     pub command: Vec<String>,
 }
 
+impl Args {
+    /// A job of `ranks` processes on this machine, untagged, on loopback.
+    pub fn local(ranks: u32, command: Vec<String>) -> Args {
+        Args { ranks, tag_output: false, bind: std::net::Ipv4Addr::LOCALHOST.into(), launcher: Engine::Local, command }
+    }
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    Local,
+    Srun,
+    Mpirun,
+}
+
 enum Ev {
-    Exited { rank: u32, status: ExitStatus },
-    Joined { rank: u32, stream: TcpStream },
-    Message { rank: u32, msg: ToLauncher },
-    Disconnected { rank: u32 },
+    /// A process this launcher started ended (a rank, or the engine).
+    Exited {
+        process: usize,
+        status: ExitStatus,
+    },
+    Joined {
+        rank: u32,
+        stream: TcpStream,
+    },
+    Message {
+        rank: u32,
+        msg: ToLauncher,
+    },
+    Disconnected {
+        rank: u32,
+    },
     Stranger(String),
     Signal(i32),
 }
@@ -69,12 +100,19 @@ pub fn run(args: &Args) -> Result<i32, String> {
 
     let mut children = Vec::new();
     let mut outputs = Vec::new();
-    for rank in 0..args.ranks {
-        let mut child = spawn_rank(args, rank, job, &key, rendezvous).map_err(|e| {
+    let commands: Vec<(Command, String)> = match args.launcher {
+        Engine::Local => (0..args.ranks).map(|r| (rank_command(args, r), format!("rank {r}"))).collect(),
+        engine => vec![(engine_command(args, engine)?, engine_name(engine).to_string())],
+    };
+    let mut labels = Vec::new();
+    for (index, (mut cmd, label)) in commands.into_iter().enumerate() {
+        cmd.env(JOB, format!("{job:x}")).env(KEY, key.to_hex()).env(RENDEZVOUS, rendezvous.to_string());
+        let mut child = spawn(cmd).map_err(|e| {
             kill_all(&children, libc::SIGKILL);
-            format!("cannot start {:?}: {e}", args.command[0])
+            format!("cannot start {label} ({:?}): {e}", args.command[0])
         })?;
-        let prefix = if args.tag_output { format!("[{rank}] ") } else { String::new() };
+        let prefix =
+            if args.tag_output && args.launcher == Engine::Local { format!("[{index}] ") } else { String::new() };
         if let Some(out) = child.stdout.take() {
             outputs.push(forward(out, std::io::stdout(), prefix.clone()));
         }
@@ -85,28 +123,79 @@ pub fn run(args: &Args) -> Result<i32, String> {
             forward_stdin(input);
         }
         children.push(child.id());
-        spawn_wait_thread(child, rank, tx.clone());
+        labels.push(label);
+        spawn_wait_thread(child, index, tx.clone());
     }
     drop(tx);
-    let code = supervise(args.ranks, &children, &key, job, &rx);
+    let local = args.launcher == Engine::Local;
+    let code = supervise(args.ranks, local, &children, &labels, &key, job, &rx);
     for t in outputs {
         let _ = t.join();
     }
     Ok(code)
 }
 
-fn spawn_rank(args: &Args, rank: u32, job: u64, key: &JobKey, rendezvous: SocketAddr) -> std::io::Result<Child> {
+fn engine_name(engine: Engine) -> &'static str {
+    match engine {
+        Engine::Local => "local",
+        Engine::Srun => "srun",
+        Engine::Mpirun => "mpirun",
+    }
+}
+
+/// The engine's command line. The job's variables travel in the
+/// environment; only their names appear on the command line.
+fn engine_command(args: &Args, engine: Engine) -> Result<Command, String> {
+    let n = args.ranks.to_string();
+    let mut cmd = Command::new(engine_name(engine));
+    match engine {
+        Engine::Local => unreachable!("local ranks are started one by one"),
+        Engine::Srun => {
+            cmd.args(["-n", &n, "--kill-on-bad-exit=1"]);
+            if args.tag_output {
+                cmd.arg("--label");
+            }
+        }
+        Engine::Mpirun => {
+            let version =
+                Command::new("mpirun").arg("--version").output().map_err(|e| format!("cannot run mpirun: {e}"))?;
+            let version =
+                String::from_utf8_lossy(&version.stdout).into_owned() + &String::from_utf8_lossy(&version.stderr);
+            if version.contains("Open MPI") || version.contains("OpenRTE") {
+                cmd.args(["-np", &n, "--oversubscribe", "-x", JOB, "-x", KEY, "-x", RENDEZVOUS]);
+                if args.tag_output {
+                    cmd.arg("--tag-output");
+                }
+                // SAFETY: geteuid has no preconditions.
+                if unsafe { libc::geteuid() } == 0 {
+                    cmd.env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+                }
+            } else {
+                // MPICH's Hydra.
+                cmd.args(["-n", &n, "-genvlist", &format!("{JOB},{KEY},{RENDEZVOUS}")]);
+                if args.tag_output {
+                    cmd.arg("-prepend-rank");
+                }
+            }
+        }
+    }
+    cmd.args(&args.command).stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::piped());
+    Ok(cmd)
+}
+
+fn rank_command(args: &Args, rank: u32) -> Command {
     let mut cmd = Command::new(&args.command[0]);
     cmd.args(&args.command[1..])
         .env(RANK, rank.to_string())
         .env(SIZE, args.ranks.to_string())
         .env(LOCAL_SIZE, args.ranks.to_string())
-        .env(JOB, format!("{job:x}"))
-        .env(KEY, key.to_hex())
-        .env(RENDEZVOUS, rendezvous.to_string())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .stdin(if rank == 0 { Stdio::piped() } else { Stdio::null() });
+    cmd
+}
+
+fn spawn(mut cmd: Command) -> std::io::Result<Child> {
     let parent = std::process::id() as libc::pid_t;
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
@@ -155,10 +244,10 @@ fn forward_stdin(mut to: std::process::ChildStdin) {
     });
 }
 
-fn spawn_wait_thread(mut child: Child, rank: u32, tx: Sender<Ev>) {
+fn spawn_wait_thread(mut child: Child, process: usize, tx: Sender<Ev>) {
     thread::spawn(move || {
         if let Ok(status) = child.wait() {
-            let _ = tx.send(Ev::Exited { rank, status });
+            let _ = tx.send(Ev::Exited { process, status });
         }
     });
 }
@@ -281,14 +370,23 @@ fn code_of(status: &ExitStatus) -> i32 {
     status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
-/// The launcher's main loop.
-fn supervise(size: u32, pids: &[u32], key: &JobKey, job: u64, rx: &Receiver<Ev>) -> i32 {
+/// The launcher's main loop. `pids` are the processes this launcher
+/// started: the ranks themselves (`local`), or one engine that starts them.
+fn supervise(
+    size: u32,
+    local: bool,
+    pids: &[u32],
+    labels: &[String],
+    key: &JobKey,
+    job: u64,
+    rx: &Receiver<Ev>,
+) -> i32 {
     let n = size as usize;
     let mut streams: HashMap<u32, TcpStream> = HashMap::new();
     let mut addrs: Vec<Option<(SocketAddr, SocketAddr)>> = vec![None; n];
     let mut last_seen = vec![Instant::now(); n];
     let mut finished = vec![false; n];
-    let mut exited = vec![false; n];
+    let mut exited = vec![false; pids.len()];
     let mut table_sent = false;
     let mut failure: Option<Failure> = None;
     let mut kill_at: Option<Instant> = None;
@@ -301,7 +399,7 @@ fn supervise(size: u32, pids: &[u32], key: &JobKey, job: u64, rx: &Receiver<Ev>)
         };
         match event {
             Some(Ev::Joined { rank, stream }) => {
-                if streams.contains_key(&rank) {
+                if streams.contains_key(&rank) || finished[rank as usize] {
                     let reason = format!("two processes claim rank {rank}");
                     fail(&mut failure, &mut kill_at, &mut streams, key, reason, 1);
                     continue;
@@ -333,21 +431,31 @@ fn supervise(size: u32, pids: &[u32], key: &JobKey, job: u64, rx: &Receiver<Ev>)
             }
             Some(Ev::Disconnected { rank }) => {
                 streams.remove(&rank);
+                if !local && !finished[rank as usize] {
+                    let reason = format!("rank {rank} left the job without finishing (it died or exited early)");
+                    fail(&mut failure, &mut kill_at, &mut streams, key, reason, 1);
+                }
             }
             Some(Ev::Stranger(why)) => eprintln!("bulkwire run: rejected a connection to the rendezvous: {why}"),
-            Some(Ev::Exited { rank, status }) => {
-                exited[rank as usize] = true;
-                streams.remove(&rank);
-                let joined = addrs[rank as usize].is_some();
-                let anyone_joined = addrs.iter().any(Option::is_some);
+            Some(Ev::Exited { process, status }) => {
+                exited[process] = true;
+                let who = format!("{} (pid {})", labels[process], pids[process]);
                 if !status.success() {
-                    let reason = format!("rank {rank} (pid {}) {}", pids[rank as usize], describe(&status));
+                    let reason = format!("{who} {}", describe(&status));
                     fail(&mut failure, &mut kill_at, &mut streams, key, reason, code_of(&status));
-                } else if joined && !finished[rank as usize] {
-                    let reason = format!("rank {rank} exited without finishing its part of the job");
-                    fail(&mut failure, &mut kill_at, &mut streams, key, reason, 1);
-                } else if !joined && anyone_joined && !table_sent {
-                    let reason = format!("rank {rank} exited before joining the job");
+                } else if local {
+                    let rank = process as u32;
+                    streams.remove(&rank);
+                    let joined = addrs[process].is_some();
+                    if joined && !finished[process] {
+                        let reason = format!("{who} exited without finishing its part of the job");
+                        fail(&mut failure, &mut kill_at, &mut streams, key, reason, 1);
+                    } else if !joined && addrs.iter().any(Option::is_some) && !table_sent {
+                        let reason = format!("{who} exited before joining the job");
+                        fail(&mut failure, &mut kill_at, &mut streams, key, reason, 1);
+                    }
+                } else if addrs.iter().any(Option::is_some) && !finished.iter().all(|&f| f) {
+                    let reason = format!("{who} exited before every rank finished");
                     fail(&mut failure, &mut kill_at, &mut streams, key, reason, 1);
                 }
             }
@@ -359,18 +467,20 @@ fn supervise(size: u32, pids: &[u32], key: &JobKey, job: u64, rx: &Receiver<Ev>)
             None => {}
         }
         for rank in 0..n {
-            let alive = streams.contains_key(&(rank as u32)) && !finished[rank] && !exited[rank];
+            let alive = streams.contains_key(&(rank as u32)) && !finished[rank];
             if alive && last_seen[rank].elapsed() > HUNG_AFTER {
-                let reason =
-                    format!("rank {rank} (pid {}) stopped responding for {HUNG_AFTER:?}: hung or stopped", pids[rank]);
+                let reason = format!("rank {rank} stopped responding for {HUNG_AFTER:?}: hung or stopped");
                 fail(&mut failure, &mut kill_at, &mut streams, key, reason, 1);
-                kill_all(&pids[rank..rank + 1], libc::SIGKILL);
+                if local {
+                    kill_all(&pids[rank..rank + 1], libc::SIGKILL);
+                }
                 last_seen[rank] = Instant::now();
             }
         }
         if kill_at.is_some_and(|t| Instant::now() >= t) {
-            let alive: Vec<u32> = (0..n).filter(|&r| !exited[r]).map(|r| pids[r]).collect();
-            kill_all(&alive, libc::SIGKILL);
+            // The engine, told to stop, takes its tasks with it.
+            let alive: Vec<u32> = (0..pids.len()).filter(|&p| !exited[p]).map(|p| pids[p]).collect();
+            kill_all(&alive, if local { libc::SIGKILL } else { libc::SIGTERM });
             kill_at = Some(Instant::now() + GRACE);
         }
     }

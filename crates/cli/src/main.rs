@@ -3,7 +3,9 @@
 mod bench;
 mod demo;
 mod launch;
+mod plot;
 mod reliability;
+mod warp;
 
 use clap::{Parser, Subcommand};
 
@@ -43,6 +45,8 @@ enum Command {
 enum SimCommand {
     /// Loss recovery under random and bursty loss: hole filling against go-back-N.
     Reliability(reliability::Args),
+    /// Warp rate control: n senders into one FCFS server (seed 003 §3, §6.2).
+    Warp(warp::Args),
 }
 
 fn main() {
@@ -54,6 +58,7 @@ fn main() {
         Command::Bench { bench } => bench::run(&bench),
         Command::BenchRank(args) => bench::rank(&args).map(|()| 0),
         Command::Sim { experiment: SimCommand::Reliability(args) } => reliability::run(&args).map(|()| 0),
+        Command::Sim { experiment: SimCommand::Warp(args) } => warp::run(&args).map(|()| 0),
     };
     match result {
         Ok(code) => std::process::exit(code),

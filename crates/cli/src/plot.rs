@@ -99,7 +99,7 @@ fn draw_panel(area: &Area<'_>, panel: &Panel) -> Result<(), Box<dyn std::error::
     }
     let mut chart = builder.build_cartesian_2d(panel.x.clone(), panel.y.clone())?;
     let mut mesh = chart.configure_mesh();
-    mesh.light_line_style(RGBColor(238, 238, 238)).bold_line_style(RGBColor(215, 215, 215));
+    mesh.light_line_style(WHITE).bold_line_style(RGBColor(225, 225, 225));
     if text {
         mesh.x_desc(&panel.x_label).y_desc(&panel.y_label).label_style(("sans-serif", 13));
     } else {

@@ -2,7 +2,7 @@
 //!
 //! Each test is both the launcher and the program: run normally, it starts
 //! `bulkwire run -n N <this test binary> --exact <this test>`; run as a rank
-//! (BULKWIRE_RANK is set), it plays its part of the job.
+//! (BULKWIRE_RENDEZVOUS is set), it plays its part of the job.
 
 use std::net::UdpSocket;
 use std::process::{Command, Output, Stdio};
@@ -12,7 +12,8 @@ use bulkwire_comm::{CommError, Completion, Source, Tag, World};
 use bulkwire_wire::{encode, Header, JobKey, PacketType};
 
 fn is_rank() -> bool {
-    std::env::var("BULKWIRE_RANK").is_ok()
+    // Set for every rank, whoever started it (BULKWIRE_RANK is not, under mpirun).
+    std::env::var("BULKWIRE_RENDEZVOUS").is_ok()
 }
 
 /// Runs this test as a job of `n` ranks.
@@ -399,4 +400,29 @@ fn a_job_across_two_network_namespaces() {
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("netns rank 0 talks to 10.77.0.2:"), "{stdout}");
     assert!(stdout.contains("netns rank 1 talks to 10.77.0.1:"), "{stdout}");
+}
+
+fn have(program: &str) -> bool {
+    Command::new("sh").args(["-c", &format!("command -v {program} >/dev/null")]).status().is_ok_and(|s| s.success())
+}
+
+#[test]
+fn jobs_started_by_open_mpi_mpirun() {
+    if is_rank() || !have("mpirun") {
+        if !is_rank() {
+            eprintln!("skipped: mpirun is not installed");
+        }
+        return;
+    }
+    let (out, _) = launch(3, "ring_any_source_and_nonblocking_on_2_3_and_8_ranks", &["--launcher", "mpirun"]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    for r in 0..3 {
+        assert!(stdout.contains(&format!("ok rank {r} of 3")), "{stdout}\n{stderr}");
+    }
+    // A rank killed under mpirun stops the job too.
+    let (out, took) = launch(4, "a_killed_rank_stops_the_job_within_5_seconds", &["--launcher", "mpirun"]);
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(took < Duration::from_secs(10), "took {took:?}: {stderr}");
 }
