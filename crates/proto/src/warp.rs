@@ -75,20 +75,26 @@
 //!
 //! The paper asks that the variation of the senders' rates, Eᵢ{(λᵢ − λ̄)²}, be
 //! kept small (§6.2) and refers to [Par93] for the protocol, which is not among
-//! our sources. The mechanism here is our own: the receiver knows every
-//! source's sending rate from the timestamps (the running mean of its stamp
-//! spacing), so it returns their mean λ̄ with each warp, and each sender moves
-//! towards it, dλᵢ/dt = εᵢ(1 − warp) + γ(λ̄ − λᵢ). All senders hear the same
-//! λ̄, so the difference between any two decays as e^(−γt), whatever the loop
-//! delay. Without it, the telescoped sum above shifts every sender sharing the
-//! queue by the same amount, and the differences the senders started with
-//! persist.
+//! our sources. The mechanism here is our own. Without one, the telescoped sum
+//! above shifts every sender sharing the queue by the same amount, so the
+//! differences the senders started with persist.
 //!
-//! The term is not neutral for the total: λ̄ is seen a loop delay late, so
-//! while the rates fall it is above their current mean and the senders add
-//! rate. That acts as damping on the total (the loop settles more slowly, and
-//! settles in cases that oscillate without it) and leaves a longer standing
-//! queue.
+//! The receiver knows every source's sending rate from the timestamps (the
+//! running mean of its stamp spacing). With each warp it returns to source i
+//! its gap to the mean of the sources it hears, gᵢ = λ̄ − λᵢ, both as measured
+//! at that moment ([`WarpEstimator::fair_share_gap`]), and the sender adds
+//! γ·gᵢ per second ([`WarpRate::share`]): dλᵢ/dt = εᵢ(1 − warp) + γ·gᵢ(t − τ).
+//! The gaps sum to zero at every instant, so the term moves rate between the
+//! senders without adding any to their total: the queue, and equation 2, are
+//! left alone. The differences obey x'(t) = −γ x(t − τ), stable for
+//! 0 < γτ < π/2 by the argument of equation 2, where τ is the loop delay
+//! (standing queue included) plus the receiver's `rate_window`.
+//!
+//! (Moving towards a returned mean λ̄ from the sender's own current rate
+//! instead would make differences decay without delay, but λ̄ is measured
+//! late and through the spacing of stamps, so the terms no longer sum to
+//! zero; Warp has no reference delay to pull back to, and we saw the standing
+//! queue grow without bound. That variant was dropped.)
 
 use std::f64::consts::FRAC_PI_2;
 use std::time::Duration;
@@ -147,14 +153,17 @@ pub struct WarpConfig {
     /// The ceiling of λᵢ (the rate the sender's interface can reach). Default:
     /// unbounded.
     pub max_rate: f64,
-    /// γ, per second: how fast a sender moves towards the mean rate of all
-    /// senders (the fairness term); 0 turns fairness off. Default:
-    /// [`DEFAULT_STABILITY_FRACTION`] × (π/2)/τ.
+    /// γ, per second: how fast a sender closes its gap to the mean rate of
+    /// all senders (the fairness term); 0 turns fairness off. Stable for
+    /// 0 < γτ < π/2. Default: [`DEFAULT_STABILITY_FRACTION`] × (π/2)/τ.
     pub fairness_gain: f64,
-    /// Weight of the newest stamp spacing in the receiver's running mean of a
-    /// source's spacing, from which it knows that source's rate. Default 1/16.
-    pub rate_smoothing: f64,
-    /// A source not heard from for this long is left out of the mean rate.
+    /// Time constant of the receiver's running mean of a source's stamp
+    /// spacing, from which it knows that source's rate: a spacing of `span`
+    /// has weight min(1, span/window). It adds to the delay of the fairness
+    /// loop. Default: a quarter of the loop delay.
+    pub rate_window: Duration,
+    /// A source not heard from for this long is left out of the mean rate and
+    /// the fair-share gaps.
     /// Default: 8 loop delays.
     pub source_timeout: Duration,
     /// b of buffered submission: B is flushed when |B| > Λb. Default 20, the
@@ -193,7 +202,7 @@ impl WarpConfig {
             min_rate: 0.01 * share,
             max_rate: f64::INFINITY,
             fairness_gain: DEFAULT_STABILITY_FRACTION * STABILITY_LIMIT / tau,
-            rate_smoothing: 1.0 / 16.0,
+            rate_window: loop_delay / 4,
             source_timeout: loop_delay * 8,
             buffer_quantum: 20.0,
             initial_buffer_scale: 1.0,
@@ -248,7 +257,7 @@ struct SourceHistory {
 #[derive(Clone, Debug)]
 pub struct WarpEstimator {
     sources: Vec<SourceHistory>,
-    rate_smoothing: f64,
+    rate_window: Duration,
     source_timeout: Duration,
 }
 
@@ -256,7 +265,7 @@ impl WarpEstimator {
     pub fn new(sources: u32, config: &WarpConfig) -> WarpEstimator {
         WarpEstimator {
             sources: vec![SourceHistory::default(); sources as usize],
-            rate_smoothing: config.rate_smoothing.clamp(f64::MIN_POSITIVE, 1.0),
+            rate_window: config.rate_window,
             source_timeout: config.source_timeout,
         }
     }
@@ -268,7 +277,7 @@ impl WarpEstimator {
     /// stamp, so the next in-order message spans the gap). A lost message
     /// leaves no gap either: the next sample covers two intervals.
     pub fn observe(&mut self, source: u32, sent: Time, arrived: Time) -> Option<WarpSample> {
-        let smoothing = self.rate_smoothing;
+        let window = self.rate_window.as_secs_f64();
         let h = self.sources.get_mut(source as usize)?;
         if !h.seen {
             *h = SourceHistory { seen: true, last_in: arrived, last_out: sent, mean_spacing: 0.0 };
@@ -281,11 +290,9 @@ impl WarpEstimator {
         let warp = arrived.since(h.last_in).as_secs_f64() / span.as_secs_f64();
         h.last_in = arrived;
         h.last_out = sent;
-        h.mean_spacing = if h.mean_spacing == 0.0 {
-            span.as_secs_f64()
-        } else {
-            h.mean_spacing + smoothing * (span.as_secs_f64() - h.mean_spacing)
-        };
+        let spacing = span.as_secs_f64();
+        let weight = if h.mean_spacing == 0.0 || window <= spacing { 1.0 } else { spacing / window };
+        h.mean_spacing += weight * (spacing - h.mean_spacing);
         Some(WarpSample { source, warp, span, sent, arrived })
     }
 
@@ -296,14 +303,30 @@ impl WarpEstimator {
     }
 
     /// The mean sending rate λ̄ of the sources heard from within the source
-    /// timeout before `now` (what the fairness term steers towards).
+    /// timeout before `now`.
     pub fn mean_rate(&self, now: Time) -> Option<f64> {
         let (sum, count) = self
             .sources
             .iter()
-            .filter(|h| h.seen && h.mean_spacing > 0.0 && now.since(h.last_in) <= self.source_timeout)
+            .filter(|h| self.is_active(h, now))
             .fold((0.0, 0usize), |(s, c), h| (s + 1.0 / h.mean_spacing, c + 1));
         (count > 0).then(|| sum / count as f64)
+    }
+
+    /// gᵢ = λ̄ − λᵢ for `source`, both measured now, over the sources heard
+    /// within the timeout (what the fairness term of the source's [`WarpRate`]
+    /// needs). The gaps of those sources sum to zero. `None` for a source not
+    /// among them.
+    pub fn fair_share_gap(&self, source: u32, now: Time) -> Option<f64> {
+        let h = self.sources.get(source as usize)?;
+        if !self.is_active(h, now) {
+            return None;
+        }
+        Some(self.mean_rate(now)? - 1.0 / h.mean_spacing)
+    }
+
+    fn is_active(&self, h: &SourceHistory, now: Time) -> bool {
+        h.seen && h.mean_spacing > 0.0 && now.since(h.last_in) <= self.source_timeout
     }
 
     /// Drops what is known of `source` (it left); its next message starts anew.
@@ -368,22 +391,24 @@ impl WarpRate {
         self.rate = stepped.clamp(self.min_rate, self.max_rate);
     }
 
-    /// The fairness term over `elapsed`: λᵢ ← λᵢ + γ·elapsed·(λ̄ − λᵢ). The
-    /// step is capped at the whole gap, so a long `elapsed` never overshoots.
-    pub fn share_towards(&mut self, mean_rate: f64, elapsed: Duration) {
-        if self.fairness_gain == 0.0 || !mean_rate.is_finite() {
+    /// The fairness term over `elapsed`: λᵢ ← λᵢ + γ·elapsed·gᵢ, with `gap`
+    /// gᵢ = λ̄ − λᵢ as the receiver measured it. The step is capped at the
+    /// whole gap, so a long `elapsed` never overshoots.
+    pub fn share(&mut self, gap: f64, elapsed: Duration) {
+        if self.fairness_gain == 0.0 || !gap.is_finite() {
             return;
         }
         let weight = (self.fairness_gain * elapsed.as_secs_f64()).min(1.0);
-        self.set_rate(self.rate + weight * (mean_rate - self.rate));
+        self.set_rate(self.rate + weight * gap);
     }
 
     /// What a sender does with the feedback of one message: the RAP step, then,
-    /// if the receiver sent the mean rate, the fairness term over the same span.
-    pub fn on_feedback(&mut self, sample: &WarpSample, mean_rate: Option<f64>) {
+    /// if the receiver sent its fair-share gap, the fairness term over the
+    /// same span.
+    pub fn on_feedback(&mut self, sample: &WarpSample, fair_share_gap: Option<f64>) {
         self.adjust(sample.warp, sample.span);
-        if let Some(mean) = mean_rate {
-            self.share_towards(mean, sample.span);
+        if let Some(gap) = fair_share_gap {
+            self.share(gap, sample.span);
         }
     }
 }

@@ -133,6 +133,12 @@ fn clock_offset_cancels_and_the_mean_rate_comes_from_the_stamps() {
     assert!((est.mean_rate(at_secs(6.0)).unwrap() - 75.0).abs() < 1e-6);
     // At 6.07 s only source 0 is still counted.
     assert!((est.mean_rate(at_secs(6.07)).unwrap() - 100.0).abs() < 1e-6);
+    // The gaps to the mean of the sources heard sum to zero.
+    let g0 = est.fair_share_gap(0, at_secs(6.0)).unwrap();
+    let g1 = est.fair_share_gap(1, at_secs(6.0)).unwrap();
+    assert!((g0 + 25.0).abs() < 1e-6 && (g1 - 25.0).abs() < 1e-6);
+    assert_eq!(est.fair_share_gap(1, at_secs(6.07)), None, "timed out");
+    assert_eq!(est.fair_share_gap(0, at_secs(6.07)), Some(0.0));
     est.forget(0);
     assert_eq!(est.mean_rate(at_secs(6.07)), None);
 }
@@ -176,9 +182,13 @@ fn rate_steps_are_weighted_by_span_and_bounded() {
     r.adjust(f64::INFINITY, Duration::from_secs(1));
     assert_eq!(r.rate(), 2000.0, "a meaningless warp is ignored");
     assert_eq!(r.interval(), Some(Duration::from_micros(500)));
-    // Fairness moves towards the mean, never past it.
-    r.share_towards(1000.0, Duration::from_secs(100));
-    assert_eq!(r.rate(), 1000.0);
+    // The fairness term closes the gap at γ per second, never past it.
+    r.set_rate(500.0);
+    r.share(100.0, Duration::from_millis(10)); // γ = π/8 / 10 ms ≈ 39.3/s: 39%
+    assert!((r.rate() - (500.0 + 100.0 * cfg.fairness_gain * 0.01)).abs() < 1e-9);
+    r.set_rate(500.0);
+    r.share(100.0, Duration::from_secs(100));
+    assert_eq!(r.rate(), 600.0);
 }
 
 #[test]
@@ -286,14 +296,14 @@ impl Loop {
                     free = free.max(now) + 1.0 / self.mu;
                     let arrived = at_secs(free);
                     if let Some(s) = est.observe(i as u32, Time::from_nanos(sent), arrived) {
-                        let mean = if self.fairness { est.mean_rate(arrived) } else { None };
-                        feedback.push((s, mean));
+                        let gap = if self.fairness { est.fair_share_gap(i as u32, arrived) } else { None };
+                        feedback.push((s, gap));
                         push(&mut heap, free + self.feedback, Ev::Feedback(i, feedback.len() as u64 - 1));
                     }
                 }
                 Ev::Feedback(i, k) => {
-                    let (s, mean) = feedback[k as usize];
-                    rates[i].on_feedback(&s, mean);
+                    let (s, gap) = feedback[k as usize];
+                    rates[i].on_feedback(&s, gap);
                     if now > duration / 2.0 {
                         delay_sum += now - secs(s.sent);
                         delay_count += 1;
@@ -379,8 +389,11 @@ fn fairness_brings_the_rates_together_and_keeps_the_total() {
         let trace = ten_senders(fairness);
         let (mean, swing) = tail(&trace, mu);
         assert!((mean - 1.0).abs() < 0.02 && swing < 0.05, "fairness {fairness}: total {mean:.3}, swing {swing:.3}");
-        let last = &trace.rates.last().unwrap().1;
-        let (lo, hi) = (last.iter().cloned().fold(f64::MAX, f64::min), last.iter().cloned().fold(f64::MIN, f64::max));
+        // Each sender's mean rate over the last quarter.
+        let end = trace.rates.last().unwrap().0;
+        let tail: Vec<&Vec<f64>> = trace.rates.iter().filter(|(t, _)| *t > 0.75 * end).map(|(_, r)| r).collect();
+        let means: Vec<f64> = (0..10).map(|i| tail.iter().map(|r| r[i]).sum::<f64>() / tail.len() as f64).collect();
+        let (lo, hi) = (means.iter().cloned().fold(f64::MAX, f64::min), means.iter().cloned().fold(f64::MIN, f64::max));
         let share = mu / 10.0;
         if fairness {
             assert!(hi - lo < 0.05 * share, "with fairness: rates {lo:.1} to {hi:.1}");

@@ -17,7 +17,7 @@
 //!   of mixed message sizes) or fixed service times; the receiver sits right
 //!   behind the server;
 //! - the receiver computes warp for each message and sends it back, with the
-//!   mean rate of all senders when fairness is on; the feedback travels
+//!   sender's gap to the mean rate of all senders when fairness is on; the feedback travels
 //!   `feedback_delay` on an uncongested path (the premium path of the design).
 //!
 //! Three experiments use it: [`warp_vs_load`] (does warp track ρ?),
@@ -296,15 +296,15 @@ pub fn run(s: &Scenario) -> Outcome {
                         warp_sq += sample.warp * sample.warp;
                         out.warp_samples += 1;
                     }
-                    let mean = if s.fairness { estimator.mean_rate(arrived) } else { None };
-                    feedback.push((sample, mean));
+                    let gap = if s.fairness { estimator.fair_share_gap(sender as u32, arrived) } else { None };
+                    feedback.push((sample, gap));
                     ev.at(now + ns(s.feedback_delay), Event::Feedback { index: feedback.len() - 1 });
                 }
             }
             Event::Feedback { index } => {
-                let (sample, mean) = feedback[index];
+                let (sample, gap) = feedback[index];
                 let i = sample.source as usize;
-                rates[i].on_feedback(&sample, mean);
+                rates[i].on_feedback(&sample, gap);
                 if sample.sent.as_nanos() >= from {
                     delay_sum += (now - sample.sent.as_nanos()) as f64 / 1e9;
                     delay_count += 1;
@@ -444,7 +444,8 @@ pub struct ConvergenceRun {
     pub warp_mean: f64,
     /// Mean stamp-to-service delay, seconds, second half.
     pub one_way_delay: f64,
-    /// (time, Σλᵢ/μ, queue) through the run.
+    /// (time, Σλᵢ/μ, queue) through the run (not in JSON: it is long).
+    #[serde(skip)]
     pub trace: Vec<(f64, f64, usize)>,
 }
 
@@ -537,7 +538,8 @@ pub struct FairnessRun {
     pub utilisation: f64,
     /// Mean stamp-to-service delay, seconds, second half.
     pub one_way_delay: f64,
-    /// (time, λᵢ/μ of every sender) through the run.
+    /// (time, λᵢ/μ of every sender) through the run (not in JSON: it is long).
+    #[serde(skip)]
     pub trace: Vec<(f64, Vec<f64>)>,
 }
 
