@@ -243,7 +243,10 @@ fn write_files(r: &Report, dir: &Path) -> Result<Vec<PathBuf>, String> {
         .fairness
         .iter()
         .map(|f| {
-            let end = f.trace.last().map_or(1.0, |p| p.0);
+            // The first 10 s, at most 1000 points a line.
+            let end = f.trace.last().map_or(1.0, |p| p.0).min(10.0);
+            let shown: Vec<&(f64, Vec<f64>)> = f.trace.iter().filter(|p| p.0 <= end).collect();
+            let stride = shown.len().div_ceil(1000).max(1);
             Panel {
                 title: format!("{} the fairness term: senders 0-4", if f.fairness { "with" } else { "without" }),
                 x_label: "time (s)".into(),
@@ -253,7 +256,7 @@ fn write_files(r: &Report, dir: &Path) -> Result<Vec<PathBuf>, String> {
                 lines: (0..5.min(r.senders))
                     .map(|i| Line {
                         label: format!("sender {i}"),
-                        points: f.trace.iter().map(|(t, rates)| (*t, rates[i])).collect(),
+                        points: shown.iter().step_by(stride).map(|(t, rates)| (*t, rates[i])).collect(),
                         colour: PALETTE[i % PALETTE.len()],
                         reference: false,
                     })

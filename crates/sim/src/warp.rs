@@ -347,9 +347,9 @@ pub struct Lengths {
 impl Lengths {
     pub fn full() -> Lengths {
         Lengths {
-            load: Duration::from_secs(2),
-            convergence: Duration::from_secs(10),
-            fairness: Duration::from_secs(20),
+            load: Duration::from_secs(5),
+            convergence: Duration::from_secs(20),
+            fairness: Duration::from_secs(60),
         }
     }
 
