@@ -92,9 +92,9 @@
 //!
 //! (Moving towards a returned mean λ̄ from the sender's own current rate
 //! instead would make differences decay without delay, but λ̄ is measured
-//! late and through the spacing of stamps, so the terms no longer sum to
-//! zero; Warp has no reference delay to pull back to, and we saw the standing
-//! queue grow without bound. That variant was dropped.)
+//! late and through the spacing of stamps, so the terms do not sum to zero;
+//! Warp has no reference delay to pull back to, so that bias accumulates in
+//! the standing queue, which grows without bound.)
 
 use std::f64::consts::FRAC_PI_2;
 use std::time::Duration;

@@ -17,8 +17,9 @@
 //!   of mixed message sizes) or fixed service times; the receiver sits right
 //!   behind the server;
 //! - the receiver computes warp for each message and sends it back, with the
-//!   sender's gap to the mean rate of all senders when fairness is on; the feedback travels
-//!   `feedback_delay` on an uncongested path (the premium path of the design).
+//!   sender's gap to the mean rate of all senders when fairness is on; the
+//!   feedback travels `feedback_delay` on an uncongested path (the premium
+//!   path of the design).
 //!
 //! Three experiments use it: [`warp_vs_load`] (does warp track ρ?),
 //! [`convergence`] (λ against the stability bound) and [`fairness`] (ten
@@ -69,7 +70,8 @@ pub struct Scenario {
     /// Warp control of every sender (`epsilon`, floor, fairness gain; rates
     /// come from the `SenderSpec`s), or `None`: the senders keep their rates.
     pub control: Option<WarpConfig>,
-    /// The receiver returns the mean rate and the senders move towards it.
+    /// The receiver returns each sender's gap to the mean rate and the sender
+    /// closes it (the fairness term).
     pub fairness: bool,
     /// Messages queued at the server at time 0, from no sender.
     pub backlog: usize,
