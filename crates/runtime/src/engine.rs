@@ -285,7 +285,7 @@ impl Runtime {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
         let spin = match std::env::var("BULKWIRE_SPIN_US").ok().and_then(|v| v.trim().parse().ok()) {
             Some(us) => Duration::from_micros(us),
-            None if env.local_size <= cores => Duration::from_micros(50),
+            None if env.local_size <= cores => Duration::from_micros(250),
             None => Duration::ZERO,
         };
         Ok(Runtime { inner, thread: Some(thread), size: env.size, spin, finished: false })
