@@ -279,11 +279,8 @@ fn serve_rank(stream: TcpStream, key: &JobKey, job: u64, size: u32, tx: &Sender<
     let Ok(read_half) = stream.try_clone() else { return };
     let mut reader = BufReader::new(read_half);
     let rank = match read_msg::<ToLauncher>(&mut reader, key) {
-        Ok(Some(ToLauncher::Hello { job: j, rank, size: s, ordinary, premium, .. }))
-            if j == job && s == size && rank < size =>
-        {
-            let _ =
-                tx.send(Ev::Message { rank, msg: ToLauncher::Hello { job, rank, size, pid: 0, ordinary, premium } });
+        Ok(Some(hello @ ToLauncher::Hello { job: j, rank, size: s, .. })) if j == job && s == size && rank < size => {
+            let _ = tx.send(Ev::Message { rank, msg: hello });
             let _ = tx.send(Ev::Joined { rank, stream });
             rank
         }

@@ -179,11 +179,10 @@ fn prods_back_off_exponentially() {
 }
 
 #[test]
-fn a_prod_with_nothing_missing_is_answered_by_an_ack() {
+fn a_missing_packet_is_prodded_for_and_resent() {
     let mut p = Pair::default();
-    // Packet 1 is only delayed (dropped first, resent by the tail probe), so
-    // the receiver prods; the sender has nothing it may resend within a round
-    // trip of the probe and answers with an acknowledgement.
+    // Packet 1 never arrives the first time: the receiver holds 2, knows of
+    // the hole and prods; the sender resends.
     p.drop = Box::new(|s| s.from == 0 && s.packet_type == 1 && s.sequence == 1 && !s.retransmission);
     for i in 0..3 {
         p.ends[0].send(1, 0, &msg(i, 1000)).unwrap();
@@ -196,6 +195,38 @@ fn a_prod_with_nothing_missing_is_answered_by_an_ack() {
     assert!(r.prods_sent >= 1, "{r:?}");
     assert_eq!(s.prods_received, r.prods_sent);
     assert!(s.retransmissions >= 1);
+}
+
+#[test]
+fn a_prod_with_nothing_missing_is_answered_by_an_ack() {
+    let mut p = Pair::default();
+    for i in 0..3 {
+        p.ends[0].send(1, 0, &msg(i, 1000)).unwrap();
+    }
+    p.ends[0].end_phase(1, 0);
+    p.run(Duration::from_secs(1));
+    assert_eq!(p.received[1].len(), 3);
+    let before = p.ends[0].channel_stats(1, 0).unwrap();
+    // A late prod from a receiver that has everything (it ran ahead, or the
+    // prod was delayed): nothing is resent, an acknowledgement says so.
+    let mut h = Header::new(PacketType::Prod);
+    h.job = JOB;
+    h.source = 1;
+    h.destination = 0;
+    h.ack = before.data_sent;
+    h.end_of_hole = before.data_sent;
+    h.timestamp = p.now.as_nanos();
+    let mut buf = vec![0; 200];
+    let n = encode(&h, &[], &JobKey::new([3; 32]), &mut buf).unwrap();
+    p.ends[0].handle_datagram(p.now, &buf[..n]);
+    let mut out = vec![0; 65_536];
+    let t = p.ends[0].poll_transmit(p.now, &mut out).expect("an answer");
+    assert_eq!(out[1], PacketType::Ack as u8, "the answer is an acknowledgement");
+    assert_eq!(t.to, 1);
+    let after = p.ends[0].channel_stats(1, 0).unwrap();
+    assert_eq!(after.retransmissions, before.retransmissions, "nothing is resent");
+    assert_eq!(after.explicit_acks_sent, before.explicit_acks_sent + 1);
+    assert_eq!(after.prods_received, before.prods_received + 1);
 }
 
 #[test]
