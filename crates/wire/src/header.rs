@@ -17,15 +17,21 @@ pub enum PacketType {
     Ack = 2,
     /// A receiver waiting for a hole asks the sender what is missing.
     Prod = 3,
-    /// Timestamped latency probe on the ordinary path.
+    /// Timestamped latency probe on the ordinary path (payload:
+    /// [`crate::ProbePayload`]).
     Probe = 4,
-    /// Polled status report (SSCOP STAT).
+    /// Reserved for an SSCOP-style polled status report. The hole-filling
+    /// channels need no separate frame for it: the explicit [`PacketType::Ack`]
+    /// that answers a request (a poll) is their STAT.
     Stat = 5,
-    /// Unsolicited status report on detected loss (SSCOP USTAT).
+    /// Reserved for an SSCOP-style unsolicited status report; the
+    /// [`PacketType::Prod`] a receiver sends on detecting a hole is the
+    /// hole-filling channels' USTAT.
     Ustat = 6,
-    /// Latency status: a STAT that also switches the sender's path mode.
+    /// Latency status: a status report that also switches the sender's path
+    /// mode (payload: [`crate::LatencyStatus`] and missing ranges).
     Lstat = 7,
-    /// Clock resynchronisation exchange.
+    /// Clock resynchronisation exchange (payload: [`crate::ClockSyncPayload`]).
     ClockSync = 8,
 }
 
@@ -62,8 +68,11 @@ impl Flags {
     pub const RETRANSMISSION: Flags = Flags(1 << 2);
     /// An answer to a prod.
     pub const REPLY: Flags = Flags(1 << 3);
+    /// This data packet travels on the premium path (high-latency mode), so
+    /// its timestamp says nothing about the ordinary path's latency.
+    pub const PREMIUM: Flags = Flags(1 << 4);
     /// Every flag this version defines; others must be zero.
-    pub const ALL: Flags = Flags(0b1111);
+    pub const ALL: Flags = Flags(0b1_1111);
 
     pub const fn empty() -> Flags {
         Flags(0)
@@ -164,11 +173,11 @@ pub(crate) fn u16_at(b: &[u8; HEADER_LEN], at: usize) -> u16 {
     u16::from_be_bytes([b[at], b[at + 1]])
 }
 
-pub(crate) fn u32_at(b: &[u8; HEADER_LEN], at: usize) -> u32 {
+pub(crate) fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
-pub(crate) fn u64_at(b: &[u8; HEADER_LEN], at: usize) -> u64 {
+pub(crate) fn u64_at(b: &[u8], at: usize) -> u64 {
     let mut word = [0u8; 8];
     word.copy_from_slice(&b[at..at + 8]);
     u64::from_be_bytes(word)

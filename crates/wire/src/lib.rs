@@ -21,12 +21,17 @@
 
 mod control;
 mod header;
+mod latency;
 mod mac;
 mod packet;
 mod records;
 
 pub use control::{AckPayload, ACK_PAYLOAD_LEN};
 pub use header::{Flags, Header, PacketType, HEADER_LEN, VERSION};
+pub use latency::{
+    ClockSyncKind, ClockSyncPayload, LatencyStatus, LstatReason, MissingRanges, ProbePayload, WireMode,
+    CLOCK_SYNC_PAYLOAD_LEN, LSTAT_FIXED_LEN, MAX_MISSING_RANGES, MISSING_RANGE_LEN, PROBE_PAYLOAD_LEN,
+};
 pub use mac::{JobKey, MAC_LEN};
 pub use packet::{
     decode, encode, seal, Accept, DecodeError, EncodeError, Packet, RejectCounters, MAX_DATAGRAM, MAX_PAYLOAD, OVERHEAD,

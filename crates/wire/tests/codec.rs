@@ -82,6 +82,48 @@ proptest! {
     }
 
     #[test]
+    fn latency_payloads_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..700)) {
+        let _ = ProbePayload::read(&bytes);
+        let _ = ClockSyncPayload::read(&bytes);
+        if let Ok((status, ranges)) = LatencyStatus::read(&bytes) {
+            // Whatever decodes is ordered, bounded and writes back byte for byte.
+            let ranges: Vec<(u64, u64)> = ranges.collect();
+            prop_assert!(ranges.len() <= MAX_MISSING_RANGES);
+            prop_assert!(ranges.windows(2).all(|w| w[0].1 <= w[1].0));
+            prop_assert!(ranges.iter().all(|&(a, b)| a < b && b <= status.known_sent));
+            let mut out = vec![0u8; LSTAT_FIXED_LEN + MISSING_RANGE_LEN * MAX_MISSING_RANGES];
+            let n = status.write(ranges, &mut out);
+            prop_assert_eq!(&out[..n], &bytes[..]);
+        }
+    }
+
+    #[test]
+    fn lstat_round_trip(
+        epoch: u32,
+        high: bool,
+        reason in 1u8..=3,
+        probe_timestamp: u64,
+        latency: u64,
+        cuts in prop::collection::btree_set(0u64..10_000, 0..40),
+    ) {
+        let cuts: Vec<u64> = cuts.into_iter().collect();
+        let ranges: Vec<(u64, u64)> = cuts.chunks_exact(2).map(|c| (c[0], c[1])).collect();
+        let status = LatencyStatus {
+            epoch,
+            mode: if high { WireMode::High } else { WireMode::Low },
+            reason: [LstatReason::LatencyHigh, LstatReason::ProbeLost, LstatReason::LatencyLow][reason as usize - 1],
+            probe_timestamp,
+            latency,
+            known_sent: 10_000,
+        };
+        let mut out = vec![0u8; LSTAT_FIXED_LEN + MISSING_RANGE_LEN * MAX_MISSING_RANGES];
+        let n = status.write(ranges.iter().copied(), &mut out);
+        let (read, read_ranges) = LatencyStatus::read(&out[..n]).unwrap();
+        prop_assert_eq!(read, status);
+        prop_assert_eq!(read_ranges.collect::<Vec<_>>(), ranges);
+    }
+
+    #[test]
     fn records_round_trip(msgs in prop::collection::vec((0u32..100_000, prop::collection::vec(any::<u8>(), 0..300)), 0..8)) {
         let mut buf = vec![0; 4096];
         let mut w = RecordWriter::new(&mut buf);
@@ -164,4 +206,17 @@ fn ack_payload_round_trip() {
     a.write(&mut b);
     assert_eq!(AckPayload::read(&b), Ok(a));
     assert!(AckPayload::read(&b[..5]).is_err());
+}
+
+#[test]
+fn probe_and_clock_sync_payloads_round_trip() {
+    let p = ProbePayload { number: 3, interval: 1_000_000, applied_epoch: 2 };
+    let mut b = [0u8; PROBE_PAYLOAD_LEN];
+    p.write(&mut b);
+    assert_eq!(ProbePayload::read(&b), Ok(p));
+    let c = ClockSyncPayload::request(99);
+    let mut b = [0u8; CLOCK_SYNC_PAYLOAD_LEN];
+    c.write(&mut b);
+    assert_eq!(ClockSyncPayload::read(&b), Ok(c));
+    assert!(ClockSyncPayload::read(&b[1..]).is_err());
 }

@@ -9,12 +9,15 @@
 //!   header fields and the rest is the payload; the target seals them with the
 //!   job key, as a peer of the job would, and decodes the result. So the
 //!   fuzzer reaches the header checks after the MAC and the payload parsers
-//!   (`Records`, `AckPayload`).
+//!   (`Records`, `AckPayload`, and the latency engines' probe, clock sync and
+//!   LSTAT payloads).
 #![no_main]
 
 use bulkwire_wire::{
-    decode, encode, Accept, AckPayload, DecodeError, Flags, Header, JobKey, Packet, PacketType,
-    RecordWriter, Records, ACK_PAYLOAD_LEN, MAX_PAYLOAD, OVERHEAD,
+    decode, encode, Accept, AckPayload, ClockSyncPayload, DecodeError, Flags, Header, JobKey,
+    LatencyStatus, Packet, PacketType, ProbePayload, RecordWriter, Records, ACK_PAYLOAD_LEN,
+    CLOCK_SYNC_PAYLOAD_LEN, LSTAT_FIXED_LEN, MAX_MISSING_RANGES, MAX_PAYLOAD, MISSING_RANGE_LEN,
+    OVERHEAD, PROBE_PAYLOAD_LEN,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -116,6 +119,7 @@ fn check_accepted(datagram: &[u8], packet: &Packet, key: &JobKey) {
     assert_eq!(again, datagram);
     check_records(packet.payload);
     check_ack(packet.payload);
+    check_latency(packet.payload);
 }
 
 fn check_records(payload: &[u8]) {
@@ -157,5 +161,30 @@ fn check_ack(payload: &[u8]) {
             assert_ne!(payload.len(), ACK_PAYLOAD_LEN);
             assert!(matches!(e, DecodeError::MalformedPayload(_)));
         }
+    }
+}
+
+/// The latency payloads: whatever decodes writes back byte for byte, and an
+/// LSTAT's ranges are ordered and bounded by what the receiver knows.
+fn check_latency(payload: &[u8]) {
+    if let Ok(probe) = ProbePayload::read(payload) {
+        let mut out = [0u8; PROBE_PAYLOAD_LEN];
+        probe.write(&mut out);
+        assert_eq!(out, payload);
+    }
+    if let Ok(sync) = ClockSyncPayload::read(payload) {
+        let mut out = [0u8; CLOCK_SYNC_PAYLOAD_LEN];
+        sync.write(&mut out);
+        assert_eq!(out, payload);
+    }
+    if let Ok((status, ranges)) = LatencyStatus::read(payload) {
+        let mut previous_end = 0;
+        for (start, end) in ranges.clone() {
+            assert!(start < end && start >= previous_end && end <= status.known_sent);
+            previous_end = end;
+        }
+        let mut out = [0u8; LSTAT_FIXED_LEN + MISSING_RANGE_LEN * MAX_MISSING_RANGES];
+        let n = status.write(ranges, &mut out);
+        assert_eq!(&out[..n], payload);
     }
 }
