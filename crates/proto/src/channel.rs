@@ -13,9 +13,13 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
-use bulkwire_wire::{seal, AckPayload, Flags, Header, PacketType, RecordWriter, Records, HEADER_LEN};
+use bulkwire_wire::{
+    seal, AckPayload, Flags, Header, LatencyStatus, MissingRanges, PacketType, RecordWriter, Records, WireMode,
+    HEADER_LEN, LSTAT_FIXED_LEN, MISSING_RANGE_LEN,
+};
 
 use crate::config::{Config, Strategy};
+use crate::ece::Decision;
 use crate::endpoint::{Event, Path};
 use crate::pool::{Admission, BufferPool, RecvBudget};
 use crate::rtt::RttEstimator;
@@ -37,6 +41,9 @@ pub(crate) struct Shared<'a> {
     /// Bytes queued by `send` and not yet packetised, over all channels.
     pub pending_bytes: &'a mut usize,
     pub send_rate: &'a mut SendRate,
+    /// Where data to this peer goes now: the ECE's mode (always the ordinary
+    /// path while the latency engines are off).
+    pub data_path: Path,
 }
 
 /// How many new data packets this process puts on the wire per round trip,
@@ -76,6 +83,8 @@ enum Info {
     Reply { echo: Time },
     /// A prod: the peer waits for a hole.
     Prod,
+    /// An LSTAT: its missing ranges say more than the hole fields.
+    Status,
 }
 
 #[derive(Debug)]
@@ -83,6 +92,8 @@ struct SentPacket {
     payload: Vec<u8>,
     flags: Flags,
     last_sent: Time,
+    /// The path of the last transmission.
+    path: Path,
     transmissions: u32,
     /// Already in the retransmission queue.
     queued: bool,
@@ -154,6 +165,8 @@ pub(crate) struct Channel {
     prod_at: Option<Time>,
     prod_backoff: u32,
     prod_due: bool,
+    /// A mode decision of ours to send to the peer in an LSTAT, with our status.
+    lstat_due: Option<Decision>,
 }
 
 impl Channel {
@@ -165,7 +178,7 @@ impl Channel {
             colour: 0,
             stats: ChannelStats::default(),
             failed: false,
-            rtt: RttEstimator::new(cfg.initial_rtt, cfg.min_rto, cfg.max_rto),
+            rtt: RttEstimator::new(cfg.initial_rtt, cfg.min_rto, max_rto(cfg)),
             reorder_fraction: cfg.reorder_fraction,
             next_seq: 0,
             base: 0,
@@ -189,6 +202,7 @@ impl Channel {
             prod_at: None,
             prod_backoff: 0,
             prod_due: false,
+            lstat_due: None,
         }
     }
 
@@ -198,7 +212,7 @@ impl Channel {
 
     /// Nothing queued, in flight or owed: every message sent has been acknowledged.
     pub(crate) fn is_idle(&self) -> bool {
-        self.pending.is_empty() && self.unacked.is_empty() && self.ack_due.is_none()
+        self.pending.is_empty() && self.unacked.is_empty() && self.ack_due.is_none() && self.lstat_due.is_none()
     }
 
     /// How long sent data has waited for any acknowledgement from the peer
@@ -232,6 +246,7 @@ impl Channel {
     pub(crate) fn has_work(&self, send_buffers_free: bool) -> bool {
         !self.failed
             && (self.ack_due.is_some()
+                || self.lstat_due.is_some()
                 || self.prod_due
                 || self.probe_due
                 || !self.retransmit.is_empty()
@@ -346,7 +361,7 @@ impl Channel {
             Strategy::GoBackN => from,
         };
         for seq in from..hole_end {
-            scheduled |= self.schedule_retransmit(seq, now);
+            scheduled |= self.schedule_retransmit(seq, now, sh.data_path);
         }
         // The peer holds nothing beyond `ack`: whatever left before the packet
         // it answers (or more than a round trip ago, for a prod) is lost too.
@@ -354,12 +369,12 @@ impl Channel {
             let cutoff = match info {
                 Info::Reply { echo } => Some(echo),
                 Info::Prod => Some(now - self.rtt.srtt()),
-                Info::Piggyback => None,
+                Info::Piggyback | Info::Status => None,
             };
             if let Some(cutoff) = cutoff {
                 for seq in from..self.next_seq {
                     if self.unacked[(seq - self.base) as usize].last_sent < cutoff {
-                        scheduled |= self.schedule_retransmit(seq, now);
+                        scheduled |= self.schedule_retransmit(seq, now, sh.data_path);
                     }
                 }
             }
@@ -367,20 +382,73 @@ impl Channel {
         Ok(scheduled)
     }
 
-    fn schedule_retransmit(&mut self, seq: u64, now: Time) -> bool {
+    /// Queues `seq` for resending on `path` (where data goes now).
+    fn schedule_retransmit(&mut self, seq: u64, now: Time, path: Path) -> bool {
         let srtt = self.rtt.srtt();
         let packet = &mut self.unacked[(seq - self.base) as usize];
         if packet.queued {
             return false;
         }
         // Stale hole reports still in flight must not resend a packet twice
-        // within one round trip (seed 002 §4.3).
-        if packet.transmissions > 1 && now < packet.last_sent + srtt {
+        // within one round trip (seed 002 §4.3). On the other path they may:
+        // after a switch to the premium path, a resend stuck in the ordinary
+        // path's queue is no reason to wait.
+        if packet.transmissions > 1 && now < packet.last_sent + srtt && packet.path == path {
             return false;
         }
         packet.queued = true;
         self.retransmit.push_back(seq);
         true
+    }
+
+    /// An LSTAT from the peer, whose mode decision the endpoint has applied
+    /// (`sh.data_path` is the new path). Like a STAT it acknowledges and
+    /// shows what is missing; all of that is resent, on the new path.
+    pub(crate) fn handle_lstat(
+        &mut self,
+        now: Time,
+        header: &Header,
+        status: &LatencyStatus,
+        ranges: MissingRanges<'_>,
+        sh: &mut Shared<'_>,
+    ) -> Result<(), &'static str> {
+        if self.failed {
+            return Ok(());
+        }
+        if status.known_sent > self.next_seq {
+            return Err("status reports packets never sent");
+        }
+        self.stats.lstats_received += 1;
+        self.learn_sent(now, header.sequence);
+        self.on_peer_info(now, header.ack, header.end_of_hole, Info::Status, sh)?;
+        if self.strategy == Strategy::HoleFilling {
+            for (start, end) in ranges {
+                for seq in start.max(self.base)..end {
+                    self.schedule_retransmit(seq, now, sh.data_path);
+                }
+            }
+        }
+        // The peer knows nothing of the packets from `known_sent` on. Those
+        // that left on the ordinary path before the offending probe are at
+        // least as late as it was, or lost: when switching to the premium
+        // path, send them again there.
+        if status.mode == WireMode::High {
+            let cutoff = Time::from_nanos(status.probe_timestamp);
+            for seq in status.known_sent.max(self.base)..self.next_seq {
+                let packet = &self.unacked[(seq - self.base) as usize];
+                if packet.path == Path::Ordinary && packet.last_sent < cutoff {
+                    self.schedule_retransmit(seq, now, sh.data_path);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends a mode decision to the peer with the next packet.
+    pub(crate) fn queue_lstat(&mut self, decision: Decision) {
+        if !self.failed {
+            self.lstat_due = Some(decision);
+        }
     }
 
     fn learn_sent(&mut self, now: Time, peer_next_seq: u64) {
@@ -611,6 +679,9 @@ impl Channel {
         if self.failed {
             return None;
         }
+        if let Some(decision) = self.lstat_due.take() {
+            return Some(self.send_lstat(&decision, now, buf, sh));
+        }
         if let Some(due) = self.ack_due.take() {
             let ack = AckPayload {
                 echo_timestamp: due.echo,
@@ -663,6 +734,30 @@ impl Channel {
         Some(self.send_new(payload, now, buf, sh))
     }
 
+    /// An LSTAT: the decision, our status and what we miss, on the premium
+    /// path like every status report.
+    fn send_lstat(&mut self, decision: &Decision, now: Time, buf: &mut [u8], sh: &mut Shared<'_>) -> (Path, usize) {
+        let known = self.known_sent.max(self.arrived_beyond).max(self.next_expected);
+        let room = (sh.cfg.max_payload() - LSTAT_FIXED_LEN) / MISSING_RANGE_LEN;
+        let ranges = self.missing_ranges(known).take(room);
+        let len = decision.status(known).write(ranges, &mut buf[HEADER_LEN..]);
+        let header = self.header(PacketType::Lstat, Flags::empty(), self.next_seq, now, sh.cfg);
+        self.stats.lstats_sent += 1;
+        self.after_reporting(now);
+        (Path::Premium, self.seal(&header, len, buf, sh.cfg))
+    }
+
+    /// The ranges `[start, end)` below `known` that have not arrived, in order.
+    fn missing_ranges(&self, known: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let mut from = self.next_expected;
+        let held = self.held.keys().copied().chain(std::iter::once(known));
+        held.filter_map(move |seq| {
+            let range = (seq > from).then_some((from, seq));
+            from = from.max(seq.saturating_add(1));
+            range
+        })
+    }
+
     fn send_new(&mut self, mut payload: Vec<u8>, now: Time, buf: &mut [u8], sh: &mut Shared<'_>) -> (Path, usize) {
         let max = sh.cfg.max_payload();
         payload.resize(max, 0);
@@ -703,25 +798,28 @@ impl Channel {
         if self.unacked.is_empty() {
             self.waiting_since = now;
         }
-        self.unacked.push_back(SentPacket { payload, flags, last_sent: now, transmissions: 1, queued: false });
+        let path = sh.data_path;
+        self.unacked.push_back(SentPacket { payload, flags, last_sent: now, path, transmissions: 1, queued: false });
         self.last_progress = now;
-        let header = self.header(PacketType::Data, flags, seq, now, sh.cfg);
+        let header = self.header(PacketType::Data, with_path(flags, path), seq, now, sh.cfg);
         self.after_reporting(now);
-        (Path::Ordinary, self.seal(&header, len, buf, sh.cfg))
+        (path, self.seal(&header, len, buf, sh.cfg))
     }
 
     fn resend(&mut self, seq: u64, extra: Flags, now: Time, buf: &mut [u8], sh: &mut Shared<'_>) -> (Path, usize) {
         let index = (seq - self.base) as usize;
         let packet = &mut self.unacked[index];
+        let path = sh.data_path;
         packet.transmissions += 1;
         packet.last_sent = now;
-        let flags = packet.flags.union(extra).union(Flags::RETRANSMISSION);
+        packet.path = path;
+        let flags = with_path(packet.flags.union(extra).union(Flags::RETRANSMISSION), path);
         let len = packet.payload.len();
         buf[HEADER_LEN..HEADER_LEN + len].copy_from_slice(&packet.payload);
         self.stats.retransmissions += 1;
         let header = self.header(PacketType::Data, flags, seq, now, sh.cfg);
         self.after_reporting(now);
-        (Path::Ordinary, self.seal(&header, len, buf, sh.cfg))
+        (path, self.seal(&header, len, buf, sh.cfg))
     }
 
     /// Every packet we send reports our receive state: that is the
@@ -764,5 +862,23 @@ impl Channel {
 
     fn seal(&self, header: &Header, payload_len: usize, buf: &mut [u8], cfg: &Config) -> usize {
         seal(header, payload_len, &cfg.key, buf).expect("buffer checked by the endpoint")
+    }
+}
+
+/// Data on the premium path says so, so the receiver does not take its
+/// timestamp for a sample of the ordinary path.
+fn with_path(flags: Flags, path: Path) -> Flags {
+    match path {
+        Path::Ordinary => flags,
+        Path::Premium => flags.union(Flags::PREMIUM),
+    }
+}
+
+/// With the latency engines on, the sender asks for status at least every
+/// poll interval (the SSCOP POLL): the tail probe's back-off stops there.
+fn max_rto(cfg: &Config) -> Duration {
+    match &cfg.latency {
+        Some(latency) => cfg.max_rto.min(latency.poll_interval).max(cfg.min_rto),
+        None => cfg.max_rto,
     }
 }

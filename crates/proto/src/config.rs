@@ -61,6 +61,89 @@ pub struct Config {
     /// Out-of-order arrivals tolerated before a hole is reported by a prod,
     /// as a fraction of the round trip (reordering tolerance).
     pub reorder_fraction: f64,
+    /// Latency-adaptive path switching (LME/ECE, seed 000 §3): `None`, the
+    /// default, sends all data on the ordinary path and costs nothing;
+    /// `Some` probes the ordinary path and moves data to the premium path
+    /// while its latency is high.
+    pub latency: Option<LatencyConfig>,
+}
+
+/// Parameters of the Latency Monitoring Engine, the clock resynchronisation
+/// and the Effective Communication Engine (seed 000 §3, Table 2).
+///
+/// "Latency" is the one-way delay of the ordinary path: the arrival time of a
+/// probe or data packet minus the sender's timestamp mapped onto the
+/// receiver's clock.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LatencyConfig {
+    /// A probe leaves on the ordinary path this often.
+    pub monitor_interval: Duration,
+    /// TL: a probe not seen this long after its expected time is lost.
+    pub loss_threshold: Duration,
+    /// TM: a latency above this switches the sender to high-latency mode.
+    pub high_threshold: Duration,
+    /// Tm (< TM): a latency below this switches it back. Between the two the
+    /// mode stays as it is, so a latency hovering near one threshold does not
+    /// make the sender flap.
+    pub low_threshold: Duration,
+    /// The sender asks for status (the SSCOP POLL) at least this often while
+    /// data is unacknowledged: it caps the back-off of the tail probe.
+    pub poll_interval: Duration,
+    /// Period of the clock exchange on the premium path; `None` trusts the
+    /// clocks as they are (simulation with perfect clocks, as in the paper).
+    pub clock_sync_period: Option<Duration>,
+}
+
+impl LatencyConfig {
+    /// Defaults for a path whose one-way latency, measured unloaded, is
+    /// `base` (propagation, transmission and a quiet queue).
+    ///
+    /// TM is twice the base: a queue as long again as the whole unloaded
+    /// path means congestion, not noise. Tm is 1.5 times the base, halfway
+    /// back, which leaves a band wide enough against flapping. Probes go every
+    /// 1000 base latencies (the ratio of Table 2: 0.1 s against a TM of
+    /// 100 us), at least every millisecond and at most every 100 ms, so that
+    /// probing costs under a thousandth of the path; TL and the poll interval
+    /// equal the monitoring interval, as in Table 2. Clocks are
+    /// resynchronised every ten monitoring intervals: with crystal drifts of
+    /// tens of ppm and a fitted drift, the residual error then stays well
+    /// below the base latency.
+    pub fn from_base_latency(base: Duration) -> LatencyConfig {
+        let base = base.max(Duration::from_micros(1));
+        let interval = (base * 1000).clamp(Duration::from_millis(1), Duration::from_millis(100));
+        LatencyConfig {
+            monitor_interval: interval,
+            loss_threshold: interval,
+            high_threshold: base * 2,
+            low_threshold: base * 3 / 2,
+            poll_interval: interval,
+            clock_sync_period: Some(interval * 10),
+        }
+    }
+
+    /// The values of the paper's Table 2 (seed 000 §4.1), with clocks taken
+    /// as perfect, as its simulation does.
+    pub fn table2() -> LatencyConfig {
+        LatencyConfig {
+            monitor_interval: Duration::from_millis(100),
+            loss_threshold: Duration::from_millis(100),
+            high_threshold: Duration::from_micros(100),
+            low_threshold: Duration::from_micros(90),
+            poll_interval: Duration::from_millis(100),
+            clock_sync_period: None,
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let positive = [self.monitor_interval, self.loss_threshold, self.high_threshold, self.poll_interval];
+        if positive.iter().any(Duration::is_zero) || self.clock_sync_period.is_some_and(|p| p.is_zero()) {
+            return Err(ConfigError::BadLatencyConfig("intervals and thresholds must be positive"));
+        }
+        if self.low_threshold >= self.high_threshold {
+            return Err(ConfigError::BadLatencyConfig("the low threshold Tm must lie below the high threshold TM"));
+        }
+        Ok(())
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -83,6 +166,8 @@ pub enum ConfigError {
     BadTimeouts,
     #[error("reorder_fraction must lie in [0, 1]")]
     BadReorderFraction,
+    #[error("latency configuration: {0}")]
+    BadLatencyConfig(&'static str),
 }
 
 impl Config {
@@ -103,6 +188,7 @@ impl Config {
             min_rto: Duration::from_micros(200),
             max_rto: Duration::from_secs(1),
             reorder_fraction: 0.25,
+            latency: None,
         }
     }
 
@@ -137,6 +223,12 @@ impl Config {
         }
         if !(0.0..=1.0).contains(&self.reorder_fraction) {
             return Err(ConfigError::BadReorderFraction);
+        }
+        if let Some(latency) = &self.latency {
+            latency.validate()?;
+            if self.max_payload() < bulkwire_wire::LSTAT_FIXED_LEN.max(bulkwire_wire::CLOCK_SYNC_PAYLOAD_LEN) {
+                return Err(ConfigError::BadLatencyConfig("max_datagram leaves no room for an LSTAT"));
+            }
         }
         Ok(())
     }

@@ -1,21 +1,27 @@
 //! One process's end of all its channels.
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
-use bulkwire_wire::{decode, Accept, DecodeError, PacketType};
+use bulkwire_wire::{
+    decode, Accept, ClockSyncPayload, DecodeError, Flags, Header, LatencyStatus, PacketType, ProbePayload,
+};
 
 use crate::channel::{Channel, SendRate, Shared};
+use crate::clock::ClockEstimate;
 use crate::config::{Config, ConfigError, Strategy};
+use crate::ece::{Decision, Mode, PeerLink};
 use crate::pool::{BufferPool, RecvBudget};
-use crate::stats::{ChannelStats, EndpointStats};
+use crate::stats::{ChannelStats, EndpointStats, LatencyStats, PathStats};
 use crate::time::Time;
 
 /// The path class a datagram should travel on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Path {
-    /// Best effort: data while latency is low.
+    /// Best effort: data while latency is low, and latency probes always.
     Ordinary,
-    /// Priority class: control traffic (acknowledgements, prods, status).
+    /// Priority class: control traffic (acknowledgements, prods, LSTAT,
+    /// clock sync), and data in high-latency mode.
     Premium,
 }
 
@@ -85,9 +91,16 @@ pub struct Endpoint {
     waiting_for_buffers: Vec<usize>,
     /// Channels whose next packet waits for room in the receive buffer.
     blocked_on_recv: Vec<usize>,
+    /// The latency engines, one per peer; empty while they are off.
+    links: Vec<PeerLink>,
+    /// Peers whose link has a probe or clock packet to send.
+    link_ready: VecDeque<u32>,
     rejected: bulkwire_wire::RejectCounters,
     protocol_violations: u64,
     unhandled: u64,
+    /// Every datagram sent, by path.
+    ordinary: PathStats,
+    premium: PathStats,
 }
 
 impl Endpoint {
@@ -110,9 +123,17 @@ impl Endpoint {
             in_ready: vec![false; count],
             waiting_for_buffers: Vec::new(),
             blocked_on_recv: Vec::new(),
+            links: if cfg.latency.is_some() {
+                (0..cfg.ranks).map(|_| PeerLink::default()).collect()
+            } else {
+                Vec::new()
+            },
+            link_ready: VecDeque::new(),
             rejected: Default::default(),
             protocol_violations: 0,
             unhandled: 0,
+            ordinary: PathStats::default(),
+            premium: PathStats::default(),
             cfg,
         })
     }
@@ -144,6 +165,11 @@ impl Endpoint {
             return Ok(());
         }
         let index = self.index(to, channel);
+        if let Some(link) = self.links.get_mut(to as usize) {
+            // Monitoring starts with the first message: probes then run
+            // ahead of every later burst, so the mode is known when it comes.
+            link.activate();
+        }
         self.pending_bytes += data.len();
         self.channels[index].queue(data);
         self.mark_ready(index);
@@ -228,15 +254,47 @@ impl Endpoint {
             Err(e) => return self.reject(&e),
         };
         let header = packet.header;
-        if !matches!(header.packet_type, PacketType::Data | PacketType::Ack | PacketType::Prod) {
-            // Probe, status and clock packets belong to later engines.
-            self.unhandled += 1;
-            return;
+        let latency_on = !self.links.is_empty();
+        match header.packet_type {
+            PacketType::Data | PacketType::Ack | PacketType::Prod => {}
+            PacketType::Lstat if latency_on => {}
+            PacketType::Probe | PacketType::ClockSync if latency_on => {
+                return self.handle_link_packet(now, &header, packet.payload);
+            }
+            // Status frames of other designs, or latency engine packets while
+            // ours are off (a peer configured differently).
+            _ => {
+                self.unhandled += 1;
+                return;
+            }
         }
         let index = self.index(header.source, header.channel);
+        let mut lstat = None;
+        if latency_on {
+            match header.packet_type {
+                PacketType::Data if !header.flags.contains(Flags::PREMIUM) => {
+                    let cfg = self.cfg.latency.as_ref().expect("links exist only with a latency config");
+                    if let Some(decision) = self.links[header.source as usize].on_data(now, header.timestamp, cfg) {
+                        self.issue(header.source, decision);
+                    }
+                }
+                PacketType::Lstat => match LatencyStatus::read(packet.payload) {
+                    Ok((status, ranges)) => {
+                        self.links[header.source as usize].on_lstat(&status);
+                        lstat = Some((status, ranges));
+                    }
+                    Err(_) => return self.fail(index, "malformed LSTAT"),
+                },
+                _ => {}
+            }
+        }
         let freed_before = self.send_pool.available();
         let (ch, mut sh) = self.split(index);
-        if let Err(reason) = ch.handle_packet(now, &header, packet.payload, &mut sh) {
+        let handled = match lstat {
+            Some((status, ranges)) => ch.handle_lstat(now, &header, &status, ranges, &mut sh),
+            None => ch.handle_packet(now, &header, packet.payload, &mut sh),
+        };
+        if let Err(reason) = handled {
             return self.fail(index, reason);
         }
         if self.channels[index].blocked_on_recv_buffer() && !self.blocked_on_recv.contains(&index) {
@@ -254,12 +312,62 @@ impl Endpoint {
         self.rejected.record(error);
     }
 
+    /// A probe or clock packet: it belongs to the peer, not to a channel.
+    fn handle_link_packet(&mut self, now: Time, header: &Header, payload: &[u8]) {
+        let peer = header.source;
+        let cfg = self.cfg.latency.as_ref().expect("links exist only with a latency config");
+        let link = &mut self.links[peer as usize];
+        if header.packet_type == PacketType::Probe {
+            let Ok(probe) = ProbePayload::read(payload) else {
+                self.protocol_violations += 1;
+                return;
+            };
+            if let Some(decision) = link.on_probe(now, header.timestamp, &probe, cfg) {
+                self.issue(peer, decision);
+            }
+        } else {
+            let Ok(sync) = ClockSyncPayload::read(payload) else {
+                self.protocol_violations += 1;
+                return;
+            };
+            link.on_clock_sync(now, &sync);
+        }
+        self.mark_link_ready(peer);
+    }
+
+    /// Sends a mode decision to `peer` in LSTATs: on the pair's first open
+    /// channel, and on every other channel that waits for a packet (their
+    /// status shows what to resend).
+    fn issue(&mut self, peer: u32, decision: Decision) {
+        let first = self.index(peer, 0);
+        let mut carried = false;
+        for index in first..first + self.cfg.channels as usize {
+            let ch = &mut self.channels[index];
+            if ch.failed || (carried && !ch.is_waiting()) {
+                continue;
+            }
+            ch.queue_lstat(decision);
+            carried = true;
+            self.mark_ready(index);
+        }
+    }
+
     /// Timers that are due fire: tail probes and prods.
     pub fn handle_timeout(&mut self, now: Time) {
         for index in 0..self.channels.len() {
             if self.channels[index].poll_timeout().is_some_and(|t| t <= now) {
                 self.channels[index].handle_timeout(now);
                 self.mark_ready(index);
+            }
+        }
+        for peer in 0..self.links.len() as u32 {
+            let link = &mut self.links[peer as usize];
+            if link.poll_timeout().is_some_and(|t| t <= now) {
+                let cfg = self.cfg.latency.as_ref().expect("links exist only with a latency config");
+                if let Some(decision) = link.handle_timeout(now, cfg) {
+                    self.issue(peer, decision);
+                }
+                self.mark_link_ready(peer);
             }
         }
     }
@@ -270,12 +378,33 @@ impl Endpoint {
     /// `config().max_datagram` bytes).
     pub fn poll_transmit(&mut self, now: Time, buf: &mut [u8]) -> Option<Transmit> {
         assert!(buf.len() >= self.cfg.max_datagram, "poll_transmit needs a buffer of max_datagram bytes");
+        // Probes first: their timestamps should say when they left.
+        while let Some(peer) = self.link_ready.pop_front() {
+            let link = &mut self.links[peer as usize];
+            link.in_ready = false;
+            if let Some((path, len)) = link.poll_transmit(now, peer, &self.cfg, buf) {
+                if link.has_work() {
+                    self.mark_link_ready(peer);
+                }
+                self.count_sent(path, false, len);
+                return Some(Transmit { path, to: peer, len });
+            }
+        }
         while let Some(index) = self.ready.pop_front() {
             let (ch, mut sh) = self.split(index);
             if let Some((path, len)) = ch.poll_transmit(now, buf, &mut sh) {
+                let data = buf[1] == PacketType::Data as u8;
+                let counters = match path {
+                    Path::Ordinary => &mut ch.stats.ordinary,
+                    Path::Premium => &mut ch.stats.premium,
+                };
+                let counters = if data { &mut counters.data } else { &mut counters.control };
+                counters.record(len);
+                self.count_sent(path, data, len);
+                let ch = &self.channels[index];
+                let free = self.send_pool.available() > 0;
                 let to = ch.peer;
                 // Round robin: a channel with more to send goes to the back.
-                let free = sh.send_pool.available() > 0;
                 if ch.has_work(free) {
                     self.ready.push_back(index);
                 } else {
@@ -288,6 +417,15 @@ impl Endpoint {
         None
     }
 
+    fn count_sent(&mut self, path: Path, data: bool, len: usize) {
+        let counters = match path {
+            Path::Ordinary => &mut self.ordinary,
+            Path::Premium => &mut self.premium,
+        };
+        let counters = if data { &mut counters.data } else { &mut counters.control };
+        counters.record(len);
+    }
+
     fn park(&mut self, index: usize) {
         self.in_ready[index] = false;
         if self.channels[index].waits_for_buffers() && !self.waiting_for_buffers.contains(&index) {
@@ -297,7 +435,11 @@ impl Endpoint {
 
     /// When `handle_timeout` should be called next.
     pub fn poll_timeout(&self) -> Option<Time> {
-        self.channels.iter().filter_map(Channel::poll_timeout).min()
+        let channels = self.channels.iter().filter_map(Channel::poll_timeout).min();
+        if self.links.is_empty() {
+            return channels;
+        }
+        channels.into_iter().chain(self.links.iter().filter_map(PeerLink::poll_timeout)).min()
     }
 
     /// The next message or notice for the application.
@@ -375,16 +517,53 @@ impl Endpoint {
         for ch in &self.channels {
             total.add(&ch.stats);
         }
+        let mut latency = LatencyStats::default();
+        for link in &self.links {
+            latency.add(&link.stats);
+        }
         EndpointStats {
             channels: total,
             rejected: self.rejected,
             protocol_violations: self.protocol_violations,
             unhandled: self.unhandled,
+            ordinary: self.ordinary,
+            premium: self.premium,
+            latency,
         }
+    }
+
+    // ----- latency engines (all `None` or defaults while they are off) ------
+
+    /// The mode in which this endpoint sends data to `peer`.
+    pub fn mode(&self, peer: u32) -> Mode {
+        self.links.get(peer as usize).map_or(Mode::LowLatency, PeerLink::mode)
+    }
+
+    /// The mode this endpoint, as receiver, last asked `peer` to use.
+    pub fn requested_mode(&self, peer: u32) -> Mode {
+        self.links.get(peer as usize).map_or(Mode::LowLatency, PeerLink::requested_mode)
+    }
+
+    /// The latency engines' counters toward `peer`.
+    pub fn latency_stats(&self, peer: u32) -> Option<LatencyStats> {
+        self.links.get(peer as usize).map(|l| l.stats)
+    }
+
+    /// The one-way latency last measured on the ordinary path from `peer`.
+    pub fn last_latency(&self, peer: u32) -> Option<Duration> {
+        self.links.get(peer as usize).and_then(PeerLink::last_latency)
+    }
+
+    /// How `peer`'s clock maps onto ours, as far as this endpoint knows.
+    pub fn clock_estimate(&self, peer: u32) -> Option<ClockEstimate> {
+        let cfg = self.cfg.latency.as_ref()?;
+        self.links.get(peer as usize).and_then(|l| l.clock_estimate(cfg))
     }
 
     /// A channel together with the endpoint resources it works with.
     fn split(&mut self, index: usize) -> (&mut Channel, Shared<'_>) {
+        let peer = self.channels[index].peer as usize;
+        let data_path = self.links.get(peer).map_or(Path::Ordinary, |l| l.mode().data_path());
         let sh = Shared {
             cfg: &self.cfg,
             send_pool: &mut self.send_pool,
@@ -393,6 +572,7 @@ impl Endpoint {
             recv: &mut self.recv,
             pending_bytes: &mut self.pending_bytes,
             send_rate: &mut self.send_rate,
+            data_path,
         };
         (&mut self.channels[index], sh)
     }
@@ -407,6 +587,14 @@ impl Endpoint {
 
     fn index(&self, peer: u32, channel: u16) -> usize {
         peer as usize * self.cfg.channels as usize + channel as usize
+    }
+
+    fn mark_link_ready(&mut self, peer: u32) {
+        let link = &mut self.links[peer as usize];
+        if !link.in_ready && link.has_work() {
+            link.in_ready = true;
+            self.link_ready.push_back(peer);
+        }
     }
 
     fn mark_ready(&mut self, index: usize) {

@@ -13,17 +13,22 @@
 //! the simulator reproduce any run from its seed.
 
 mod channel;
+mod clock;
 mod config;
+mod ece;
 mod endpoint;
+mod lme;
 mod pool;
 mod rtt;
 mod stats;
 mod time;
 mod warp;
 
-pub use config::{Config, ConfigError, Strategy};
+pub use clock::ClockEstimate;
+pub use config::{Config, ConfigError, LatencyConfig, Strategy};
+pub use ece::Mode;
 pub use endpoint::{Endpoint, Event, Memory, Path, SendError, Transmit};
-pub use stats::{ChannelStats, EndpointStats};
+pub use stats::{ChannelStats, EndpointStats, LatencyStats, PathCounters, PathStats};
 pub use time::Time;
 pub use warp::{
     critical_epsilon, is_stable, rap_step, stability_product, BufferedSubmission, WarpConfig, WarpEstimator, WarpRate,

@@ -31,6 +31,12 @@ pub struct ChannelStats {
     pub messages_received: u64,
     pub bytes_sent: u64,
     pub bytes_received: u64,
+    /// Datagrams of this channel (data, acknowledgements, prods, LSTAT) by
+    /// the path they were handed to.
+    pub ordinary: PathStats,
+    pub premium: PathStats,
+    pub lstats_sent: u64,
+    pub lstats_received: u64,
 }
 
 impl ChannelStats {
@@ -51,6 +57,100 @@ impl ChannelStats {
         self.messages_received += o.messages_received;
         self.bytes_sent += o.bytes_sent;
         self.bytes_received += o.bytes_received;
+        self.ordinary.add(&o.ordinary);
+        self.premium.add(&o.premium);
+        self.lstats_sent += o.lstats_sent;
+        self.lstats_received += o.lstats_received;
+    }
+}
+
+/// Datagrams and bytes (whole datagrams, header and MAC included).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PathCounters {
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+impl PathCounters {
+    pub fn add(&mut self, o: &PathCounters) {
+        self.packets += o.packets;
+        self.bytes += o.bytes;
+    }
+
+    pub(crate) fn record(&mut self, bytes: usize) {
+        self.packets += 1;
+        self.bytes += bytes as u64;
+    }
+}
+
+/// What was sent on one path class. The premium share of the bytes is what
+/// a user pays for; the paper counts data (its ABR) apart from feedback
+/// (its VBR), so the two are kept apart here too.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PathStats {
+    /// Data packets, first transmissions and retransmissions.
+    pub data: PathCounters,
+    /// Everything else: acknowledgements, prods, LSTAT, probes, clock sync.
+    pub control: PathCounters,
+}
+
+impl PathStats {
+    pub fn add(&mut self, o: &PathStats) {
+        self.data.add(&o.data);
+        self.control.add(&o.control);
+    }
+
+    pub fn total(&self) -> PathCounters {
+        PathCounters { packets: self.data.packets + self.control.packets, bytes: self.data.bytes + self.control.bytes }
+    }
+}
+
+/// Counters of the latency engines toward one peer (or summed over peers).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LatencyStats {
+    /// Probes this endpoint sent to the peer.
+    pub probes_sent: u64,
+    /// Probes from the peer that arrived (in order; older ones are ignored).
+    pub probes_received: u64,
+    /// Probes from the peer not seen TL after their expected time.
+    pub probes_lost: u64,
+    /// Latency samples taken from probes and from data on the ordinary path.
+    pub samples: u64,
+    /// Samples above TM, and below Tm.
+    pub samples_high: u64,
+    pub samples_low: u64,
+    /// Mode decisions this endpoint, as receiver, sent to the peer by LSTAT
+    /// (first sends, not repeats).
+    pub decisions: u64,
+    /// LSTATs sent again because the peer had not applied the decision.
+    pub lstat_repeats: u64,
+    /// Switches of this endpoint's sending mode toward the peer.
+    pub switches_to_high: u64,
+    pub switches_to_low: u64,
+    /// Clock exchanges this endpoint started, and replies that gave a sample.
+    pub clock_requests: u64,
+    pub clock_samples: u64,
+}
+
+impl LatencyStats {
+    pub fn add(&mut self, o: &LatencyStats) {
+        self.probes_sent += o.probes_sent;
+        self.probes_received += o.probes_received;
+        self.probes_lost += o.probes_lost;
+        self.samples += o.samples;
+        self.samples_high += o.samples_high;
+        self.samples_low += o.samples_low;
+        self.decisions += o.decisions;
+        self.lstat_repeats += o.lstat_repeats;
+        self.switches_to_high += o.switches_to_high;
+        self.switches_to_low += o.switches_to_low;
+        self.clock_requests += o.clock_requests;
+        self.clock_samples += o.clock_samples;
+    }
+
+    /// Mode switches in both directions.
+    pub fn switches(&self) -> u64 {
+        self.switches_to_high + self.switches_to_low
     }
 }
 
@@ -63,6 +163,13 @@ pub struct EndpointStats {
     pub rejected: RejectCounters,
     /// Authenticated datagrams that broke the protocol (a faulty peer).
     pub protocol_violations: u64,
-    /// Datagrams of a type this version does not handle yet.
+    /// Datagrams of a type this version does not handle yet (or latency
+    /// engine packets while the engines are off).
     pub unhandled: u64,
+    /// Every datagram sent, channel and endpoint packets alike (probes and
+    /// clock sync belong to no channel), by path.
+    pub ordinary: PathStats,
+    pub premium: PathStats,
+    /// The latency engines, summed over peers.
+    pub latency: LatencyStats,
 }

@@ -1,0 +1,422 @@
+//! The Effective Communication Engine (seed 000 §3.2): which path carries a
+//! peer's data, decided by the receiver from what the latency monitor sees.
+//!
+//! - Low-latency mode: data and retransmissions on the ordinary path.
+//! - High-latency mode: all of them on the premium path.
+//!
+//! The receiver judges each observation of the ordinary path ([`ModeJudge`]):
+//! in low-latency mode a latency above TM or a lost probe asks for
+//! high-latency mode; in high-latency mode a latency below Tm asks for
+//! low-latency mode again. Between Tm and TM nothing changes, which is what
+//! keeps a latency near one threshold from making the sender flap. A decision
+//! travels in an LSTAT on the premium path, with the receiver's status, and
+//! the sender switches and resends what the status shows missing
+//! ([`SendingMode`]). Probes and their samples always use the ordinary path.
+//!
+//! The mode belongs to a pair of ranks, not to one of their channels: all
+//! channels between two ranks share the same two paths, so one monitor
+//! measures them all and one decision moves them all, instead of probing
+//! each channel and letting channels of one pair disagree about one queue.
+//! The status in an LSTAT is per channel, so a decision goes out on the
+//! pair's first channel and on every other channel that waits for a packet.
+//!
+//! [`PeerLink`] puts the engines of one peer together: probe schedule,
+//! monitor, clock exchange, judge and sending mode.
+
+use std::time::Duration;
+
+use bulkwire_wire::{
+    seal, ClockSyncKind, ClockSyncPayload, Header, LatencyStatus, LstatReason, PacketType, ProbePayload, WireMode,
+    HEADER_LEN,
+};
+
+use crate::clock::{self, ClockEstimate, ClockSync};
+use crate::config::{Config, LatencyConfig};
+use crate::endpoint::Path;
+use crate::lme::{LatencyMonitor, Observation, ProbeSchedule};
+use crate::stats::LatencyStats;
+use crate::time::Time;
+
+/// The path mode of the data sent to one peer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Data and retransmissions on the ordinary path.
+    #[default]
+    LowLatency,
+    /// Data and retransmissions on the premium path.
+    HighLatency,
+}
+
+impl Mode {
+    /// The path that data takes in this mode.
+    pub fn data_path(self) -> Path {
+        match self {
+            Mode::LowLatency => Path::Ordinary,
+            Mode::HighLatency => Path::Premium,
+        }
+    }
+
+    fn to_wire(self) -> WireMode {
+        match self {
+            Mode::LowLatency => WireMode::Low,
+            Mode::HighLatency => WireMode::High,
+        }
+    }
+
+    fn from_wire(mode: WireMode) -> Mode {
+        match mode {
+            WireMode::Low => Mode::LowLatency,
+            WireMode::High => Mode::HighLatency,
+        }
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Mode::LowLatency => "low-latency",
+            Mode::HighLatency => "high-latency",
+        })
+    }
+}
+
+/// A mode decision of the receiver, as an LSTAT carries it (each channel adds
+/// its own status).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Decision {
+    pub epoch: u32,
+    pub mode: Mode,
+    pub reason: LstatReason,
+    pub probe_timestamp: u64,
+    pub latency: Duration,
+}
+
+impl Decision {
+    pub(crate) fn status(&self, known_sent: u64) -> LatencyStatus {
+        LatencyStatus {
+            epoch: self.epoch,
+            mode: self.mode.to_wire(),
+            reason: self.reason,
+            probe_timestamp: self.probe_timestamp,
+            latency: self.latency.as_nanos().min(u64::MAX as u128) as u64,
+            known_sent,
+        }
+    }
+}
+
+/// The receiver's judgement of the ordinary path of one peer, with
+/// hysteresis between TM and Tm.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ModeJudge {
+    requested: Mode,
+    epoch: u32,
+    last: Option<Decision>,
+    issued_at: Option<Time>,
+}
+
+impl ModeJudge {
+    pub(crate) fn requested(&self) -> Mode {
+        self.requested
+    }
+
+    /// A new decision if the observation calls for one.
+    pub(crate) fn judge(&mut self, now: Time, observation: Observation, cfg: &LatencyConfig) -> Option<Decision> {
+        let (mode, reason, probe_timestamp, latency) = match (self.requested, observation) {
+            (Mode::LowLatency, Observation::Sample { latency, timestamp }) if latency > cfg.high_threshold => {
+                (Mode::HighLatency, LstatReason::LatencyHigh, timestamp, latency)
+            }
+            (Mode::LowLatency, Observation::Lost { timestamp, .. }) => {
+                (Mode::HighLatency, LstatReason::ProbeLost, timestamp, Duration::ZERO)
+            }
+            (Mode::HighLatency, Observation::Sample { latency, timestamp }) if latency < cfg.low_threshold => {
+                (Mode::LowLatency, LstatReason::LatencyLow, timestamp, latency)
+            }
+            _ => return None,
+        };
+        self.requested = mode;
+        self.epoch = self.epoch.wrapping_add(1).max(1);
+        let decision = Decision { epoch: self.epoch, mode, reason, probe_timestamp, latency };
+        self.last = Some(decision);
+        self.issued_at = Some(now);
+        Some(decision)
+    }
+
+    /// The last decision again, if the sender shows (in a probe) that it has
+    /// not applied it and it was issued at least `after` ago: the LSTAT or
+    /// its copies were lost.
+    pub(crate) fn repeat(&mut self, now: Time, applied_epoch: u32, after: Duration) -> Option<Decision> {
+        let last = self.last?;
+        if applied_epoch == last.epoch || self.issued_at.is_some_and(|at| now < at + after) {
+            return None;
+        }
+        self.issued_at = Some(now);
+        Some(last)
+    }
+}
+
+/// The sender's mode toward one peer.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SendingMode {
+    mode: Mode,
+    applied_epoch: u32,
+}
+
+impl SendingMode {
+    pub(crate) fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Applies a newer decision; returns the new mode if it changed. An older
+    /// or repeated LSTAT (reordered, duplicated) changes nothing.
+    pub(crate) fn apply(&mut self, status: &LatencyStatus) -> Option<Mode> {
+        // Epochs count up from 1; wrapping is out of reach (one per decision).
+        if status.epoch <= self.applied_epoch {
+            return None;
+        }
+        self.applied_epoch = status.epoch;
+        let mode = Mode::from_wire(status.mode);
+        (mode != self.mode).then(|| {
+            self.mode = mode;
+            mode
+        })
+    }
+}
+
+/// The latency engines for one peer.
+#[derive(Debug, Default)]
+pub(crate) struct PeerLink {
+    probes: ProbeSchedule,
+    monitor: LatencyMonitor,
+    /// Created by the first probe from the peer: only a receiver of probes
+    /// needs the peer's clock. `None` too while resynchronisation is off.
+    clock: Option<ClockSync>,
+    /// A clock request to answer: the request and its arrival.
+    clock_reply: Option<(ClockSyncPayload, Time)>,
+    judge: ModeJudge,
+    sending: SendingMode,
+    pub(crate) stats: LatencyStats,
+    /// Queued in the endpoint's list of links with something to send.
+    pub(crate) in_ready: bool,
+}
+
+impl PeerLink {
+    pub(crate) fn mode(&self) -> Mode {
+        self.sending.mode()
+    }
+
+    pub(crate) fn requested_mode(&self) -> Mode {
+        self.judge.requested()
+    }
+
+    pub(crate) fn last_latency(&self) -> Option<Duration> {
+        self.monitor.last_latency()
+    }
+
+    /// How the peer's clock maps onto ours: perfect clocks while
+    /// resynchronisation is off, `None` until a first exchange completed.
+    pub(crate) fn clock_estimate(&self, cfg: &LatencyConfig) -> Option<ClockEstimate> {
+        match (&self.clock, cfg.clock_sync_period) {
+            (_, None) => Some(ClockEstimate::PERFECT),
+            (Some(sync), Some(_)) => sync.estimate(),
+            (None, Some(_)) => None,
+        }
+    }
+
+    /// Data is about to flow to the peer: start probing its path.
+    pub(crate) fn activate(&mut self) {
+        self.probes.start();
+    }
+
+    pub(crate) fn on_probe(
+        &mut self,
+        now: Time,
+        timestamp: u64,
+        probe: &ProbePayload,
+        cfg: &LatencyConfig,
+    ) -> Option<Decision> {
+        if let (None, Some(period)) = (&self.clock, cfg.clock_sync_period) {
+            self.clock = Some(ClockSync::new(period));
+        }
+        let clock = self.clock_estimate(cfg);
+        let (lost, sample) = self.monitor.on_probe(now, timestamp, probe, clock.as_ref(), cfg.loss_threshold);
+        if lost.is_none() && sample.is_none() && clock.is_some() {
+            return None; // an old or repeated probe
+        }
+        self.stats.probes_received += 1;
+        let mut decision = None;
+        if let Some(lost) = lost {
+            decision = self.observe(now, lost, cfg);
+        }
+        // A loss that just switched the mode is not undone by the sample that
+        // revealed it: the next probe judges again.
+        if let (None, Some(sample)) = (decision, sample) {
+            decision = self.observe(now, sample, cfg);
+        }
+        if decision.is_none() {
+            decision = self.judge.repeat(now, probe.applied_epoch, cfg.monitor_interval);
+            self.stats.lstat_repeats += decision.is_some() as u64;
+        }
+        decision
+    }
+
+    /// A data packet that came on the ordinary path.
+    pub(crate) fn on_data(&mut self, now: Time, timestamp: u64, cfg: &LatencyConfig) -> Option<Decision> {
+        let clock = self.clock_estimate(cfg)?;
+        let sample = self.monitor.on_data(now, timestamp, &clock);
+        self.observe(now, sample, cfg)
+    }
+
+    fn observe(&mut self, now: Time, observation: Observation, cfg: &LatencyConfig) -> Option<Decision> {
+        match observation {
+            Observation::Sample { latency, .. } => {
+                self.stats.samples += 1;
+                self.stats.samples_high += (latency > cfg.high_threshold) as u64;
+                self.stats.samples_low += (latency < cfg.low_threshold) as u64;
+            }
+            Observation::Lost { count, .. } => self.stats.probes_lost += count,
+        }
+        let decision = self.judge.judge(now, observation, cfg);
+        self.stats.decisions += decision.is_some() as u64;
+        decision
+    }
+
+    /// An LSTAT from the peer: returns the new sending mode if it changed.
+    pub(crate) fn on_lstat(&mut self, status: &LatencyStatus) -> Option<Mode> {
+        let changed = self.sending.apply(status);
+        match changed {
+            Some(Mode::HighLatency) => self.stats.switches_to_high += 1,
+            Some(Mode::LowLatency) => self.stats.switches_to_low += 1,
+            None => {}
+        }
+        changed
+    }
+
+    pub(crate) fn on_clock_sync(&mut self, now: Time, payload: &ClockSyncPayload) {
+        match payload.kind {
+            ClockSyncKind::Request => self.clock_reply = Some((*payload, now)),
+            ClockSyncKind::Reply => {
+                if let Some(sync) = &mut self.clock {
+                    self.stats.clock_samples += sync.on_reply(now, payload) as u64;
+                }
+            }
+        }
+    }
+
+    pub(crate) fn poll_timeout(&self) -> Option<Time> {
+        [self.probes.poll_timeout(), self.monitor.poll_timeout(), self.clock.as_ref().and_then(ClockSync::poll_timeout)]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Timers due at `now`; a lost probe may call for a decision.
+    pub(crate) fn handle_timeout(&mut self, now: Time, cfg: &LatencyConfig) -> Option<Decision> {
+        self.probes.handle_timeout(now);
+        if let Some(sync) = &mut self.clock {
+            sync.handle_timeout(now);
+        }
+        let clock = self.clock_estimate(cfg)?;
+        let lost = self.monitor.handle_timeout(now, &clock, cfg.loss_threshold)?;
+        self.observe(now, lost, cfg)
+    }
+
+    pub(crate) fn has_work(&self) -> bool {
+        self.probes.is_due() || self.clock_reply.is_some() || self.clock.as_ref().is_some_and(ClockSync::has_request)
+    }
+
+    /// Writes the next probe or clock packet for `peer` into `buf`.
+    pub(crate) fn poll_transmit(
+        &mut self,
+        now: Time,
+        peer: u32,
+        cfg: &Config,
+        buf: &mut [u8],
+    ) -> Option<(Path, usize)> {
+        let latency = cfg.latency.as_ref()?;
+        let (packet_type, path, len) = if let Some(probe) =
+            self.probes.poll_probe(now, latency.monitor_interval, self.sending.applied_epoch)
+        {
+            self.stats.probes_sent += 1;
+            (PacketType::Probe, Path::Ordinary, probe.write(&mut buf[HEADER_LEN..]))
+        } else if let Some((request, arrived)) = self.clock_reply.take() {
+            (PacketType::ClockSync, Path::Premium, clock::reply(&request, arrived, now).write(&mut buf[HEADER_LEN..]))
+        } else if let Some(request) = self.clock.as_mut().and_then(|c| c.poll_request(now)) {
+            self.stats.clock_requests += 1;
+            (PacketType::ClockSync, Path::Premium, request.write(&mut buf[HEADER_LEN..]))
+        } else {
+            return None;
+        };
+        let mut header = Header::new(packet_type);
+        header.job = cfg.job;
+        header.source = cfg.rank;
+        header.destination = peer;
+        header.timestamp = now.as_nanos();
+        Some((path, seal(&header, len, &cfg.key, buf).expect("buffer checked by the endpoint")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> LatencyConfig {
+        LatencyConfig::table2()
+    }
+
+    fn sample(us: u64) -> Observation {
+        Observation::Sample { latency: Duration::from_micros(us), timestamp: us }
+    }
+
+    #[test]
+    fn hysteresis_does_not_flap_between_the_thresholds() {
+        // TM = 100 us, Tm = 90 us.
+        let mut j = ModeJudge::default();
+        let now = Time::ZERO;
+        for us in [50, 95, 99, 100, 91, 60] {
+            assert_eq!(j.judge(now, sample(us), &cfg()), None, "{us} us stays low");
+        }
+        let d = j.judge(now, sample(101), &cfg()).unwrap();
+        assert_eq!((d.mode, d.reason, d.epoch), (Mode::HighLatency, LstatReason::LatencyHigh, 1));
+        // Hovering between Tm and TM, above and below either by a hair, in high mode.
+        for us in [150, 100, 95, 90, 99, 90, 500] {
+            assert_eq!(j.judge(now, sample(us), &cfg()), None, "{us} us stays high");
+        }
+        let lost = Observation::Lost { count: 1, timestamp: 7 };
+        assert_eq!(j.judge(now, lost, &cfg()), None, "a loss in high mode changes nothing");
+        let d = j.judge(now, sample(89), &cfg()).unwrap();
+        assert_eq!((d.mode, d.reason, d.epoch), (Mode::LowLatency, LstatReason::LatencyLow, 2));
+        for us in [95, 99, 100, 90] {
+            assert_eq!(j.judge(now, sample(us), &cfg()), None, "{us} us stays low");
+        }
+        let d = j.judge(now, lost, &cfg()).unwrap();
+        assert_eq!((d.mode, d.reason, d.probe_timestamp, d.epoch), (Mode::HighLatency, LstatReason::ProbeLost, 7, 3));
+    }
+
+    #[test]
+    fn a_decision_is_repeated_until_applied_but_not_faster_than_asked() {
+        let mut j = ModeJudge::default();
+        assert_eq!(j.repeat(Time::ZERO, 0, Duration::from_millis(100)), None, "nothing decided yet");
+        let d = j.judge(Time::ZERO, sample(200), &cfg()).unwrap();
+        let ms = |m: u64| Time::from_nanos(m * 1_000_000);
+        assert_eq!(j.repeat(ms(50), 0, Duration::from_millis(100)), None, "too soon");
+        assert_eq!(j.repeat(ms(100), 0, Duration::from_millis(100)), Some(d));
+        assert_eq!(j.repeat(ms(150), 0, Duration::from_millis(100)), None, "too soon after the repeat");
+        assert_eq!(j.repeat(ms(500), d.epoch, Duration::from_millis(100)), None, "applied");
+    }
+
+    #[test]
+    fn the_sender_applies_only_newer_decisions() {
+        let mut s = SendingMode::default();
+        let status = |epoch, mode| {
+            Decision { epoch, mode, reason: LstatReason::LatencyHigh, probe_timestamp: 0, latency: Duration::ZERO }
+                .status(0)
+        };
+        assert_eq!(s.apply(&status(1, Mode::HighLatency)), Some(Mode::HighLatency));
+        assert_eq!(s.apply(&status(1, Mode::HighLatency)), None, "duplicate");
+        assert_eq!(s.apply(&status(3, Mode::LowLatency)), Some(Mode::LowLatency));
+        assert_eq!(s.apply(&status(2, Mode::HighLatency)), None, "overtaken by a newer decision");
+        assert_eq!(s.mode(), Mode::LowLatency);
+        assert_eq!(s.apply(&status(4, Mode::LowLatency)), None, "no change, but applied");
+        assert_eq!(s.applied_epoch, 4);
+    }
+}
