@@ -1,0 +1,381 @@
+//! The latency engines between two endpoints: probes and their loss, the
+//! hysteresis of the mode, a switch while packets are missing, and clocks
+//! that disagree. Each endpoint reads its own clock, an affine function of
+//! the harness's true time, and each path has its own delay, a function of
+//! true time.
+
+use std::time::Duration;
+
+use bulkwire_proto::{Config, Endpoint, Event, LatencyConfig, Mode, Path, Time};
+use bulkwire_wire::{JobKey, PacketType};
+
+const JOB: u64 = 78;
+const BASE: Duration = Duration::from_micros(50);
+const MS: u64 = 1_000_000;
+
+/// Probes every 10 ms, TL 10 ms, TM 200 us, Tm 150 us; clocks trusted.
+fn latency_config() -> LatencyConfig {
+    LatencyConfig {
+        monitor_interval: Duration::from_millis(10),
+        loss_threshold: Duration::from_millis(10),
+        high_threshold: Duration::from_micros(200),
+        low_threshold: Duration::from_micros(150),
+        poll_interval: Duration::from_millis(10),
+        clock_sync_period: None,
+    }
+}
+
+fn config(rank: u32, latency: LatencyConfig) -> Config {
+    let mut c = Config::new(JOB, JobKey::new([4; 32]), rank, 2);
+    c.initial_rtt = BASE * 2;
+    c.latency = Some(latency);
+    c
+}
+
+/// A clock: `local = true * (1 + drift) + offset`.
+#[derive(Clone, Copy, Debug)]
+struct Clock {
+    offset: f64,
+    drift: f64,
+}
+
+impl Clock {
+    const TRUE: Clock = Clock { offset: 0.0, drift: 0.0 };
+
+    fn local(&self, t: Time) -> Time {
+        Time::from_nanos((t.as_nanos() as f64 * (1.0 + self.drift) + self.offset).round() as u64)
+    }
+
+    /// The first true time at which this clock reads `local` or later.
+    fn true_time(&self, local: Time) -> Time {
+        let mut t = ((local.as_nanos() as f64 - self.offset) / (1.0 + self.drift)).floor().max(0.0) as u64;
+        while self.local(Time::from_nanos(t)) < local {
+            t += 1;
+        }
+        Time::from_nanos(t)
+    }
+}
+
+/// What the harness sees of a datagram.
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    from: usize,
+    path: Path,
+    packet_type: u8,
+    sequence: u64,
+    retransmission: bool,
+    at: Time,
+}
+
+type DelayFn = Box<dyn Fn(usize, Path, Time) -> Duration>;
+
+struct Pair {
+    ends: [Endpoint; 2],
+    clocks: [Clock; 2],
+    now: Time,
+    in_flight: Vec<(Time, usize, Vec<u8>)>,
+    delay: DelayFn,
+    drop: Box<dyn FnMut(&Seen) -> bool>,
+    /// Every datagram sent, dropped or not.
+    log: Vec<Seen>,
+    received: [Vec<Vec<u8>>; 2],
+}
+
+impl Pair {
+    fn new(a: Config, b: Config) -> Pair {
+        Pair {
+            ends: [Endpoint::new(a).unwrap(), Endpoint::new(b).unwrap()],
+            clocks: [Clock::TRUE; 2],
+            now: Time::ZERO,
+            in_flight: Vec::new(),
+            delay: Box::new(|_, _, _| BASE),
+            drop: Box::new(|_| false),
+            log: Vec::new(),
+            received: [Vec::new(), Vec::new()],
+        }
+    }
+
+    fn local(&self, i: usize) -> Time {
+        self.clocks[i].local(self.now)
+    }
+
+    fn flush(&mut self) {
+        let mut buf = vec![0u8; 65_536];
+        for i in 0..2 {
+            let local = self.local(i);
+            while let Some(t) = self.ends[i].poll_transmit(local, &mut buf) {
+                let bytes = buf[..t.len].to_vec();
+                let seen = Seen {
+                    from: i,
+                    path: t.path,
+                    packet_type: bytes[1],
+                    sequence: u64::from_be_bytes(bytes[24..32].try_into().unwrap()),
+                    retransmission: bytes[3] & 4 != 0,
+                    at: self.now,
+                };
+                self.log.push(seen);
+                if !(self.drop)(&seen) {
+                    let arrival = self.now + (self.delay)(i, t.path, self.now);
+                    self.in_flight.push((arrival, 1 - i, bytes));
+                }
+            }
+            while let Some(e) = self.ends[i].poll_event() {
+                match e {
+                    Event::Message { data, .. } => self.received[i].push(data),
+                    Event::ProtocolViolation { reason, .. } => panic!("protocol violation: {reason}"),
+                }
+            }
+        }
+    }
+
+    /// Advances to the next arrival or timer, not beyond `limit`.
+    fn step(&mut self, limit: Time) {
+        self.flush();
+        let arrival = self.in_flight.iter().map(|p| p.0).min();
+        let timers = (0..2).filter_map(|i| self.ends[i].poll_timeout().map(|t| self.clocks[i].true_time(t)));
+        let next = arrival.into_iter().chain(timers).min().unwrap_or(limit).min(limit);
+        self.now = self.now.max(next);
+        let (due, later): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.in_flight).into_iter().partition(|p| p.0 <= self.now);
+        self.in_flight = later;
+        for (_, to, bytes) in due {
+            let local = self.local(to);
+            self.ends[to].handle_datagram(local, &bytes);
+        }
+        for i in 0..2 {
+            let local = self.local(i);
+            self.ends[i].handle_timeout(local);
+        }
+        self.flush();
+    }
+
+    fn run_until(&mut self, end: Time) {
+        while self.now < end {
+            self.step(end);
+        }
+    }
+
+    fn send(&mut self, from: usize, data: &[u8]) {
+        self.ends[from].send(1 - from as u32, 0, data).unwrap();
+    }
+}
+
+fn ms(m: u64) -> Time {
+    Time::from_nanos(m * MS)
+}
+
+fn msg(i: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|j| (i * 31 + j) as u8).collect()
+}
+
+const PROBE: u8 = PacketType::Probe as u8;
+const DATA: u8 = PacketType::Data as u8;
+const LSTAT: u8 = PacketType::Lstat as u8;
+
+#[test]
+fn the_defaults_leave_the_engines_off() {
+    let c = Config::new(JOB, JobKey::new([4; 32]), 0, 2);
+    assert!(c.latency.is_none());
+    let mut e = Endpoint::new(c).unwrap();
+    e.send(1, 0, b"x").unwrap();
+    let mut buf = vec![0u8; 2000];
+    let t = e.poll_transmit(Time::ZERO, &mut buf).unwrap();
+    assert_eq!((t.path, buf[1]), (Path::Ordinary, DATA), "no probe, data first");
+    assert_eq!(e.stats().ordinary.data.packets, 1);
+    assert_eq!(e.latency_stats(1), None);
+    assert_eq!(e.mode(1), Mode::LowLatency);
+}
+
+#[test]
+fn a_probe_not_seen_tl_after_its_expected_time_is_lost() {
+    let mut p = Pair::new(config(0, latency_config()), config(1, latency_config()));
+    // From 35 ms the ordinary path is slower, yet below TM: on its own, no
+    // reason to switch.
+    p.delay =
+        Box::new(|_, path, t| if path == Path::Ordinary && t >= ms(35) { Duration::from_micros(180) } else { BASE });
+    // The probe that leaves at 40 ms is lost.
+    p.drop = Box::new(|s| s.packet_type == PROBE && s.at == ms(40));
+    p.send(0, b"start probing");
+    p.run_until(ms(50) - Duration::from_nanos(1));
+    let seen = p.ends[1].latency_stats(0).unwrap();
+    assert_eq!((seen.probes_received, seen.probes_lost), (4, 0), "probes 0..=3 in, 4 not yet overdue: {seen:?}");
+    assert_eq!(p.ends[1].requested_mode(0), Mode::LowLatency);
+
+    // Expected at 40 ms, lost at 40 + TL.
+    p.run_until(ms(50));
+    let seen = p.ends[1].latency_stats(0).unwrap();
+    assert_eq!(seen.probes_lost, 1, "{seen:?}");
+    assert_eq!(p.ends[1].requested_mode(0), Mode::HighLatency);
+    let lstat = p.log.iter().find(|s| s.packet_type == LSTAT).expect("an LSTAT went out");
+    assert_eq!((lstat.from, lstat.path, lstat.at), (1, Path::Premium, ms(50)));
+
+    // The sender switches when the LSTAT arrives, and stays in high-latency
+    // mode while the latency stays between Tm and TM.
+    p.run_until(ms(200));
+    assert_eq!(p.ends[0].mode(1), Mode::HighLatency);
+    let sender = p.ends[0].latency_stats(1).unwrap();
+    assert_eq!((sender.switches_to_high, sender.switches_to_low), (1, 0));
+    // Probes keep to the ordinary path in high-latency mode.
+    assert!(p.log.iter().filter(|s| s.packet_type == PROBE).all(|s| s.path == Path::Ordinary));
+    assert!(p.ends[0].stats().latency.probes_sent >= 20);
+}
+
+#[test]
+fn latency_between_the_thresholds_does_not_flap() {
+    // TM = 200 us, Tm = 150 us. The ordinary path's delay, per 100 ms:
+    // wobbling between the thresholds, above TM, wobbling again, below Tm.
+    let profile = |t: Time| -> Duration {
+        let phase = t.as_nanos() / (100 * MS);
+        let wobble = if (t.as_nanos() / (5 * MS)) % 2 == 0 { 160 } else { 195 };
+        Duration::from_micros(match phase {
+            0 => wobble,
+            1 => 400,
+            2 => wobble,
+            _ => 60,
+        })
+    };
+    let mut p = Pair::new(config(0, latency_config()), config(1, latency_config()));
+    p.delay = Box::new(move |_, path, t| if path == Path::Ordinary { profile(t) } else { BASE });
+    // A message every 2 ms samples the path between probes.
+    let mut i = 0;
+    let mut modes = Vec::new();
+    while p.now < ms(400) {
+        p.send(0, &msg(i, 200));
+        i += 1;
+        p.run_until(p.now + Duration::from_millis(2));
+        if (p.now.as_nanos() / MS) % 100 == 90 {
+            modes.push(p.ends[0].mode(1));
+        }
+    }
+    modes.dedup();
+    assert_eq!(modes, vec![Mode::LowLatency, Mode::HighLatency, Mode::LowLatency]);
+    let s = p.ends[0].latency_stats(1).unwrap();
+    assert_eq!((s.switches_to_high, s.switches_to_low), (1, 1), "{s:?}");
+    let r = p.ends[1].latency_stats(0).unwrap();
+    assert!(r.samples > 100, "data samples the path too: {r:?}");
+    assert_eq!(p.received[1].len(), i);
+}
+
+#[test]
+fn a_switch_resends_the_missing_packets_on_premium_once() {
+    let mut p = Pair::new(config(0, latency_config()), config(1, latency_config()));
+    // From 20 ms the ordinary path takes 1 ms: the first data packet to
+    // arrive shows it. Three packets of the burst are lost on the way, and
+    // the receiver's prods with them, so they are still missing when the
+    // decision is made.
+    p.delay =
+        Box::new(|_, path, t| if path == Path::Ordinary && t >= ms(20) { Duration::from_millis(1) } else { BASE });
+    p.drop = Box::new(|s| {
+        (s.packet_type == DATA && !s.retransmission && [3, 4, 10].contains(&s.sequence))
+            || s.packet_type == PacketType::Prod as u8
+    });
+    p.send(0, b"start probing");
+    p.ends[0].end_phase(1, 0);
+    p.run_until(ms(20));
+    for i in 0..20 {
+        p.send(0, &msg(i, 1000));
+        p.flush(); // one packet per message
+    }
+    p.ends[0].end_phase(1, 0);
+    p.run_until(ms(25));
+    assert_eq!(p.ends[0].mode(1), Mode::HighLatency);
+    let mut expected = vec![b"start probing".to_vec()];
+    expected.extend((0..20).map(|i| msg(i, 1000)));
+    assert_eq!(p.received[1], expected, "all, in order, once");
+
+    // Each missing packet went again exactly once, on premium. (The tail
+    // probe resent the burst's last packet on the slow ordinary path before
+    // the LSTAT came: that one arrived twice.)
+    let resent: Vec<(u64, Path)> = p
+        .log
+        .iter()
+        .filter(|s| s.from == 0 && s.packet_type == DATA && s.retransmission && s.sequence != 20)
+        .map(|s| (s.sequence, s.path))
+        .collect();
+    assert_eq!(resent, vec![(3, Path::Premium), (4, Path::Premium), (10, Path::Premium)]);
+    let s = p.ends[0].channel_stats(1, 0).unwrap();
+    assert_eq!((s.data_sent, s.lstats_received, s.premium.data.packets), (21, 1, 3), "{s:?}");
+    let tail_probes = s.retransmissions - 3;
+    assert_eq!(p.ends[1].channel_stats(0, 0).unwrap().duplicates, tail_probes);
+
+    // New data now goes on premium too, flagged so it is not taken for a
+    // sample of the ordinary path.
+    p.send(0, b"after the switch");
+    p.run_until(ms(30));
+    let last = p.log.iter().rev().find(|s| s.from == 0 && s.packet_type == DATA).unwrap();
+    assert_eq!((last.sequence, last.path), (21, Path::Premium));
+    assert_eq!(p.received[1].last().unwrap(), b"after the switch");
+    assert!(p.ends[0].is_idle());
+}
+
+#[test]
+fn clock_offset_and_drift_are_estimated() {
+    let mut cfg = latency_config();
+    cfg.clock_sync_period = Some(Duration::from_millis(20));
+    let mut p = Pair::new(config(0, cfg.clone()), config(1, cfg));
+    // Rank 1's clock is 7 ms ahead and gains 50 us per second; rank 0's is
+    // 1 ms ahead and loses 20 us per second.
+    p.clocks = [Clock { offset: 1e6, drift: -20e-6 }, Clock { offset: 7e6, drift: 50e-6 }];
+    p.delay = Box::new(|_, path, _| if path == Path::Ordinary { Duration::from_micros(80) } else { BASE });
+    p.send(0, b"probe me");
+    p.send(1, b"and me");
+    p.run_until(ms(1000));
+
+    // Rank 1's clock relative to rank 0's: offset at rank 0's time `l0` is
+    // peer(true) - l0 with true = (l0 - 1 ms) / (1 - 20 ppm).
+    let l0 = p.local(0);
+    let truth_1_minus_0 = p.local(1).as_nanos() as f64 - l0.as_nanos() as f64;
+    let e = p.ends[0].clock_estimate(1).unwrap();
+    assert!((e.offset_at(l0) - truth_1_minus_0).abs() < 100.0, "offset {} vs {truth_1_minus_0}", e.offset_at(l0));
+    let drift_1_per_0 = (1.0 + 50e-6) / (1.0 - 20e-6) - 1.0;
+    assert!((e.drift - drift_1_per_0).abs() < 1e-6, "drift {} vs {drift_1_per_0}", e.drift);
+    let back = p.ends[1].clock_estimate(0).unwrap();
+    assert!((back.offset_at(p.local(1)) + truth_1_minus_0).abs() < 100.0);
+
+    // So the one-way latency is right to within a microsecond, and an offset
+    // of 6 ms never looked like congestion.
+    for (me, peer) in [(0, 1), (1, 0)] {
+        let latency = p.ends[me].last_latency(peer).unwrap();
+        assert!(latency.abs_diff(Duration::from_micros(80)) < Duration::from_micros(1), "{latency:?}");
+        let s = p.ends[me].latency_stats(peer).unwrap();
+        assert_eq!((s.decisions, s.switches()), (0, 0), "{s:?}");
+        assert!(s.clock_samples >= 45, "{s:?}");
+    }
+    // Clock exchanges travel on premium.
+    assert!(p.log.iter().filter(|s| s.packet_type == PacketType::ClockSync as u8).all(|s| s.path == Path::Premium));
+}
+
+#[test]
+fn without_resynchronisation_skewed_clocks_mislead_the_monitor() {
+    // The same clocks, resynchronisation off: rank 1 sees rank 0's packets
+    // arrive 6 ms "late" and asks for the premium path for nothing. This is
+    // why the exchange exists.
+    let mut p = Pair::new(config(0, latency_config()), config(1, latency_config()));
+    p.clocks = [Clock { offset: 1e6, drift: 0.0 }, Clock { offset: 7e6, drift: 0.0 }];
+    p.send(0, b"probe me");
+    p.run_until(ms(50));
+    assert_eq!(p.ends[1].requested_mode(0), Mode::HighLatency);
+    assert_eq!(p.ends[0].mode(1), Mode::HighLatency);
+}
+
+#[test]
+fn a_lost_lstat_is_sent_again_when_a_probe_shows_it_was_not_applied() {
+    let mut p = Pair::new(config(0, latency_config()), config(1, latency_config()));
+    p.delay =
+        Box::new(|_, path, t| if path == Path::Ordinary && t >= ms(15) { Duration::from_micros(400) } else { BASE });
+    let mut lstats = 0;
+    p.drop = Box::new(move |s| {
+        lstats += (s.packet_type == LSTAT) as u32;
+        s.packet_type == LSTAT && lstats == 1
+    });
+    p.send(0, b"start probing");
+    p.ends[0].end_phase(1, 0);
+    p.run_until(ms(25));
+    assert_eq!(p.ends[1].requested_mode(0), Mode::HighLatency);
+    assert_eq!(p.ends[0].mode(1), Mode::LowLatency, "the first LSTAT was lost");
+    // The probe of 30 ms still says epoch 0: the decision goes again.
+    p.run_until(ms(35));
+    assert_eq!(p.ends[0].mode(1), Mode::HighLatency);
+    let r = p.ends[1].latency_stats(0).unwrap();
+    assert_eq!((r.decisions, r.lstat_repeats), (1, 1), "{r:?}");
+}
