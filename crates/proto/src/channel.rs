@@ -760,8 +760,10 @@ impl Channel {
 
     fn send_new(&mut self, mut payload: Vec<u8>, now: Time, buf: &mut [u8], sh: &mut Shared<'_>) -> (Path, usize) {
         let max = sh.cfg.max_payload();
-        payload.resize(max, 0);
-        let mut writer = RecordWriter::new(&mut payload[..]);
+        // Records are written straight into the datagram and copied to the
+        // kept payload afterwards: preparing a kept buffer of the full size
+        // would clear up to a whole datagram for every small message.
+        let mut writer = RecordWriter::new(&mut buf[HEADER_LEN..HEADER_LEN + max]);
         while let Some(msg) = self.pending.front_mut() {
             let room = writer.room();
             let left = msg.data.len() - msg.offset;
@@ -777,7 +779,8 @@ impl Channel {
             }
         }
         let len = writer.len();
-        payload.truncate(len);
+        payload.clear();
+        payload.extend_from_slice(&buf[HEADER_LEN..HEADER_LEN + len]);
 
         let mut flags = Flags::empty();
         if self.pending.is_empty() && std::mem::take(&mut self.phase_end) {
@@ -794,7 +797,6 @@ impl Channel {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.stats.data_sent += 1;
-        buf[HEADER_LEN..HEADER_LEN + len].copy_from_slice(&payload);
         if self.unacked.is_empty() {
             self.waiting_since = now;
         }
