@@ -130,3 +130,40 @@ fn congestion_moves_data_to_premium_and_back_with_every_message_delivered_once()
     // Rank 1's replies follow its own mode, decided by rank 0.
     assert_eq!(hosts[1].endpoint.latency_stats(0).unwrap().switches(), 2);
 }
+
+/// The fault sweep's random workloads and faulty networks (loss, duplicates,
+/// reordering, corruption, partitions) with the latency engines on and
+/// clocks resynchronised: still exactly once, intact, in order, within the
+/// memory bounds, and no stall.
+#[test]
+fn random_faulty_workloads_with_the_engines_on() {
+    let seeds: u64 = std::env::var("BULKWIRE_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(300);
+    let mut switches = 0;
+    for seed in 0..seeds {
+        let scenario = bulkwire_sim::workload::random_scenario(seed);
+        let plan = Arc::new(scenario.plan.clone());
+        let hosts: Vec<WorkloadHost> = (0..plan.ranks)
+            .map(|r| {
+                let mut c = scenario.config(r);
+                let mut latency = LatencyConfig::from_base_latency(scenario.link.delay);
+                latency.clock_sync_period = Some(latency.monitor_interval * 2);
+                c.latency = Some(latency);
+                WorkloadHost::new(c, plan.clone(), seed).unwrap()
+            })
+            .collect();
+        let network = LinkNetwork::uniform(plan.ranks as usize, scenario.link.clone());
+        let deadline = network.healed_at() + Duration::from_secs(30);
+        let mut sim = Simulator::new(seed, hosts, network);
+        let done = sim.run_until(deadline, |hosts| {
+            hosts.iter().all(|h| h.finished() && h.endpoint.is_idle()) || hosts.iter().any(|h| !h.errors.is_empty())
+        });
+        for h in sim.hosts() {
+            assert!(h.errors.is_empty(), "seed {seed}: {:?}", h.errors);
+            assert_eq!(h.endpoint.stats().protocol_violations, 0, "seed {seed}");
+            switches += h.endpoint.stats().latency.switches();
+        }
+        let diagnosis: String = sim.hosts().iter().map(|h| h.endpoint.describe()).collect();
+        assert!(done, "seed {seed}: stalled\n{diagnosis}");
+    }
+    assert!(switches > 0, "no scenario ever switched");
+}
