@@ -40,20 +40,14 @@ struct Row {
 const PING: i32 = 101;
 
 /// Round trips to time at `size`: at most ~256 MiB moved, at least 10.
-pub(super) fn rounds(iterations: u32, size: usize) -> usize {
+fn rounds(iterations: u32, size: usize) -> usize {
     let budget = (256 << 20) / size.max(1);
     (iterations as usize).min(budget).max(10)
 }
 
 /// `n` bulkwire round trips of `data` with `peer` (after a tenth as many to
 /// warm up); the initiator sends first. Returns the round trips in seconds.
-pub(super) fn round_trips(
-    world: &World,
-    peer: u32,
-    initiator: bool,
-    data: &[u8],
-    n: usize,
-) -> Result<Vec<f64>, CommError> {
+fn round_trips(world: &World, peer: u32, initiator: bool, data: &[u8], n: usize) -> Result<Vec<f64>, CommError> {
     let mut samples = Vec::with_capacity(n + n / 10);
     for _ in 0..n + n / 10 {
         let t = Instant::now();
@@ -70,41 +64,62 @@ pub(super) fn round_trips(
     Ok(samples.split_off(n / 10))
 }
 
+/// Median round trips (microseconds) of one size over bulkwire and the
+/// references, measured one after the other between the same two ranks.
+pub(super) struct RoundTrips {
+    pub bulkwire: f64,
+    /// Left out where a spinning process would not have a core of its own,
+    /// or the size does not fit in one datagram.
+    pub udp_busy_poll: Option<f64>,
+    /// Left out where the size does not fit in one datagram.
+    pub udp_blocking: Option<f64>,
+    pub tcp_nodelay: f64,
+}
+
+impl RoundTrips {
+    pub(super) fn measure(
+        world: &World,
+        sockets: &mut Sockets,
+        peer: u32,
+        initiator: bool,
+        data: &[u8],
+        n: usize,
+    ) -> Result<RoundTrips, CommError> {
+        // A busy-polling process without a core of its own measures the
+        // scheduler, not the network.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+        let spin = world.size() <= cores;
+        let udp_fits = data.len() <= UDP_MAX_PAYLOAD;
+        world.barrier()?;
+        let bulkwire = median_us(round_trips(world, peer, initiator, data, n)?);
+        let udp_busy_poll = match udp_fits && spin {
+            true => Some(median_us(sockets.udp_round_trips(world, peer, initiator, data, n, true)?)),
+            false => None,
+        };
+        let udp_blocking = match udp_fits {
+            true => Some(median_us(sockets.udp_round_trips(world, peer, initiator, data, n, false)?)),
+            false => None,
+        };
+        world.barrier()?;
+        let tcp_nodelay = median_us(sockets.tcp_round_trips(peer, initiator, data, n).map_err(io)?);
+        Ok(RoundTrips { bulkwire, udp_busy_poll, udp_blocking, tcp_nodelay })
+    }
+}
+
 pub(super) fn rank(world: &World, args: &Args) -> Result<(), CommError> {
     let me = world.rank();
     let (peer, initiator) = (me ^ 1, me % 2 == 0);
     let mut sockets = Sockets::open(world, &[peer])?;
-    // A busy-polling process without a core of its own measures the
-    // scheduler, not the network: that reference is left out then.
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
-    let spin = world.size() <= cores;
-    let half = |samples: Vec<f64>| median_us(samples) / 2.0;
-
     let mut rows = Vec::new();
     for size in sizes(0, args.max_size) {
-        let n = rounds(args.iterations, size);
         let data = vec![7u8; size];
-        world.barrier()?;
-        let bulkwire = half(round_trips(world, peer, initiator, &data, n)?);
-        let udp_fits = size <= UDP_MAX_PAYLOAD;
-        world.barrier()?;
-        let busy = match udp_fits && spin {
-            true => Some(half(sockets.udp_round_trips(peer, initiator, &data, n, true).map_err(io)?)),
-            false => None,
-        };
-        world.barrier()?;
-        let blocking = match udp_fits {
-            true => Some(half(sockets.udp_round_trips(peer, initiator, &data, n, false).map_err(io)?)),
-            false => None,
-        };
-        world.barrier()?;
-        let tcp = half(sockets.tcp_round_trips(peer, initiator, &data, n).map_err(io)?);
+        let r = RoundTrips::measure(world, &mut sockets, peer, initiator, &data, rounds(args.iterations, size))?;
         rows.push(Row {
             size,
-            bulkwire_us: bulkwire,
-            udp_busy_poll_us: busy,
-            udp_blocking_us: blocking,
-            tcp_nodelay_us: tcp,
+            bulkwire_us: r.bulkwire / 2.0,
+            udp_busy_poll_us: r.udp_busy_poll.map(|x| x / 2.0),
+            udp_blocking_us: r.udp_blocking.map(|x| x / 2.0),
+            tcp_nodelay_us: r.tcp_nodelay / 2.0,
         });
     }
     world.barrier()?;

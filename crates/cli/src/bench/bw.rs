@@ -1,0 +1,179 @@
+//! `bulkwire bench bw`: streaming throughput as OSU's osu_bw measures it.
+//! Rank 0 posts a window of non-blocking sends, waits for them, and waits
+//! for a short acknowledgement from rank 1, which posted as many receives;
+//! the throughput is the bytes of the timed windows over the sender's time.
+//! TCP and raw UDP run the same windows between the same two processes.
+
+use std::time::Instant;
+
+use bulkwire_comm::{CommError, Completion, Source, Tag, World};
+use serde::{Deserialize, Serialize};
+
+use super::reference::{Sockets, WindowResult, UDP_MAX_PAYLOAD};
+use super::{io, mb_per_s, opt, report, sizes};
+
+#[derive(clap::Args, Debug, Clone, Serialize, Deserialize)]
+pub struct Args {
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Windows timed per size (fewer for large sizes), after one to warm up.
+    #[arg(long, default_value_t = 100)]
+    pub iterations: u32,
+    /// Messages in flight per window (OSU uses 64).
+    #[arg(long, default_value_t = 64)]
+    pub window: usize,
+    /// Largest size, bytes.
+    #[arg(long, default_value_t = 4 << 20)]
+    pub max_size: usize,
+}
+
+/// Bytes of one window at most: 64 messages of 4 MiB would hold 256 MiB of
+/// copies on each side of a shared machine.
+const WINDOW_BYTES: usize = 64 << 20;
+/// Bytes moved per size and transport at most.
+const BUDGET: usize = 512 << 20;
+
+const DATA: i32 = 201;
+const ACK: i32 = 202;
+const COUNTS: i32 = 203;
+
+/// One row: throughput in MB/s (10^6 B/s) and the bytes behind it.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Row {
+    size: usize,
+    /// Messages per window and timed windows.
+    window: usize,
+    windows: usize,
+    bulkwire_mb_s: f64,
+    tcp_mb_s: f64,
+    /// Raw UDP: what arrived over the sender's time, and the share lost.
+    udp_mb_s: f64,
+    udp_loss: f64,
+    bulkwire_bytes_sent: u64,
+    bulkwire_bytes_received: u64,
+    udp_bytes_sent: u64,
+    udp_bytes_received: u64,
+}
+
+pub(super) fn rank(world: &World, args: &Args) -> Result<(), CommError> {
+    let me = world.rank();
+    let (peer, sender) = (1 - me, me == 0);
+    let mut sockets = Sockets::open(world, &[peer])?;
+    let mut rows = Vec::new();
+    for size in sizes(1, args.max_size) {
+        let window = args.window.clamp(1, (WINDOW_BYTES / size).max(1));
+        let windows = (args.iterations as usize).min(BUDGET / (size * window)).max(2);
+        let sent = (size * window * windows) as u64;
+
+        world.barrier()?;
+        let bulkwire = bulkwire_window(world, peer, sender, size, window, windows)?;
+        world.barrier()?;
+        let udp = sockets.udp_window(world, peer, sender, size, window, windows)?;
+        world.barrier()?;
+        let tcp_seconds = sockets.tcp_window(peer, sender, size, window, windows).map_err(io)?;
+
+        // The receiver counted what arrived; the sender timed it.
+        let (bulkwire, udp) = match (bulkwire, udp) {
+            (WindowResult::Delivered(b), WindowResult::Delivered(u)) => {
+                world.send(peer, COUNTS, &[b.to_le_bytes(), u.to_le_bytes()].concat())?;
+                continue;
+            }
+            (WindowResult::Seconds(b), WindowResult::Seconds(u)) => (b, u),
+            _ => unreachable!("one side sends, the other receives"),
+        };
+        let (_, counts) = world.recv(Source::Rank(peer), Tag::Is(COUNTS))?;
+        let count = |i: usize| u64::from_le_bytes(counts[8 * i..8 * i + 8].try_into().expect("two counts"));
+        let (bulkwire_received, udp_received) = (count(0), count(1));
+        rows.push(Row {
+            size,
+            window,
+            windows,
+            bulkwire_mb_s: mb_per_s(sent, bulkwire),
+            tcp_mb_s: mb_per_s(sent, tcp_seconds),
+            udp_mb_s: mb_per_s(udp_received, udp),
+            udp_loss: 1.0 - udp_received as f64 / sent as f64,
+            bulkwire_bytes_sent: sent,
+            bulkwire_bytes_received: bulkwire_received,
+            udp_bytes_sent: sent,
+            udp_bytes_received: udp_received,
+        });
+    }
+    world.barrier()?;
+    report(world, args.json, &rows, |rows| print_table(rows));
+    Ok(())
+}
+
+/// bulkwire side of a windowed stream: the sender returns its time over the
+/// timed windows, the receiver the bytes of the messages that arrived in
+/// them (each checked for its length and contents).
+fn bulkwire_window(
+    world: &World,
+    peer: u32,
+    sender: bool,
+    size: usize,
+    window: usize,
+    windows: usize,
+) -> Result<WindowResult, CommError> {
+    let data = vec![7u8; size];
+    let mut delivered = 0u64;
+    let mut start = Instant::now();
+    for round in 0..windows + 1 {
+        if round == 1 {
+            start = Instant::now();
+        }
+        if sender {
+            let sends = (0..window).map(|_| world.isend(peer, DATA, &data)).collect::<Result<Vec<_>, _>>()?;
+            for request in sends {
+                world.wait(request)?;
+            }
+            world.recv(Source::Rank(peer), Tag::Is(ACK))?;
+        } else {
+            let recvs =
+                (0..window).map(|_| world.irecv(Source::Rank(peer), Tag::Is(DATA))).collect::<Result<Vec<_>, _>>()?;
+            for request in recvs {
+                if let Completion::Received(_, got) = world.wait(request)? {
+                    if round > 0 && got == data {
+                        delivered += got.len() as u64;
+                    }
+                }
+            }
+            world.send(peer, ACK, &[])?;
+        }
+    }
+    Ok(match sender {
+        true => WindowResult::Seconds(start.elapsed().as_secs_f64()),
+        false => WindowResult::Delivered(delivered),
+    })
+}
+
+fn print_table(rows: &[Row]) {
+    println!(
+        "# streaming throughput, MB/s (10^6 B/s); 2 ranks on this machine over loopback; a window of up to {} \
+         messages (at most {} MiB) in flight, then an acknowledgement",
+        rows.first().map_or(64, |r| r.window),
+        WINDOW_BYTES >> 20
+    );
+    println!(
+        "# udp: raw datagrams of at most {UDP_MAX_PAYLOAD} B, each window blasted then acknowledged, nothing \
+         resent: what arrived over the sender's time"
+    );
+    println!(
+        "{:>9} {:>12} {:>12} {:>12} {:>10} {:>14} {:>10}",
+        "size", "bulkwire", "tcp", "udp", "udp loss", "bulkwire/tcp", "delivered"
+    );
+    for r in rows {
+        let ratio = (r.tcp_mb_s > 0.0).then(|| r.bulkwire_mb_s / r.tcp_mb_s);
+        let delivered = if r.bulkwire_bytes_received == r.bulkwire_bytes_sent { "all" } else { "NOT ALL" };
+        println!(
+            "{:>9} {:>12.2} {:>12.2} {:>12.2} {:>9.1}% {:>14} {:>10}",
+            r.size,
+            r.bulkwire_mb_s,
+            r.tcp_mb_s,
+            r.udp_mb_s,
+            r.udp_loss * 100.0,
+            opt(ratio, 2),
+            delivered
+        );
+    }
+}

@@ -1,0 +1,497 @@
+//! The references: raw UDP and TCP between the same processes as the
+//! bulkwire figure, on the interface the job uses, measured in the same run.
+//!
+//! Raw UDP has no flow control: where it streams, it reports what arrived,
+//! and the receiving socket's overflow counter from `/proc/net/udp`.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use bulkwire_comm::{CommError, Source, Tag, World};
+
+use super::{io, Flow};
+
+/// Tag of the address exchange.
+const ADDR: i32 = 1000;
+/// Largest payload of one reference datagram: a message above this is sent
+/// as several datagrams (a UDP datagram carries at most 65,507 bytes).
+pub const UDP_MAX_PAYLOAD: usize = 64_000;
+/// The same kernel buffers bulkwire asks for on its sockets, so that the
+/// reference is not handicapped by the default 208 KiB.
+const UDP_BUFFER: libc::c_int = 4 << 20;
+/// How long a receiver waits for the first datagram, and for anything at all.
+const PATIENCE: Duration = Duration::from_secs(5);
+/// After this long without a datagram a UDP stream is over (its end marker
+/// was lost).
+const SILENCE: Duration = Duration::from_millis(200);
+
+/// Header of every reference datagram that is not a ping-pong payload:
+/// kind, run, rank of the sender, sequence number (little-endian u32s).
+const HEADER: usize = 16;
+const DATA: u32 = 1;
+const END: u32 = 2;
+const ACK: u32 = 3;
+
+/// The reference sockets of this rank.
+pub struct Sockets {
+    pub udp: UdpSocket,
+    /// Every rank's reference UDP address, by rank.
+    pub udp_addrs: Vec<SocketAddr>,
+    /// TCP connections (TCP_NODELAY) to the peers asked for, by rank.
+    pub tcp: HashMap<u32, TcpStream>,
+    me: u32,
+    /// Numbers the UDP measurements, so a late datagram of one is never
+    /// counted in the next.
+    run: u32,
+}
+
+impl Sockets {
+    /// Opens a UDP socket and a TCP listener on the job's interface, learns
+    /// every rank's addresses through bulkwire and connects TCP to
+    /// `tcp_peers` (each of which must name this rank in turn).
+    pub fn open(world: &World, tcp_peers: &[u32]) -> Result<Sockets, CommError> {
+        let (me, size) = (world.rank(), world.size());
+        let ip: IpAddr = world.runtime().peer_addrs(me).map_or([127, 0, 0, 1].into(), |(ordinary, _)| ordinary.ip());
+        let udp = UdpSocket::bind((ip, 0)).map_err(io)?;
+        for option in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
+            // SAFETY: setting an int option on a socket we own.
+            unsafe {
+                libc::setsockopt(
+                    udp.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    option,
+                    (&UDP_BUFFER as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                );
+            }
+        }
+        let listener = TcpListener::bind((ip, 0)).map_err(io)?;
+        let mine = format!("{} {}", udp.local_addr().map_err(io)?, listener.local_addr().map_err(io)?);
+        for peer in (0..size).filter(|&p| p != me) {
+            world.send(peer, ADDR, mine.as_bytes())?;
+        }
+        let mut udp_addrs = vec![udp.local_addr().map_err(io)?; size as usize];
+        let mut tcp_addrs = vec![listener.local_addr().map_err(io)?; size as usize];
+        for peer in (0..size).filter(|&p| p != me) {
+            let (_, theirs) = world.recv(Source::Rank(peer), Tag::Is(ADDR))?;
+            let theirs = String::from_utf8_lossy(&theirs).into_owned();
+            let mut parts = theirs.split(' ').map(|a| a.parse::<SocketAddr>());
+            match (parts.next(), parts.next()) {
+                (Some(Ok(u)), Some(Ok(t))) => {
+                    udp_addrs[peer as usize] = u;
+                    tcp_addrs[peer as usize] = t;
+                }
+                _ => return Err(io(io::Error::other(format!("rank {peer} sent a bad address: {theirs:?}")))),
+            }
+        }
+        // The lower rank connects and names itself; the listener's backlog
+        // holds the connection until the other side accepts.
+        let mut tcp = HashMap::new();
+        for &peer in tcp_peers.iter().filter(|&&p| p > me) {
+            let mut stream = TcpStream::connect(tcp_addrs[peer as usize]).map_err(io)?;
+            stream.write_all(&me.to_le_bytes()).map_err(io)?;
+            tcp.insert(peer, stream);
+        }
+        for _ in tcp_peers.iter().filter(|&&p| p < me) {
+            let (mut stream, _) = listener.accept().map_err(io)?;
+            let mut rank = [0u8; 4];
+            stream.read_exact(&mut rank).map_err(io)?;
+            tcp.insert(u32::from_le_bytes(rank), stream);
+        }
+        for stream in tcp.values() {
+            stream.set_nodelay(true).map_err(io)?;
+        }
+        world.barrier()?;
+        Ok(Sockets { udp, udp_addrs, tcp, me, run: 0 })
+    }
+
+    fn tcp(&self, peer: u32) -> io::Result<&TcpStream> {
+        self.tcp.get(&peer).ok_or_else(|| io::Error::other(format!("no TCP connection to rank {peer}")))
+    }
+
+    /// Starts a UDP measurement on every rank: a new run number (the same
+    /// everywhere) and an empty socket. Stragglers of the last measurement
+    /// (end markers, repeated acknowledgements) are already in the socket,
+    /// since loopback delivers within `send`; the barrier keeps anyone from
+    /// sending before every socket is empty.
+    fn next_run(&mut self, world: &World) -> Result<u32, CommError> {
+        self.run += 1;
+        self.udp.set_nonblocking(true).map_err(io)?;
+        let mut buf = [0u8; 64];
+        while self.udp.recv(&mut buf).is_ok() {}
+        self.udp.set_nonblocking(false).map_err(io)?;
+        world.barrier()?;
+        Ok(self.run)
+    }
+
+    // ----- round trips -----------------------------------------------------
+
+    /// `n` UDP round trips of `data` with `peer` (after a tenth as many to
+    /// warm up), one datagram each way; the initiator sends first. Returns
+    /// the round trips in seconds. `busy`: poll a non-blocking socket
+    /// instead of sleeping in `recv`.
+    pub fn udp_round_trips(
+        &mut self,
+        world: &World,
+        peer: u32,
+        initiator: bool,
+        data: &[u8],
+        n: usize,
+        busy: bool,
+    ) -> Result<Vec<f64>, CommError> {
+        self.next_run(world)?;
+        let measure = || -> io::Result<_> {
+            let (udp, to) = (&self.udp, self.udp_addrs[peer as usize]);
+            udp.set_nonblocking(busy)?;
+            udp.set_read_timeout(if busy { None } else { Some(PATIENCE) })?;
+            let mut buf = vec![0u8; 65_536];
+            let recv = |buf: &mut [u8]| -> io::Result<usize> {
+                let deadline = Instant::now() + PATIENCE;
+                loop {
+                    match udp.recv(buf) {
+                        Ok(n) => return Ok(n),
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                            std::hint::spin_loop()
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            };
+            let mut samples = Vec::with_capacity(n + n / 10);
+            for _ in 0..n + n / 10 {
+                let t = Instant::now();
+                if initiator {
+                    udp.send_to(data, to)?;
+                    recv(&mut buf)?;
+                } else {
+                    let got = recv(&mut buf)?;
+                    udp.send_to(&buf[..got], to)?;
+                }
+                samples.push(t.elapsed().as_secs_f64());
+            }
+            udp.set_nonblocking(false)?;
+            Ok(samples.split_off(n / 10))
+        };
+        measure().map_err(io)
+    }
+
+    /// `n` TCP round trips of `data` with `peer` (after a tenth as many to
+    /// warm up). A stream cannot carry an empty message: 0 bytes send 1.
+    pub fn tcp_round_trips(&self, peer: u32, initiator: bool, data: &[u8], n: usize) -> io::Result<Vec<f64>> {
+        let mut tcp = self.tcp(peer)?;
+        let data = if data.is_empty() { &[0u8][..] } else { data };
+        let mut buf = vec![0u8; data.len()];
+        let mut samples = Vec::with_capacity(n + n / 10);
+        for _ in 0..n + n / 10 {
+            let t = Instant::now();
+            if initiator {
+                tcp.write_all(data)?;
+                tcp.read_exact(&mut buf)?;
+            } else {
+                tcp.read_exact(&mut buf)?;
+                tcp.write_all(&buf)?;
+            }
+            samples.push(t.elapsed().as_secs_f64());
+        }
+        Ok(samples.split_off(n / 10))
+    }
+
+    // ----- windowed streams (osu_bw) ---------------------------------------
+
+    /// TCP side of a windowed stream: the sender writes `window` messages of
+    /// `size` bytes and waits for a 1-byte acknowledgement, `rounds` times
+    /// after one round to warm up. The sender returns the seconds taken.
+    pub fn tcp_window(&self, peer: u32, sender: bool, size: usize, window: usize, rounds: usize) -> io::Result<f64> {
+        let mut tcp = self.tcp(peer)?;
+        let size = size.max(1);
+        let mut buf = vec![7u8; size];
+        let mut ack = [0u8; 1];
+        let mut start = Instant::now();
+        for round in 0..rounds + 1 {
+            if round == 1 {
+                start = Instant::now();
+            }
+            if sender {
+                for _ in 0..window {
+                    tcp.write_all(&buf)?;
+                }
+                tcp.read_exact(&mut ack)?;
+            } else {
+                for _ in 0..window {
+                    tcp.read_exact(&mut buf)?;
+                }
+                tcp.write_all(&ack)?;
+            }
+        }
+        Ok(start.elapsed().as_secs_f64())
+    }
+
+    /// Raw UDP side of a windowed stream: the sender blasts `window`
+    /// messages of `size` bytes (each in datagrams of at most
+    /// [`UDP_MAX_PAYLOAD`] bytes), then asks for an acknowledgement of the
+    /// round until it gets one; lost datagrams are not sent again. The
+    /// sender returns the seconds taken, the receiver the payload bytes
+    /// that arrived (both after one round to warm up).
+    pub fn udp_window(
+        &mut self,
+        world: &World,
+        peer: u32,
+        sender: bool,
+        size: usize,
+        window: usize,
+        rounds: usize,
+    ) -> Result<WindowResult, CommError> {
+        let run = self.next_run(world)?;
+        let measure = || -> io::Result<_> {
+            let me = self.me;
+            let (udp, to) = (&self.udp, self.udp_addrs[peer as usize]);
+            let mut buf = vec![7u8; HEADER + size.clamp(1, UDP_MAX_PAYLOAD)];
+            if sender {
+                udp.set_read_timeout(Some(Duration::from_millis(2)))?;
+                let mut start = Instant::now();
+                for round in 0..rounds + 1 {
+                    if round == 1 {
+                        start = Instant::now();
+                    }
+                    for _ in 0..window {
+                        let mut left = size.max(1);
+                        while left > 0 {
+                            let n = left.min(UDP_MAX_PAYLOAD);
+                            header(&mut buf, DATA, run, me, round as u32);
+                            // A full socket buffer loses the datagram, as the network would.
+                            let _ = udp.send_to(&buf[..HEADER + n], to);
+                            left -= n;
+                        }
+                    }
+                    let mut asked = 0;
+                    loop {
+                        header(&mut buf, END, run, me, round as u32);
+                        udp.send_to(&buf[..HEADER], to)?;
+                        asked += 1;
+                        match udp.recv(&mut buf) {
+                            Ok(n) if n >= HEADER && parse(&buf) == (ACK, run, peer, round as u32) => break,
+                            Ok(_) => {}
+                            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                                if asked > 2500 {
+                                    return Err(io::Error::other("the UDP receiver stopped acknowledging"));
+                                }
+                            }
+                            Err(e) => return Err(e),
+                        }
+                    }
+                }
+                return Ok(WindowResult::Seconds(start.elapsed().as_secs_f64()));
+            }
+            udp.set_read_timeout(Some(PATIENCE))?;
+            let mut delivered = 0u64;
+            let mut round = 0u32;
+            let mut reply = [0u8; HEADER];
+            buf.resize(65_536, 0);
+            while round < rounds as u32 + 1 {
+                let n = udp.recv(&mut buf)?;
+                if n < HEADER {
+                    continue;
+                }
+                let (kind, r, _, seq) = parse(&buf);
+                if r != run {
+                    continue;
+                }
+                match kind {
+                    DATA if seq == round && round > 0 => delivered += (n - HEADER) as u64,
+                    // Acknowledge this round, or again an earlier one whose
+                    // acknowledgement was lost.
+                    END if seq <= round => {
+                        header(&mut reply, ACK, run, me, seq);
+                        udp.send_to(&reply, to)?;
+                        if seq == round {
+                            round += 1;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            Ok(WindowResult::Delivered(delivered))
+        };
+        measure().map_err(io)
+    }
+
+    // ----- flows: K senders to one receiver (ttcp, incast) -----------------
+
+    /// TCP flow: every sender writes `count` buffers of `len` bytes as fast
+    /// as it can; the receiver reads all connections (poll) and returns what
+    /// arrived and when the last byte did, counted from the call.
+    pub fn tcp_flow(&self, receiver: u32, senders: &[u32], len: usize, count: usize) -> io::Result<Option<Flow>> {
+        let me = self.me;
+        let len = len.max(1);
+        if me != receiver {
+            let buf = vec![7u8; len];
+            let mut tcp = self.tcp(receiver)?;
+            for _ in 0..count {
+                tcp.write_all(&buf)?;
+            }
+            return Ok(None);
+        }
+        let start = Instant::now();
+        let streams: Vec<&TcpStream> = senders.iter().map(|&s| self.tcp(s)).collect::<io::Result<_>>()?;
+        let mut left = vec![(len * count) as u64; streams.len()];
+        let mut fds: Vec<libc::pollfd> =
+            streams.iter().map(|s| libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLIN, revents: 0 }).collect();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut received = 0u64;
+        while left.iter().any(|&l| l > 0) {
+            // SAFETY: `fds` is a valid array of pollfd for its length.
+            let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, PATIENCE.as_millis() as i32) };
+            if ready < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if ready == 0 {
+                return Err(io::Error::other("a TCP sender stopped sending"));
+            }
+            for (i, fd) in fds.iter_mut().enumerate() {
+                if fd.revents == 0 {
+                    continue;
+                }
+                let want = buf.len().min(left[i] as usize);
+                // Readable: this read returns without waiting.
+                let n = (&mut &*streams[i]).read(&mut buf[..want])?;
+                if n == 0 {
+                    return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "a TCP sender closed early"));
+                }
+                left[i] -= n as u64;
+                received += n as u64;
+                if left[i] == 0 {
+                    fd.fd = -1; // poll ignores it from now on
+                }
+            }
+        }
+        let sent = (len * count * senders.len()) as u64;
+        Ok(Some(Flow::new(sent, received, start.elapsed().as_secs_f64())))
+    }
+
+    /// Raw UDP flow (ttcp -u): every sender blasts `count` messages of `len`
+    /// bytes (each in datagrams of at most [`UDP_MAX_PAYLOAD`] bytes) and then
+    /// a few end markers; the receiver counts what arrives until every
+    /// sender's end marker has, or nothing has for a while. Returns, at the
+    /// receiver, what arrived, by when the last data arrived, and the
+    /// socket's overflow drops over the flow.
+    pub fn udp_flow(
+        &mut self,
+        world: &World,
+        receiver: u32,
+        senders: &[u32],
+        len: usize,
+        count: usize,
+    ) -> Result<Option<Flow>, CommError> {
+        let run = self.next_run(world)?;
+        let measure = || -> io::Result<_> {
+            let me = self.me;
+            let len = len.max(1);
+            let per_message = len.div_ceil(UDP_MAX_PAYLOAD);
+            let udp = &self.udp;
+            if me != receiver {
+                let to = self.udp_addrs[receiver as usize];
+                let mut buf = vec![7u8; HEADER + len.min(UDP_MAX_PAYLOAD)];
+                let mut seq = 0u32;
+                for _ in 0..count {
+                    let mut left = len;
+                    while left > 0 {
+                        let n = left.min(UDP_MAX_PAYLOAD);
+                        header(&mut buf, DATA, run, me, seq);
+                        let _ = udp.send_to(&buf[..HEADER + n], to);
+                        (left, seq) = (left - n, seq.wrapping_add(1));
+                    }
+                }
+                // End markers can be lost in a full buffer like any datagram:
+                // several, spaced, and the receiver's silence timeout behind them.
+                for _ in 0..4 {
+                    header(&mut buf, END, run, me, seq);
+                    let _ = udp.send_to(&buf[..HEADER], to);
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                return Ok(None);
+            }
+            let drops_before = udp_socket_drops(udp.local_addr()?);
+            let start = Instant::now();
+            udp.set_read_timeout(Some(PATIENCE))?;
+            let mut buf = vec![0u8; 65_536];
+            let mut ended = vec![false; self.udp_addrs.len()];
+            let (mut received, mut datagrams) = (0u64, 0u64);
+            let mut last = start;
+            while senders.iter().any(|&s| !ended[s as usize]) {
+                let n = match udp.recv(&mut buf) {
+                    Ok(n) => n,
+                    Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => break,
+                    Err(e) => return Err(e),
+                };
+                if n < HEADER {
+                    continue;
+                }
+                let (kind, r, from, _) = parse(&buf);
+                if r != run || from as usize >= ended.len() {
+                    continue;
+                }
+                if kind == DATA {
+                    received += (n - HEADER) as u64;
+                    datagrams += 1;
+                    last = Instant::now();
+                    if datagrams == 1 {
+                        udp.set_read_timeout(Some(SILENCE))?;
+                    }
+                } else if kind == END {
+                    ended[from as usize] = true;
+                }
+            }
+            let drops = match (drops_before, udp_socket_drops(udp.local_addr()?)) {
+                (Some(b), Some(a)) => Some(a.saturating_sub(b)),
+                _ => None,
+            };
+            let sent = (len * count * senders.len()) as u64;
+            let mut flow = Flow::new(sent, received, (last - start).as_secs_f64());
+            flow.datagrams_sent = Some((count * per_message * senders.len()) as u64);
+            flow.datagrams_received = Some(datagrams);
+            flow.socket_drops = drops;
+            Ok(Some(flow))
+        };
+        measure().map_err(io)
+    }
+}
+
+/// What one side of [`Sockets::udp_window`] measured.
+pub enum WindowResult {
+    Seconds(f64),
+    Delivered(u64),
+}
+
+fn header(buf: &mut [u8], kind: u32, run: u32, rank: u32, seq: u32) {
+    for (i, v) in [kind, run, rank, seq].into_iter().enumerate() {
+        buf[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes());
+    }
+}
+
+fn parse(buf: &[u8]) -> (u32, u32, u32, u32) {
+    let field = |i: usize| u32::from_le_bytes(buf[4 * i..4 * i + 4].try_into().expect("4 bytes"));
+    (field(0), field(1), field(2), field(3))
+}
+
+/// The kernel's count of datagrams dropped at the UDP socket bound to
+/// `addr` because its receive buffer was full (the last column of
+/// `/proc/net/udp`); `None` where it cannot be read.
+pub fn udp_socket_drops(addr: SocketAddr) -> Option<u64> {
+    let SocketAddr::V4(v4) = addr else { return None };
+    // /proc/net/udp prints the address as the u32 in host order (little-endian here).
+    let local = format!("{:08X}:{:04X}", u32::from_le_bytes(v4.ip().octets()), v4.port());
+    let table = std::fs::read_to_string("/proc/net/udp").ok()?;
+    table
+        .lines()
+        .skip(1)
+        .map(|line| line.split_whitespace().collect::<Vec<_>>())
+        .find(|fields| fields.get(1) == Some(&local.as_str()))
+        .and_then(|fields| fields.last()?.parse().ok())
+}

@@ -1,0 +1,134 @@
+//! `bulkwire bench`: every subcommand runs briefly and prints well-formed
+//! JSON in which bulkwire delivered every byte. Behaviour, not timing.
+
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+/// Runs `bulkwire bench <args> --json` and returns its JSON.
+fn bench(args: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_bulkwire"))
+        .arg("bench")
+        .args(args)
+        .arg("--json")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run bulkwire");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "bulkwire bench {args:?} failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{stdout}\nstderr:\n{stderr}"))
+}
+
+fn rows(v: &Value) -> &Vec<Value> {
+    v.as_array().unwrap_or_else(|| panic!("expected an array of rows: {v}"))
+}
+
+fn num(row: &Value, key: &str) -> f64 {
+    row[key].as_f64().unwrap_or_else(|| panic!("{key} missing or not a number in {row}"))
+}
+
+fn sizes(rows: &[Value]) -> Vec<u64> {
+    rows.iter().map(|r| r["size"].as_u64().expect("size")).collect()
+}
+
+/// A flow (ttcp, incast) as the benchmarks report it: bulkwire and TCP
+/// deliver every byte, raw UDP at most every byte.
+fn check_flow_row(row: &Value, senders: u64, bytes_each: u64) {
+    assert_eq!(row["senders"].as_u64(), Some(senders), "{row}");
+    for transport in ["bulkwire", "tcp", "udp"] {
+        let f = &row[transport];
+        let (sent, received) = (num(f, "bytes_sent"), num(f, "bytes_received"));
+        assert_eq!(sent, (senders * bytes_each) as f64, "{transport}: {f}");
+        match transport {
+            "udp" => {
+                assert!(received <= sent, "{f}");
+                assert!(num(f, "datagrams_received") <= num(f, "datagrams_sent"), "{f}");
+            }
+            _ => {
+                assert_eq!(received, sent, "{transport} must deliver everything: {f}");
+                assert!(num(f, "mb_per_s") > 0.0 && num(f, "seconds") > 0.0, "{f}");
+            }
+        }
+    }
+    let protocol = &row["bulkwire"]["protocol"];
+    assert!(num(protocol, "data_packets") > 0.0, "{row}");
+    assert!(num(protocol, "retransmissions") >= 0.0, "{row}");
+}
+
+#[test]
+fn pingpong_reports_every_size_beside_udp_and_tcp() {
+    let v = bench(&["pingpong", "--iterations", "20", "--max-size", "70000"]);
+    let rows = rows(&v);
+    assert_eq!(sizes(rows), [0, 8, 64, 256, 1024, 4096, 16384, 65536, 70000]);
+    for r in rows {
+        for key in ["bulkwire_us", "tcp_nodelay_us"] {
+            assert!(num(r, key) > 0.0, "{r}");
+        }
+        // Raw UDP has a row up to one datagram's size.
+        assert_eq!(r["udp_blocking_us"].is_number(), num(r, "size") <= 64_000.0, "{r}");
+    }
+}
+
+#[test]
+fn pingpong_in_pairs_with_more_ranks_than_cores() {
+    let v = bench(&["pingpong", "-n", "6", "--iterations", "20", "--max-size", "4096"]);
+    let rows = rows(&v);
+    assert_eq!(sizes(rows), [0, 8, 64, 256, 1024, 4096]);
+    // Busy-polling processes without a core each are left out.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cores < 6 {
+        assert!(rows.iter().all(|r| r["udp_busy_poll_us"].is_null()), "{v}");
+    }
+}
+
+#[test]
+fn bw_delivers_every_byte_and_reports_udp_loss() {
+    let v = bench(&["bw", "--iterations", "3", "--window", "8", "--max-size", "100000"]);
+    let rows = rows(&v);
+    assert_eq!(sizes(rows), [1, 8, 64, 256, 1024, 4096, 16384, 65536, 100000]);
+    for r in rows {
+        let sent = num(r, "bulkwire_bytes_sent");
+        assert_eq!(sent, num(r, "size") * num(r, "window") * num(r, "windows"), "{r}");
+        assert_eq!(num(r, "bulkwire_bytes_received"), sent, "bulkwire must deliver everything: {r}");
+        assert!(num(r, "bulkwire_mb_s") > 0.0 && num(r, "tcp_mb_s") > 0.0, "{r}");
+        let udp_received = num(r, "udp_bytes_received");
+        assert!(udp_received <= num(r, "udp_bytes_sent"), "{r}");
+        let loss = num(r, "udp_loss");
+        assert!((0.0..=1.0).contains(&loss), "{r}");
+    }
+}
+
+#[test]
+fn echo_round_trips_and_ttcp() {
+    let v = bench(&["echo", "--iterations", "20", "--ttcp-bytes", "300000", "--ttcp-lengths", "1472,100000"]);
+    let echo = rows(&v["round_trip"]);
+    assert_eq!(sizes(echo), [64, 1500]);
+    for r in echo {
+        for key in ["bulkwire_us", "udp_blocking_us", "tcp_nodelay_us"] {
+            assert!(num(r, key) > 0.0, "{r}");
+        }
+    }
+    let ttcp = rows(&v["ttcp"]);
+    assert_eq!(sizes(ttcp), [1472, 100000]);
+    // The sender writes whole buffers: 300000 / 1472 = 203 of them.
+    check_flow_row(&ttcp[0], 1, 203 * 1472);
+    check_flow_row(&ttcp[1], 1, 300000);
+}
+
+#[test]
+fn incast_delivers_every_byte_from_every_sender() {
+    let v = bench(&["incast", "-k", "3", "--bytes", "400000", "--sizes", "1000,200000"]);
+    let rows = rows(&v);
+    assert_eq!(sizes(rows), [1000, 200000]);
+    check_flow_row(&rows[0], 3, 400000);
+    check_flow_row(&rows[1], 3, 400000);
+}
+
+#[test]
+fn bad_layouts_are_refused() {
+    for args in [&["pingpong", "-n", "3"][..], &["incast", "-k", "0"][..]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_bulkwire")).arg("bench").args(args).output().expect("run");
+        assert!(!out.status.success(), "{args:?} should fail");
+        assert!(!String::from_utf8_lossy(&out.stderr).is_empty());
+    }
+}

@@ -1,0 +1,159 @@
+/*
+ * The sweeps of `bulkwire bench pingpong` and `bulkwire bench bw`, with MPI,
+ * printed in the same table format, so that bulkwire can be compared with an
+ * MPI library on the same machine. Run by scripts/ompi-bench.sh.
+ *
+ *   bench pingpong|bw [--json] [--iterations N] [--max-size BYTES] [--window W]
+ *
+ * Sizes, round counts, windows and budgets follow crates/cli/src/bench:
+ * pingpong: 0, 8, 64, 256, ... (x4) up to max, median half round trip after
+ * a tenth as many warm-up round trips; bw (as OSU's osu_bw): a window of
+ * non-blocking sends (at most 64 MiB), then a 0-byte acknowledgement, one
+ * window to warm up.
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WINDOW_BYTES (64L << 20)
+#define BW_BUDGET (512L << 20)
+#define PP_BUDGET (256L << 20)
+
+static int sizes(long first, long max, long *out) {
+    int n = 0;
+    out[n++] = first;
+    if (max >= 8 && first < 8) out[n++] = 8;
+    for (long x = 64; x <= max; x *= 4) out[n++] = x;
+    if (out[n - 1] != max && max > 8) out[n++] = max;
+    return n;
+}
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static long clampl(long x, long lo, long hi) { return x < lo ? lo : x > hi ? hi : x; }
+
+static void pingpong(int me, long iterations, long max, int json) {
+    long list[64];
+    int count = sizes(0, max, list);
+    char *buf = malloc(max > 0 ? max : 1);
+    memset(buf, 7, max > 0 ? max : 1);
+    if (me == 0) {
+        if (json) printf("[\n");
+        else {
+            printf("# half round trip, median, microseconds; Open MPI over TCP, 2 ranks on this machine over loopback\n");
+            printf("%9s %12s\n", "size", "openmpi");
+        }
+    }
+    for (int s = 0; s < count; s++) {
+        long size = list[s];
+        long n = iterations < PP_BUDGET / (size > 0 ? size : 1) ? iterations : PP_BUDGET / (size > 0 ? size : 1);
+        if (n < 10) n = 10;
+        long warm = n / 10;
+        double *samples = malloc(sizeof(double) * (n + warm));
+        MPI_Barrier(MPI_COMM_WORLD);
+        for (long i = 0; i < n + warm; i++) {
+            double t = MPI_Wtime();
+            if (me == 0) {
+                MPI_Send(buf, (int)size, MPI_BYTE, 1, 1, MPI_COMM_WORLD);
+                MPI_Recv(buf, (int)size, MPI_BYTE, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            } else {
+                MPI_Recv(buf, (int)size, MPI_BYTE, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                MPI_Send(buf, (int)size, MPI_BYTE, 0, 1, MPI_COMM_WORLD);
+            }
+            samples[i] = MPI_Wtime() - t;
+        }
+        qsort(samples + warm, n, sizeof(double), cmp);
+        double half_us = samples[warm + n / 2] / 2.0 * 1e6;
+        if (me == 0) {
+            if (json) printf("  {\"size\": %ld, \"openmpi_us\": %.3f}%s\n", size, half_us, s + 1 < count ? "," : "");
+            else printf("%9ld %12.2f\n", size, half_us);
+        }
+        free(samples);
+    }
+    if (me == 0 && json) printf("]\n");
+    free(buf);
+}
+
+static void bw(int me, long iterations, long max, long window_arg, int json) {
+    long list[64];
+    int count = sizes(1, max, list);
+    char *buf = malloc(max);
+    memset(buf, 7, max);
+    MPI_Request *requests = malloc(sizeof(MPI_Request) * (window_arg > 0 ? window_arg : 1));
+    if (me == 0) {
+        if (json) printf("[\n");
+        else {
+            printf("# streaming throughput, MB/s (10^6 B/s); Open MPI over TCP, 2 ranks on this machine over "
+                   "loopback; a window of up to %ld messages (at most %ld MiB) in flight, then an acknowledgement\n",
+                   window_arg, WINDOW_BYTES >> 20);
+            printf("%9s %12s\n", "size", "openmpi");
+        }
+    }
+    for (int s = 0; s < count; s++) {
+        long size = list[s];
+        long window = clampl(window_arg, 1, WINDOW_BYTES / size > 1 ? WINDOW_BYTES / size : 1);
+        long windows = iterations < BW_BUDGET / (size * window) ? iterations : BW_BUDGET / (size * window);
+        if (windows < 2) windows = 2;
+        double start = 0;
+        MPI_Barrier(MPI_COMM_WORLD);
+        for (long round = 0; round < windows + 1; round++) {
+            if (round == 1) start = MPI_Wtime();
+            if (me == 0) {
+                for (long w = 0; w < window; w++)
+                    MPI_Isend(buf, (int)size, MPI_BYTE, 1, 2, MPI_COMM_WORLD, &requests[w]);
+                MPI_Waitall((int)window, requests, MPI_STATUSES_IGNORE);
+                MPI_Recv(NULL, 0, MPI_BYTE, 1, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            } else {
+                for (long w = 0; w < window; w++)
+                    MPI_Irecv(buf, (int)size, MPI_BYTE, 0, 2, MPI_COMM_WORLD, &requests[w]);
+                MPI_Waitall((int)window, requests, MPI_STATUSES_IGNORE);
+                MPI_Send(NULL, 0, MPI_BYTE, 0, 3, MPI_COMM_WORLD);
+            }
+        }
+        double seconds = MPI_Wtime() - start;
+        double mb_s = (double)size * window * windows / seconds / 1e6;
+        if (me == 0) {
+            if (json)
+                printf("  {\"size\": %ld, \"window\": %ld, \"windows\": %ld, \"openmpi_mb_s\": %.3f}%s\n", size, window,
+                       windows, mb_s, s + 1 < count ? "," : "");
+            else printf("%9ld %12.2f\n", size, mb_s);
+        }
+    }
+    if (me == 0 && json) printf("]\n");
+    free(requests);
+    free(buf);
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int me, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    const char *which = argc > 1 ? argv[1] : "";
+    int json = 0;
+    long iterations = -1, max = 4L << 20, window = 64;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--iterations") && i + 1 < argc) iterations = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--max-size") && i + 1 < argc) max = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--window") && i + 1 < argc) window = atol(argv[++i]);
+        else {
+            if (me == 0) fprintf(stderr, "bench: unknown argument %s\n", argv[i]);
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+    }
+    if (size != 2 || max < 1 || window < 1 || (strcmp(which, "pingpong") && strcmp(which, "bw"))) {
+        if (me == 0)
+            fprintf(stderr, "usage: mpirun -np 2 bench pingpong|bw [--json] [--iterations N] [--max-size B] "
+                            "[--window W]\n");
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    if (!strcmp(which, "pingpong")) pingpong(me, iterations > 0 ? iterations : 2000, max, json);
+    else bw(me, iterations > 0 ? iterations : 100, max, window, json);
+    MPI_Finalize();
+    return 0;
+}
