@@ -254,3 +254,46 @@ impl Config {
         (self.packet_buffers / (2 * self.ranks as usize)).max(1) as u32
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> Config {
+        Config::new(1, JobKey::new([0; 32]), 0, 2)
+    }
+
+    #[test]
+    fn latency_defaults_follow_the_base_latency() {
+        let c = LatencyConfig::from_base_latency(Duration::from_micros(50));
+        assert_eq!((c.high_threshold, c.low_threshold), (Duration::from_micros(100), Duration::from_micros(75)));
+        assert_eq!((c.monitor_interval, c.loss_threshold), (Duration::from_millis(50), Duration::from_millis(50)));
+        assert_eq!(c.clock_sync_period, Some(Duration::from_millis(500)));
+        // Probing stays between every millisecond and every 100 ms.
+        assert_eq!(LatencyConfig::from_base_latency(Duration::ZERO).monitor_interval, Duration::from_millis(1));
+        assert_eq!(
+            LatencyConfig::from_base_latency(Duration::from_secs(1)).monitor_interval,
+            Duration::from_millis(100)
+        );
+        let t = LatencyConfig::table2();
+        assert_eq!((t.high_threshold, t.low_threshold), (Duration::from_micros(100), Duration::from_micros(90)));
+        assert_eq!(t.clock_sync_period, None);
+    }
+
+    #[test]
+    fn latency_config_is_validated() {
+        let mut c = config();
+        assert!(c.latency.is_none(), "off by default");
+        c.latency = Some(LatencyConfig::table2());
+        assert_eq!(c.validate(), Ok(()));
+        let mut l = LatencyConfig::table2();
+        l.low_threshold = l.high_threshold;
+        c.latency = Some(l);
+        assert!(matches!(c.validate(), Err(ConfigError::BadLatencyConfig(_))));
+        c.latency = Some(LatencyConfig { clock_sync_period: Some(Duration::ZERO), ..LatencyConfig::table2() });
+        assert!(matches!(c.validate(), Err(ConfigError::BadLatencyConfig(_))));
+        c.latency = Some(LatencyConfig::table2());
+        c.max_datagram = OVERHEAD + RECORD_HEADER_LEN + 1;
+        assert!(matches!(c.validate(), Err(ConfigError::BadLatencyConfig(_))));
+    }
+}

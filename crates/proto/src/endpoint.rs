@@ -490,6 +490,9 @@ impl Endpoint {
             self.waiting_for_buffers,
             self.blocked_on_recv
         );
+        for (peer, link) in self.links.iter().enumerate().filter(|(_, l)| l.mode() == Mode::HighLatency) {
+            out.push_str(&format!("  peer {peer}: {} mode, {:?}\n", link.mode(), link.stats));
+        }
         for ch in self.channels.iter().filter(|c| !c.is_idle() || c.is_waiting()) {
             out.push_str("  ");
             out.push_str(&ch.describe());

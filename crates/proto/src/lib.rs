@@ -11,6 +11,16 @@
 //!
 //! The same inputs in the same order give the same outputs, which is what lets
 //! the simulator reproduce any run from its seed.
+//!
+//! Inside, each [`Endpoint`] holds one hole-filling channel per peer and
+//! channel id (`channel`), and, when [`Config::latency`] is set, the latency
+//! engines of seed 000 §3 for each peer: the Latency Monitoring Engine
+//! (`lme`: timestamped probes on the ordinary path, one-way latency, probe
+//! loss after TL), the clock resynchronisation it relies on (`clock`: NTP-style
+//! exchanges on the premium path, offset and drift), and the Effective
+//! Communication Engine (`ece`: the mode decision with hysteresis between TM
+//! and Tm, sent in LSTATs, which moves the peer's data between the ordinary
+//! and the premium path). Warp rate control (`warp`) is a separate toolbox.
 
 mod channel;
 mod clock;
