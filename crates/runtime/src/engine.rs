@@ -22,6 +22,8 @@ const HEARTBEAT: Duration = Duration::from_millis(250);
 /// Datagrams read per socket per progress call, so one busy socket cannot
 /// starve the rest of the work.
 const READ_BATCH: usize = 64;
+/// Datagram size on loopback: the largest UDP payload, rounded down to 1 KiB.
+const LOOPBACK_DATAGRAM: usize = 63 * 1024;
 /// How long the progress thread naps while the application spins.
 const SPIN_NAP: Duration = Duration::from_micros(200);
 
@@ -191,6 +193,9 @@ struct Inner {
     stop: AtomicBool,
     /// Application threads spinning on the engine right now.
     spinning: AtomicU32,
+    /// Application threads blocked until the progress thread finds what
+    /// they wait for.
+    blocked: AtomicU32,
     /// How long the application spins before it blocks (zero: never spins).
     spin: Duration,
     /// When the application last left a call (engine time, ns): it is
@@ -263,13 +268,15 @@ impl Runtime {
         config.max_message_size = 16 << 20;
         config.send_buffer_bytes = 32 << 20;
         config.recv_buffer_bytes = 32 << 20;
-        // Loopback carries large datagrams; elsewhere stay within an Ethernet frame.
-        config.max_datagram = if ip.is_loopback() { 16 * 1024 } else { 1472 };
+        // Loopback carries the largest datagrams (one system call moves
+        // 64 KB); elsewhere stay within an Ethernet frame.
+        config.max_datagram = if ip.is_loopback() { LOOPBACK_DATAGRAM } else { 1472 };
         if let Ok(v) = std::env::var("BULKWIRE_MAX_DATAGRAM") {
             config.max_datagram = v.trim().parse().map_err(|_| {
                 io::Error::new(io::ErrorKind::InvalidInput, format!("BULKWIRE_MAX_DATAGRAM={v:?}: not a number"))
             })?;
         }
+        config.packet_buffers = packet_buffers(sockets.recv_buffer_bytes()?, config.max_datagram);
         config.initial_rtt = Duration::from_micros(if ip.is_loopback() { 50 } else { 500 });
         config.min_rto = Duration::from_micros(500);
         let endpoint = Endpoint::new(config)?;
@@ -309,6 +316,7 @@ impl Runtime {
             changed: Condvar::new(),
             stop: AtomicBool::new(false),
             spinning: AtomicU32::new(0),
+            blocked: AtomicU32::new(0),
             spin,
             left_call_at: AtomicU64::new(0),
             thread_wakes_at: AtomicU64::new(0),
@@ -396,7 +404,19 @@ impl Runtime {
         if let Some(r) = spun? {
             return Ok(r);
         }
+        // From here on the progress thread does the reading: tell it so
+        // before waking it, or it would take us for about to spin again.
+        self.inner.blocked.fetch_add(1, Ordering::SeqCst);
         self.inner.wake_thread();
+        let result = self.wait_blocking(&mut f);
+        self.inner.blocked.fetch_sub(1, Ordering::SeqCst);
+        result
+    }
+
+    fn wait_blocking<R>(
+        &self,
+        f: &mut impl FnMut(&mut Engine) -> Result<Option<R>, RuntimeError>,
+    ) -> Result<R, RuntimeError> {
         let mut e = self.inner.lock();
         loop {
             check(&e)?;
@@ -474,6 +494,17 @@ impl Drop for Runtime {
     }
 }
 
+/// Packet buffers for an endpoint whose peers' sockets hold `recv_buffer`
+/// bytes (peers are configured alike). Half the buffers are for packets in
+/// flight; a sender with more in flight than the receiving socket holds
+/// would only overflow it and resend. The kernel reports twice the payload
+/// it accepts (the rest is bookkeeping), so half of that is what datagrams
+/// may fill.
+fn packet_buffers(recv_buffer: usize, max_datagram: usize) -> usize {
+    let in_flight = (recv_buffer / 2 / max_datagram).clamp(4, 512);
+    2 * in_flight
+}
+
 fn check(e: &Engine) -> Result<(), RuntimeError> {
     match &e.failure {
         Some(reason) => Err(RuntimeError::Stopped(reason.clone())),
@@ -507,9 +538,10 @@ fn progress_thread(inner: &Inner) {
             // unless a timer falls due before the nap ends. Waking it costs a
             // system call and, with every core busy spinning, a context switch
             // on the critical path.
-            let nap = inner.spinning.load(Ordering::SeqCst) > 0
-                || now.as_nanos().saturating_sub(inner.left_call_at.load(Ordering::SeqCst))
-                    < inner.spin.as_nanos() as u64;
+            let nap = inner.blocked.load(Ordering::SeqCst) == 0
+                && (inner.spinning.load(Ordering::SeqCst) > 0
+                    || now.as_nanos().saturating_sub(inner.left_call_at.load(Ordering::SeqCst))
+                        < inner.spin.as_nanos() as u64);
             let wake_in = if nap { SPIN_NAP } else { HEARTBEAT };
             inner.thread_wakes_at.store((now + timeout.min(wake_in)).as_nanos(), Ordering::SeqCst);
             (e.fds(), timeout, nap)

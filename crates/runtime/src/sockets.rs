@@ -86,6 +86,14 @@ impl PathSockets {
         }
     }
 
+    /// The smaller of the two kernel receive buffers, as the kernel reports
+    /// it (on Linux, twice what it lets datagrams fill).
+    pub fn recv_buffer_bytes(&self) -> io::Result<usize> {
+        let ordinary = socket2::SockRef::from(&self.ordinary).recv_buffer_size()?;
+        let premium = socket2::SockRef::from(&self.premium).recv_buffer_size()?;
+        Ok(ordinary.min(premium))
+    }
+
     pub fn addrs(&self) -> io::Result<(SocketAddr, SocketAddr)> {
         Ok((self.ordinary.local_addr()?, self.premium.local_addr()?))
     }
