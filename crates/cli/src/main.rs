@@ -5,6 +5,7 @@ mod demo;
 mod launch;
 mod plot;
 mod reliability;
+mod service_switching;
 mod warp;
 
 use clap::{Parser, Subcommand};
@@ -47,6 +48,9 @@ enum SimCommand {
     Reliability(reliability::Args),
     /// Warp rate control: n senders into one FCFS server (seed 003 §3, §6.2).
     Warp(warp::Args),
+    /// Latency-adaptive switching between ordinary and premium service on a
+    /// congested cell switch (seed 000 §4).
+    ServiceSwitching(service_switching::Args),
 }
 
 fn main() {
@@ -59,6 +63,7 @@ fn main() {
         Command::BenchRank(args) => bench::rank(&args).map(|()| 0),
         Command::Sim { experiment: SimCommand::Reliability(args) } => reliability::run(&args).map(|()| 0),
         Command::Sim { experiment: SimCommand::Warp(args) } => warp::run(&args).map(|()| 0),
+        Command::Sim { experiment: SimCommand::ServiceSwitching(args) } => service_switching::run(&args).map(|()| 0),
     };
     match result {
         Ok(code) => std::process::exit(code),

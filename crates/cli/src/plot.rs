@@ -143,3 +143,18 @@ fn draw_panel(area: &Area<'_>, panel: &Panel) -> Result<(), Box<dyn std::error::
     }
     Ok(())
 }
+
+/// Vertical bars of ± `half` around each `(x, y, half)`, with ticks
+/// `tick` wide at both ends: confidence intervals drawn as unlabelled lines.
+pub fn error_bars(points: &[(f64, f64, f64)], colour: RGBColor, tick: f64) -> Vec<Line> {
+    let mut lines = Vec::new();
+    for &(x, y, half) in points.iter().filter(|p| p.2 > 0.0) {
+        let (lo, hi) = (y - half, y + half);
+        for segment in
+            [vec![(x, lo), (x, hi)], vec![(x - tick, lo), (x + tick, lo)], vec![(x - tick, hi), (x + tick, hi)]]
+        {
+            lines.push(Line { label: String::new(), points: segment, colour, reference: false });
+        }
+    }
+    lines
+}

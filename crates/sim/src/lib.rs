@@ -8,14 +8,18 @@
 //!   delivery.
 //! - [`Network`]: how datagrams travel. [`LinkNetwork`] gives every ordered
 //!   pair of hosts a link with delay, jitter, rate, a bounded drop-tail queue
-//!   and fault injection ([`Faults`]); later models (switches, traffic
-//!   sources) implement the same trait.
+//!   and fault injection ([`Faults`]); [`atm::AtmNetwork`] is the cell switch
+//!   of seed 000 §4 (priorities, a shared buffer, push-out, ERICA, ON-OFF
+//!   background), behind the same trait.
 //!
 //! Everything random draws from one seeded ChaCha stream, so the same seed
 //! gives the same run, bit for bit.
 
+pub mod atm;
 mod engine;
 mod network;
+pub mod service_switching;
+pub mod traces;
 pub mod warp;
 pub mod workload;
 

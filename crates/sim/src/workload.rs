@@ -105,6 +105,9 @@ pub struct WorkloadHost {
     pub errors: Vec<String>,
     pub memory_peak: Memory,
     pub last_delivery: Time,
+    /// Every message delivered: its source, its index in the source's plan,
+    /// and when (for latency measurements).
+    pub arrivals: Vec<(u32, usize, Time)>,
     stepped_at: Option<Time>,
 }
 
@@ -126,6 +129,7 @@ impl WorkloadHost {
             errors: Vec::new(),
             memory_peak: Memory::default(),
             last_delivery: Time::ZERO,
+            arrivals: Vec::new(),
             stepped_at: None,
         })
     }
@@ -177,6 +181,7 @@ impl WorkloadHost {
         self.received[slot] += 1;
         self.delivered += 1;
         self.last_delivery = now;
+        self.arrivals.push((from, index, now));
         if data.len() != len || data != message_bytes(self.seed, from, index, len) {
             self.errors.push(format!(
                 "rank {}: message {index} from {from} on channel {channel} is wrong ({} bytes, expected {len}) or out of order",
