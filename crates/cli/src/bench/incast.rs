@@ -108,7 +108,6 @@ pub(super) fn flow_row(
     size: usize,
     count: usize,
 ) -> Result<Option<FlowRow>, CommError> {
-    world.barrier()?;
     let bulkwire = bulkwire_flow(world, senders, size, count)?;
     world.barrier()?;
     let udp = sockets.udp_flow(world, 0, senders, size, count)?;
@@ -135,7 +134,10 @@ fn bulkwire_flow(world: &World, senders: &[u32], size: usize, count: usize) -> R
         let (ordinary, premium) = world.runtime().peer_addrs(me)?;
         Some(udp_socket_drops(ordinary)? + udp_socket_drops(premium)?)
     };
+    // Counters are read before the barrier: the senders start the moment
+    // they leave it.
     let drops_before = socket_drops();
+    world.barrier()?;
     let start = Instant::now();
     let mut received = 0u64;
     if me == 0 {

@@ -389,7 +389,11 @@ impl Sockets {
         len: usize,
         count: usize,
     ) -> Result<Option<Flow>, CommError> {
+        // The receiver's counter is read before the barrier: the senders
+        // start the moment they leave it.
+        let drops_before = udp_socket_drops(self.udp.local_addr().map_err(io)?);
         let run = self.next_run(world)?;
+        let start = Instant::now();
         let measure = || -> io::Result<_> {
             let me = self.me;
             let len = len.max(1);
@@ -417,8 +421,6 @@ impl Sockets {
                 }
                 return Ok(None);
             }
-            let drops_before = udp_socket_drops(udp.local_addr()?);
-            let start = Instant::now();
             udp.set_read_timeout(Some(PATIENCE))?;
             let mut buf = vec![0u8; 65_536];
             let mut ended = vec![false; self.udp_addrs.len()];
