@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use bulkwire_proto::{Config, Endpoint, Event, Path, Time};
 
 use crate::env::JobEnv;
+use crate::loss::LossInjector;
 use crate::rendezvous::{Control, ToLauncher, ToRank};
 use crate::sockets::{PathSockets, SocketOptions};
 
@@ -72,6 +73,8 @@ pub struct Engine {
     pub finished: Vec<bool>,
     /// Why the job must stop, once it must.
     pub failure: Option<String>,
+    /// Injected receive loss (`BULKWIRE_TEST_DROP`, tests only).
+    loss: Option<LossInjector>,
 }
 
 impl Engine {
@@ -108,6 +111,9 @@ impl Engine {
             for _ in 0..READ_BATCH {
                 match self.sockets.socket(path).recv_from(&mut self.rx) {
                     Ok((n, _)) => {
+                        if self.loss.as_mut().is_some_and(|l| l.drops()) {
+                            continue;
+                        }
                         self.endpoint.handle_datagram(now, &self.rx[..n]);
                         self.hot = path;
                         moved = true;
@@ -264,7 +270,8 @@ impl Runtime {
         };
 
         let mut config = Config::new(env.job, env.key.clone(), env.rank, env.size);
-        config.channels = 2;
+        // 0: comm's messages, 1: comm's collectives, 2: bsp's supersteps.
+        config.channels = 3;
         config.max_message_size = 16 << 20;
         config.send_buffer_bytes = 32 << 20;
         config.recv_buffer_bytes = 32 << 20;
@@ -303,6 +310,7 @@ impl Runtime {
             inbox_bytes: 0,
             finished: vec![false; env.size as usize],
             failure: None,
+            loss: LossInjector::from_env(env.rank)?,
         };
         // Spinning pays only when every process of the job here has a core.
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;

@@ -13,13 +13,17 @@
 //!   see busy-poll latency; a background thread blocks in `poll(2)` for the
 //!   rest of the time, fires timers, and keeps the launcher informed, so an
 //!   idle or oversubscribed machine is not burnt.
+//! - [`LossInjector`]: `BULKWIRE_TEST_DROP` discards a seeded fraction of
+//!   received datagrams, so tests run programs over a lossy network.
 
 mod engine;
 mod env;
+mod loss;
 pub mod rendezvous;
 mod sockets;
 
 pub use engine::{Engine, Inbound, Runtime, RuntimeError};
 pub use env::{new_job_id, new_key, JobEnv, JobEnvError};
 pub use env::{JOB, KEY, LOCAL_SIZE, RANK, RENDEZVOUS, SIZE};
+pub use loss::{LossInjector, DROP, DROP_SEED};
 pub use sockets::{PathSockets, SocketOptions};
