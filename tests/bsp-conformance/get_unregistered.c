@@ -1,0 +1,15 @@
+/* expect: abort "bsp_get" "registered"
+ * A get from an address that was never registered. */
+#include "check.h"
+
+int main(void)
+{
+    bsp_begin(bsp_nprocs());
+    int x = 0, y = 0, got = 0;
+    bsp_push_reg(&x, sizeof x);
+    bsp_sync();
+    bsp_get(0, &y, 0, &got, sizeof got);
+    bsp_sync();
+    bsp_end();
+    return 0;
+}

@@ -1,0 +1,19 @@
+/* expect: ok
+ * A put is not visible at its destination before the sync ends the superstep. */
+#include "check.h"
+
+int main(void)
+{
+    bsp_begin(bsp_nprocs());
+    int p = bsp_nprocs(), s = bsp_pid(), x = -1;
+    bsp_push_reg(&x, sizeof x);
+    bsp_sync();
+    bsp_put((s + 1) % p, &s, &x, 0, sizeof s);
+    /* Even the put to ourselves (P = 1) waits for the sync. */
+    CHECK_INT(x, -1);
+    bsp_sync();
+    CHECK_INT(x, (s + p - 1) % p);
+    pass();
+    bsp_end();
+    return 0;
+}

@@ -1,0 +1,19 @@
+/* expect: ok
+ * A deregistration also takes effect at the next sync: a put in the same
+ * superstep as the pop still lands. */
+#include "check.h"
+
+int main(void)
+{
+    bsp_begin(bsp_nprocs());
+    int p = bsp_nprocs(), s = bsp_pid(), x = -1;
+    bsp_push_reg(&x, sizeof x);
+    bsp_sync();
+    bsp_pop_reg(&x);
+    bsp_put((s + 1) % p, &s, &x, 0, sizeof s);
+    bsp_sync();
+    CHECK_INT(x, (s + p - 1) % p);
+    pass();
+    bsp_end();
+    return 0;
+}
