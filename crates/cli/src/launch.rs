@@ -29,9 +29,22 @@ pub struct Args {
     #[arg(long)]
     pub tag_output: bool,
     /// Address of the rendezvous; the ranks' sockets bind to the interface
-    /// that reaches it. Loopback by default.
-    #[arg(long, default_value = "127.0.0.1")]
-    pub bind: std::net::IpAddr,
+    /// that reaches it. Loopback by default; with hosts, the address the
+    /// first host reaches this machine by.
+    #[arg(long)]
+    pub bind: Option<std::net::IpAddr>,
+    /// Start the ranks on these hosts over ssh: comma-separated names, each
+    /// optionally `name:slots` (ranks fill each host's slots in turn).
+    #[arg(long, conflicts_with = "hostfile")]
+    pub hosts: Option<String>,
+    /// Like --hosts, from a file: one `host [slots=N]` per line (Open MPI's format).
+    #[arg(long)]
+    pub hostfile: Option<std::path::PathBuf>,
+    /// The remote shell command for --hosts (split at spaces), e.g.
+    /// `ssh -p 2222`. The job key goes to it on standard input, never on a
+    /// command line.
+    #[arg(long, env = "BULKWIRE_SSH", default_value = "ssh")]
+    pub ssh: String,
     /// Who starts the processes: this machine (`local`), or an engine the
     /// cluster already has (`srun`, Open MPI's or MPICH's `mpirun`), which
     /// then handles placement and output.
@@ -45,7 +58,16 @@ pub struct Args {
 impl Args {
     /// A job of `ranks` processes on this machine, untagged, on loopback.
     pub fn local(ranks: u32, command: Vec<String>) -> Args {
-        Args { ranks, tag_output: false, bind: std::net::Ipv4Addr::LOCALHOST.into(), launcher: Engine::Local, command }
+        Args {
+            ranks,
+            tag_output: false,
+            bind: None,
+            hosts: None,
+            hostfile: None,
+            ssh: "ssh".into(),
+            launcher: Engine::Local,
+            command,
+        }
     }
 }
 
@@ -86,10 +108,18 @@ pub fn run(args: &Args) -> Result<i32, String> {
     if args.ranks == 0 {
         return Err("-n must be at least 1".into());
     }
+    let hosts = hosts(args)?;
+    if hosts.is_some() && args.launcher != Engine::Local {
+        return Err("--hosts and --hostfile start ranks over ssh; they do not go with --launcher".into());
+    }
+    let bind = match (args.bind, &hosts) {
+        (Some(ip), _) => ip,
+        (None, Some(hosts)) => crate::hosts::local_address_towards(hosts)?,
+        (None, None) => std::net::Ipv4Addr::LOCALHOST.into(),
+    };
     let key = new_key();
     let job = new_job_id();
-    let listener =
-        TcpListener::bind((args.bind, 0)).map_err(|e| format!("cannot open the rendezvous on {}: {e}", args.bind))?;
+    let listener = TcpListener::bind((bind, 0)).map_err(|e| format!("cannot open the rendezvous on {bind}: {e}"))?;
     let rendezvous = listener.local_addr().map_err(|e| e.to_string())?;
     let (tx, rx) = channel();
 
@@ -100,9 +130,20 @@ pub fn run(args: &Args) -> Result<i32, String> {
 
     let mut children = Vec::new();
     let mut outputs = Vec::new();
-    let commands: Vec<(Command, String)> = match args.launcher {
-        Engine::Local => (0..args.ranks).map(|r| (rank_command(args, r), format!("rank {r}"))).collect(),
-        engine => vec![(engine_command(args, engine)?, engine_name(engine).to_string())],
+    let commands: Vec<(Command, String)> = match (&hosts, args.launcher) {
+        (Some(hosts), _) => {
+            let placement = crate::hosts::place(hosts, args.ranks);
+            (0..args.ranks)
+                .map(|r| {
+                    let host = &hosts[placement[r as usize]].name;
+                    let on_host = placement.iter().filter(|&&h| h == placement[r as usize]).count() as u32;
+                    let remote = RemoteRank { rank: r, local_size: on_host, job, rendezvous };
+                    Ok((ssh_command(args, host, &remote)?, format!("rank {r} on {host}")))
+                })
+                .collect::<Result<_, String>>()?
+        }
+        (None, Engine::Local) => (0..args.ranks).map(|r| (rank_command(args, r), format!("rank {r}"))).collect(),
+        (None, engine) => vec![(engine_command(args, engine)?, engine_name(engine).to_string())],
     };
     let mut labels = Vec::new();
     for (index, (mut cmd, label)) in commands.into_iter().enumerate() {
@@ -119,8 +160,14 @@ pub fn run(args: &Args) -> Result<i32, String> {
         if let Some(err) = child.stderr.take() {
             outputs.push(forward(err, std::io::stderr(), prefix));
         }
-        if let Some(input) = child.stdin.take() {
-            forward_stdin(input);
+        if let Some(mut input) = child.stdin.take() {
+            if hosts.is_some() {
+                // The remote shell reads the key as its first line of input.
+                let _ = writeln!(input, "{}", key.to_hex());
+            }
+            if index == 0 {
+                forward_stdin(input);
+            }
         }
         children.push(child.id());
         labels.push(label);
@@ -180,6 +227,57 @@ fn engine_command(args: &Args, engine: Engine) -> Result<Command, String> {
         }
     }
     cmd.args(&args.command).stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::piped());
+    Ok(cmd)
+}
+
+fn hosts(args: &Args) -> Result<Option<Vec<crate::hosts::Host>>, String> {
+    if let Some(list) = &args.hosts {
+        return crate::hosts::parse_list(list).map(Some).map_err(|e| e.to_string());
+    }
+    let Some(path) = &args.hostfile else { return Ok(None) };
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("cannot read the host file {}: {e}", path.display()))?;
+    crate::hosts::parse_file(&path.display().to_string(), &text).map(Some).map_err(|e| e.to_string())
+}
+
+/// What a rank started over ssh is told on its command line (nothing secret).
+struct RemoteRank {
+    rank: u32,
+    local_size: u32,
+    job: u64,
+    rendezvous: SocketAddr,
+}
+
+/// `ssh host sh -c '…'`: the remote shell reads the job key from its
+/// standard input (so it appears on no command line, here or there), then
+/// becomes the program with the job's variables set, in a directory of the
+/// same name as ours if there is one.
+fn ssh_command(args: &Args, host: &str, remote: &RemoteRank) -> Result<Command, String> {
+    use crate::hosts::shell_quote;
+    let mut ssh = args.ssh.split_whitespace();
+    let program = ssh.next().ok_or("--ssh is empty")?;
+    let cwd = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default();
+    let mut script = format!(
+        "cd {cwd} 2>/dev/null; IFS= read -r {KEY} || exit 1; export {KEY}; \
+         exec env {JOB}={job:x} {RENDEZVOUS}={rendezvous} {RANK}={rank} {SIZE}={size} {LOCAL_SIZE}={local} \
+         BULKWIRE_PARENT_DEATH=kill",
+        cwd = shell_quote(&cwd),
+        job = remote.job,
+        rendezvous = remote.rendezvous,
+        rank = remote.rank,
+        size = args.ranks,
+        local = remote.local_size,
+    );
+    for word in &args.command {
+        script.push(' ');
+        script.push_str(&shell_quote(word));
+    }
+    let mut cmd = Command::new(program);
+    cmd.args(ssh)
+        .args(["-o", "BatchMode=yes", "-T", "--", host, "sh", "-c", &shell_quote(&script)])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .stdin(Stdio::piped());
     Ok(cmd)
 }
 

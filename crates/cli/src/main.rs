@@ -2,6 +2,7 @@
 
 mod bench;
 mod demo;
+mod hosts;
 mod launch;
 mod plot;
 mod reliability;

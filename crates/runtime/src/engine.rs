@@ -252,6 +252,9 @@ impl Runtime {
     }
 
     pub fn start(env: JobEnv) -> Result<Runtime, RuntimeError> {
+        if std::env::var_os("BULKWIRE_PARENT_DEATH").is_some_and(|v| v == "kill") {
+            die_with_parent()?;
+        }
         let (mut control, ip) = Control::connect(&env)?;
         let sockets = PathSockets::bind(ip, &SocketOptions::from_env()?)?;
         let (ordinary, premium) = sockets.addrs()?;
@@ -500,6 +503,22 @@ impl Drop for Runtime {
         }
         self.shutdown();
     }
+}
+
+/// Asks the kernel to kill this process when its parent ends. A rank
+/// started over ssh is the child of the ssh server's session, which ends
+/// when the launcher's ssh client is killed: the rank must not outlive it,
+/// even stopped or hung.
+fn die_with_parent() -> Result<(), RuntimeError> {
+    // SAFETY: prctl with PR_SET_PDEATHSIG takes a signal number; getppid has no preconditions.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) } != 0 {
+        return Err(io::Error::last_os_error().into());
+    }
+    // The parent may have ended before the request: then we were adopted.
+    if unsafe { libc::getppid() } == 1 {
+        return Err(RuntimeError::Stopped("the process that started this rank is gone".into()));
+    }
+    Ok(())
 }
 
 /// Packet buffers for an endpoint whose peers' sockets hold `recv_buffer`
