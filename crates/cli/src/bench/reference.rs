@@ -37,11 +37,11 @@ const ACK: u32 = 3;
 
 /// The reference sockets of this rank.
 pub struct Sockets {
-    pub udp: UdpSocket,
+    udp: UdpSocket,
     /// Every rank's reference UDP address, by rank.
-    pub udp_addrs: Vec<SocketAddr>,
+    udp_addrs: Vec<SocketAddr>,
     /// TCP connections (TCP_NODELAY) to the peers asked for, by rank.
-    pub tcp: HashMap<u32, TcpStream>,
+    tcp: HashMap<u32, TcpStream>,
     me: u32,
     /// Numbers the UDP measurements, so a late datagram of one is never
     /// counted in the next.
