@@ -290,7 +290,10 @@ fn figure_panel(
             colour: PALETTE[k],
             reference: false,
         });
-        lines.extend(error_bars(&points, PALETTE[k], 0.008));
+        // Each mode's bars a little apart, so that they do not hide each other.
+        let offset = (k as f64 - 1.0) * 0.006;
+        let bars: Vec<(f64, f64, f64)> = points.iter().map(|&(x, y, c)| (x + offset, y, c)).collect();
+        lines.extend(error_bars(&bars, PALETTE[k], 0.005));
     }
     let x0 = loads.first().copied().unwrap_or(0.3) - 0.05;
     let x1 = loads.last().copied().unwrap_or(1.1) + 0.05;

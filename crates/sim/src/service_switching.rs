@@ -86,8 +86,8 @@ impl Lengths {
     pub fn full() -> Lengths {
         Lengths {
             loads: (3..=11).map(|k| k as f64 / 10.0).collect(),
-            repetitions: 8,
-            duration: Duration::from_secs(20),
+            repetitions: 10,
+            duration: Duration::from_secs(30),
             drain: Duration::from_secs(5),
         }
     }
