@@ -1,0 +1,780 @@
+//! BSPlib for bulkwire: bulk-synchronous supersteps over the runtime's
+//! reliable channels, with a sync that exploits what the whole job knows
+//! (seed 002, "Exploiting Global Structure for Performance on Clusters").
+//!
+//! ```no_run
+//! use bulkwire_bsp::{Bsp, BspError};
+//!
+//! fn main() -> Result<(), BspError> {
+//!     let mut bsp = Bsp::begin()?;
+//!     let (pid, p) = (bsp.pid(), bsp.nprocs());
+//!     let x = bsp.register::<u64>(p as usize)?; // collective: in effect after the sync
+//!     bsp.sync()?;
+//!     for to in 0..p {
+//!         bsp.put(to, &[u64::from(pid)], &x, pid as usize)?; // copies now, lands at the sync
+//!     }
+//!     bsp.send((pid + 1) % p, &[], b"hello")?;
+//!     bsp.sync()?;
+//!     assert_eq!(bsp.area(&x), (0..u64::from(p)).collect::<Vec<_>>());
+//!     for m in bsp.messages() {
+//!         assert_eq!(m.payload, b"hello");
+//!     }
+//!     bsp.end()
+//! }
+//! ```
+//!
+//! Semantics are the BSPlib standard's (Hill et al., 1997): registration is
+//! collective, matched across processes by order, in effect from the next
+//! sync, and the most recent registration of an address wins; `put` copies
+//! its source when called, `hpput` may read it at any time until the sync
+//! ends; `get` reads the remote value as it was at the end of the
+//! superstep's computation: every get is served before any put lands; BSMP
+//! messages can be read during the next superstep only; a tag size set in
+//! one superstep applies from the next.
+//!
+//! Two levels of API share one engine:
+//!
+//! - the safe one: areas the [`Bsp`] owns ([`Bsp::register`] gives a
+//!   [`Reg`] handle), typed [`Bsp::put`] and [`Bsp::get`] on slices,
+//!   [`Bsp::messages`] to iterate over the BSMP queue;
+//! - the raw one (`unsafe fn …_raw`), for the C ABI: registrations named by
+//!   the address of the area, puts and gets on raw memory.
+//!
+//! Every misuse is an [`BspError`] naming the process, the call and the
+//! reason. A process that leaves without [`Bsp::end`] (an error, a panic)
+//! stops the whole job with that reason, so no process waits forever.
+//!
+//! The sync is in `sync.rs`, in the paper's numbered phases. Environment:
+//!
+//! - `BULKWIRE_BSP_ORDER=latin|pid|random`: destination order (default latin);
+//! - `BULKWIRE_BSP_PACING=0`: no pacing (for comparison);
+//! - `BULKWIRE_BSP_STATS=1`: packet statistics (Table 5) on stderr at `end`;
+//! - `BULKWIRE_PROFILE=FILE`: a JSON line per superstep in `FILE.<pid>`.
+
+mod error;
+mod pacing;
+mod queue;
+mod reduction;
+mod registry;
+mod repackaging;
+mod schedule;
+mod stats;
+mod sync;
+
+use std::any::Any;
+use std::marker::PhantomData;
+use std::time::Instant;
+
+use bulkwire_runtime::{JobEnv, Runtime};
+
+pub use error::{BspError, Call, Reason};
+pub use queue::{Message, Messages, Queue};
+pub use schedule::Order;
+pub use stats::{PacketStats, SuperstepProfile};
+
+use registry::{Area, Registry, Slot};
+use repackaging::GetRequest;
+use stats::Profiler;
+
+/// Environment variable choosing the destination order.
+pub const ORDER_ENV: &str = "BULKWIRE_BSP_ORDER";
+/// Environment variable turning pacing off (`0`).
+pub const PACING_ENV: &str = "BULKWIRE_BSP_PACING";
+/// Environment variable asking for packet statistics at `end` (`1`).
+pub const STATS_ENV: &str = "BULKWIRE_BSP_STATS";
+/// Environment variable naming the profile: one file `FILE.<pid>` per process.
+pub const PROFILE_ENV: &str = "BULKWIRE_PROFILE";
+
+/// Plain data: any bit pattern is a valid value and there is no padding,
+/// so values can travel as bytes.
+///
+/// # Safety
+///
+/// Implement only for types without padding, pointers or invalid bit patterns.
+pub unsafe trait Pod: Copy + Send + 'static {}
+
+macro_rules! pod {
+    ($($t:ty),*) => { $(unsafe impl Pod for $t {})* };
+}
+pod!(u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize, f32, f64);
+// SAFETY: an array of plain data is plain data (no padding between elements).
+unsafe impl<T: Pod, const N: usize> Pod for [T; N] {}
+
+/// `values` as bytes.
+pub fn as_bytes<T: Pod>(values: &[T]) -> &[u8] {
+    // SAFETY: T is plain data, so every byte of the slice is initialised.
+    unsafe { std::slice::from_raw_parts(values.as_ptr().cast(), std::mem::size_of_val(values)) }
+}
+
+/// `values` as mutable bytes.
+pub fn as_bytes_mut<T: Pod>(values: &mut [T]) -> &mut [u8] {
+    // SAFETY: T is plain data, so any bytes written make valid values.
+    unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr().cast(), std::mem::size_of_val(values)) }
+}
+
+/// An area owned by the safe API, of some `Pod` element type.
+trait OwnedArea: Any + Send {
+    fn bytes(&self) -> &[u8];
+    fn bytes_mut(&mut self) -> &mut [u8];
+    fn as_any(&self) -> &dyn Any;
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+impl<T: Pod> OwnedArea for Vec<T> {
+    fn bytes(&self) -> &[u8] {
+        as_bytes(self)
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        as_bytes_mut(self)
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+/// A registered area of `T`s owned by the [`Bsp`]: the same handle names
+/// the corresponding area on every process (registrations match by order).
+/// Read and write the local area with [`Bsp::area`] and [`Bsp::area_mut`].
+#[derive(Debug)]
+pub struct Reg<T> {
+    slot: Slot,
+    index: usize,
+    len: usize,
+    _type: PhantomData<fn() -> T>,
+}
+
+impl<T> Reg<T> {
+    /// Elements in the local area.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// A BSMP message taken with [`Bsp::hpmove_raw`]: pointers into the
+/// receive buffer, valid until the next sync.
+#[derive(Clone, Copy, Debug)]
+pub struct RawMessage {
+    pub tag: *const u8,
+    pub tag_len: usize,
+    pub payload: *const u8,
+    pub payload_len: usize,
+}
+
+/// What this process sends to one destination in the current superstep.
+#[derive(Debug, Default)]
+struct Outbox {
+    /// Puts and sends, already repackaged as records (phase 3 happens as
+    /// the calls are made).
+    stream: Vec<u8>,
+    /// Gets asked of the destination, in order.
+    requests: Vec<GetRequest>,
+    /// Where each get's reply lands here.
+    targets: Vec<GetTarget>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum GetTarget {
+    Raw(usize),
+    Owned { index: usize, at: usize },
+}
+
+/// An `hpput`: its source is read at the sync.
+#[derive(Clone, Copy, Debug)]
+struct HpPut {
+    to: u32,
+    src: usize,
+    slot: Slot,
+    offset: u64,
+    len: usize,
+}
+
+/// One process of a BSP computation.
+pub struct Bsp {
+    rt: Option<Runtime>,
+    pid: u32,
+    nprocs: u32,
+    started: Instant,
+    /// Supersteps completed (the number of syncs so far).
+    superstep: u64,
+    registry: Registry,
+    owned: Vec<Option<Box<dyn OwnedArea>>>,
+    outboxes: Vec<Outbox>,
+    hpputs: Vec<HpPut>,
+    queue: Queue,
+    tagsize: usize,
+    next_tagsize: usize,
+    order: Order,
+    pacing: bool,
+    net: sync::Net,
+    packet_stats: PacketStats,
+    profile: Option<Profiler>,
+    computation_started: Instant,
+    /// The error that broke the collective state; every later call fails with it.
+    failure: Option<BspError>,
+    ended: bool,
+}
+
+impl Bsp {
+    /// Joins the job started by `bulkwire run` (`bsp_begin` with all the
+    /// processes there are).
+    pub fn begin() -> Result<Bsp, BspError> {
+        Bsp::begin_with(u32::MAX)
+    }
+
+    /// `bsp_begin(maxprocs)`: the first `maxprocs` processes of the job
+    /// take part; any others leave the job quietly (this function does not
+    /// return on them; they exit with status 0 once the job ends).
+    pub fn begin_with(maxprocs: u32) -> Result<Bsp, BspError> {
+        let early = |reason: Reason| BspError { pid: 0, call: Call::Begin, reason };
+        let env = JobEnv::from_env().map_err(|e| early(Reason::Runtime(e.to_string())))?;
+        if maxprocs == 0 {
+            return Err(early(Reason::Invalid("bsp_begin needs at least one process".into())));
+        }
+        let rt = Runtime::start(env.clone()).map_err(|e| BspError {
+            pid: env.rank,
+            call: Call::Begin,
+            reason: Reason::Runtime(e.to_string()),
+        })?;
+        let nprocs = env.size.min(maxprocs);
+        if env.rank >= nprocs {
+            let code = i32::from(rt.finish().is_err());
+            std::process::exit(code);
+        }
+        let order = match std::env::var(ORDER_ENV) {
+            Ok(v) => v.parse().map_err(|e: String| early(Reason::Invalid(format!("{ORDER_ENV}: {e}"))))?,
+            Err(_) => Order::default(),
+        };
+        let pacing = std::env::var(PACING_ENV).map_or(true, |v| v.trim() != "0");
+        let profile = match std::env::var(PROFILE_ENV) {
+            Ok(prefix) if !prefix.is_empty() => Some(Profiler::create(&prefix, env.rank).map_err(|e| BspError {
+                pid: env.rank,
+                call: Call::Begin,
+                reason: Reason::Runtime(format!("{PROFILE_ENV}: {e}")),
+            })?),
+            _ => None,
+        };
+        let now = Instant::now();
+        Ok(Bsp {
+            rt: Some(rt),
+            pid: env.rank,
+            nprocs,
+            started: now,
+            superstep: 0,
+            registry: Registry::default(),
+            owned: Vec::new(),
+            outboxes: (0..nprocs).map(|_| Outbox::default()).collect(),
+            hpputs: Vec::new(),
+            queue: Queue::default(),
+            tagsize: 0,
+            next_tagsize: 0,
+            order,
+            pacing,
+            net: sync::Net::new(nprocs),
+            packet_stats: PacketStats::default(),
+            profile,
+            computation_started: now,
+            failure: None,
+            ended: false,
+        })
+    }
+
+    /// `bsp_init`: for programs whose `main` is not the SPMD part. Every
+    /// process of the job runs `main`; on all but process 0 this runs
+    /// `spmd` (which calls [`Bsp::begin`] and [`Bsp::end`]) and exits, so
+    /// that only process 0 goes on with `main` (to read input, say) before
+    /// it calls `spmd` itself.
+    pub fn init(spmd: impl FnOnce()) -> Result<(), BspError> {
+        let env = JobEnv::from_env().map_err(|e| BspError {
+            pid: 0,
+            call: Call::Init,
+            reason: Reason::Runtime(e.to_string()),
+        })?;
+        if env.rank != 0 {
+            spmd();
+            std::process::exit(0);
+        }
+        Ok(())
+    }
+
+    /// `bsp_nprocs` before `bsp_begin`: the processes the job has.
+    pub fn available() -> Result<u32, BspError> {
+        JobEnv::from_env().map(|e| e.size).map_err(|e| BspError {
+            pid: 0,
+            call: Call::Begin,
+            reason: Reason::Runtime(e.to_string()),
+        })
+    }
+
+    pub fn nprocs(&self) -> u32 {
+        self.nprocs
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Seconds since `begin`.
+    pub fn time(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    /// Supersteps completed so far.
+    pub fn superstep(&self) -> u64 {
+        self.superstep
+    }
+
+    /// The destination order of the syncs from now on (each process may
+    /// choose; pacing assumes all choose the same).
+    pub fn set_order(&mut self, order: Order) {
+        self.order = order;
+    }
+
+    pub fn order(&self) -> Order {
+        self.order
+    }
+
+    /// Turns pacing on or off (on by default; off only to compare).
+    pub fn set_pacing(&mut self, on: bool) {
+        self.pacing = on;
+    }
+
+    /// Packet counters of bsp's channel so far (Table 5).
+    pub fn packet_stats(&self) -> PacketStats {
+        let mut s = self.packet_stats;
+        if let Some(rt) = &self.rt {
+            let _ = rt.with(|e| {
+                for peer in (0..self.nprocs).filter(|&p| p != self.pid) {
+                    if let Some(c) = e.endpoint.channel_stats(peer, sync::CHANNEL) {
+                        s.add_channel(&c);
+                    }
+                }
+                Ok(())
+            });
+        }
+        s
+    }
+
+    /// An error of this process in `call`, for layers that check their own
+    /// arguments (the C ABI's negative sizes).
+    pub fn error(&self, call: Call, reason: Reason) -> BspError {
+        BspError { pid: self.pid, call, reason }
+    }
+
+    /// `bsp_abort`: prints `message`, stops every process of the job, and
+    /// exits with status 1.
+    pub fn abort(&self, message: &str) -> ! {
+        let text = format!("bsp_abort: process {}: {message}", self.pid);
+        eprintln!("{text}");
+        if let Some(rt) = &self.rt {
+            rt.fail(&text);
+        }
+        std::process::exit(1);
+    }
+
+    // ----- checks -----------------------------------------------------------
+
+    fn usable(&self, call: Call) -> Result<(), BspError> {
+        if let Some(f) = &self.failure {
+            return Err(self.error(call, Reason::Failed(Box::new(f.clone()))));
+        }
+        if self.ended {
+            return Err(self.error(call, Reason::Ended));
+        }
+        Ok(())
+    }
+
+    fn check_pid(&self, call: Call, pid: u32) -> Result<(), BspError> {
+        if pid >= self.nprocs {
+            return Err(self.error(call, Reason::NoSuchProcess { pid: i64::from(pid), nprocs: self.nprocs }));
+        }
+        Ok(())
+    }
+
+    fn registered(&self, call: Call, addr: usize) -> Result<Slot, BspError> {
+        self.registry.resolve(addr).map_err(|r| self.error(call, r))
+    }
+
+    fn slot_in_effect(&self, call: Call, slot: Slot) -> Result<(), BspError> {
+        match self.registry.area(slot) {
+            Some(_) => Ok(()),
+            None => Err(self.error(call, Reason::NotRegistered { addr: slot as usize, pending: true })),
+        }
+    }
+
+    // ----- registration -----------------------------------------------------
+
+    /// `bsp_push_reg`: registers the `len` bytes at `addr` (collective; in
+    /// effect from the next sync). `addr` may be null (for processes that
+    /// register nothing but must take part).
+    ///
+    /// # Safety
+    ///
+    /// While registered, the area must stay valid, and must not be read or
+    /// written by anyone else during a sync: puts land in it and gets read
+    /// it then.
+    pub unsafe fn push_reg_raw(&mut self, addr: *const u8, len: usize) -> Result<(), BspError> {
+        self.usable(Call::PushReg)?;
+        self.registry.push(Area { addr: addr as usize, len, owned: None });
+        Ok(())
+    }
+
+    /// `bsp_pop_reg`: removes the most recent registration of `addr` at the
+    /// next sync (collective).
+    pub fn pop_reg_raw(&mut self, addr: *const u8) -> Result<(), BspError> {
+        self.usable(Call::PopReg)?;
+        self.registry.pop(addr as usize).map(|_| ()).map_err(|r| self.error(Call::PopReg, r))
+    }
+
+    /// Registers a new area of `len` zeroed `T`s owned by this `Bsp`
+    /// (collective; in effect from the next sync).
+    pub fn register<T: Pod + Default>(&mut self, len: usize) -> Result<Reg<T>, BspError> {
+        self.register_vec(vec![T::default(); len])
+    }
+
+    /// Registers `data` as an area owned by this `Bsp` (collective).
+    pub fn register_vec<T: Pod>(&mut self, data: Vec<T>) -> Result<Reg<T>, BspError> {
+        self.usable(Call::PushReg)?;
+        let len = data.len();
+        let mut area: Box<dyn OwnedArea> = Box::new(data);
+        let bytes = area.bytes_mut();
+        let addr = bytes.as_mut_ptr() as usize;
+        let byte_len = bytes.len();
+        let index = match self.owned.iter().position(Option::is_none) {
+            Some(i) => {
+                self.owned[i] = Some(area);
+                i
+            }
+            None => {
+                self.owned.push(Some(area));
+                self.owned.len() - 1
+            }
+        };
+        let slot = self.registry.push(Area { addr, len: byte_len, owned: Some(index) });
+        Ok(Reg { slot, index, len, _type: PhantomData })
+    }
+
+    /// Removes a registration made with [`Bsp::register`] (collective; at
+    /// the next sync, which also frees the area).
+    pub fn unregister<T: Pod>(&mut self, reg: Reg<T>) -> Result<(), BspError> {
+        self.usable(Call::PopReg)?;
+        self.registry.pop_slot(reg.slot).map_err(|r| self.error(Call::PopReg, r))
+    }
+
+    /// The local area of `reg`.
+    pub fn area<T: Pod>(&self, reg: &Reg<T>) -> &[T] {
+        self.owned_vec(reg)
+    }
+
+    /// The local area of `reg`, to write.
+    pub fn area_mut<T: Pod>(&mut self, reg: &Reg<T>) -> &mut [T] {
+        self.owned[reg.index]
+            .as_mut()
+            .and_then(|a| a.as_any_mut().downcast_mut::<Vec<T>>())
+            .expect("a Reg names an area of its own type until it is unregistered")
+    }
+
+    fn owned_vec<T: Pod>(&self, reg: &Reg<T>) -> &Vec<T> {
+        self.owned[reg.index]
+            .as_ref()
+            .and_then(|a| a.as_any().downcast_ref::<Vec<T>>())
+            .expect("a Reg names an area of its own type until it is unregistered")
+    }
+
+    // ----- DRMA ---------------------------------------------------------------
+
+    /// Copies `src` now into the area of `dst` on process `pid`, starting at
+    /// element `offset`; it lands at the end of the sync.
+    pub fn put<T: Pod>(&mut self, pid: u32, src: &[T], dst: &Reg<T>, offset: usize) -> Result<(), BspError> {
+        self.usable(Call::Put)?;
+        self.check_pid(Call::Put, pid)?;
+        self.slot_in_effect(Call::Put, dst.slot)?;
+        let offset = (offset as u64).saturating_mul(std::mem::size_of::<T>() as u64);
+        repackaging::put(&mut self.outboxes[pid as usize].stream, dst.slot, offset, as_bytes(src));
+        Ok(())
+    }
+
+    /// Asks for `len` elements at element `offset` of `src` on process
+    /// `pid`, as they are at the end of this superstep's computation, to be
+    /// written at element `dst_offset` of the local area of `dst` by the end
+    /// of the sync.
+    pub fn get<T: Pod>(
+        &mut self,
+        pid: u32,
+        src: &Reg<T>,
+        offset: usize,
+        dst: &Reg<T>,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<(), BspError> {
+        self.usable(Call::Get)?;
+        self.check_pid(Call::Get, pid)?;
+        self.slot_in_effect(Call::Get, src.slot)?;
+        let size = std::mem::size_of::<T>();
+        if dst_offset.checked_add(len).is_none_or(|end| end > dst.len) {
+            let reason = Reason::OutOfBounds {
+                access: "the destination of bsp_get".into(),
+                offset: (dst_offset * size) as u64,
+                len: (len * size) as u64,
+                size: dst.len * size,
+                owner: self.pid,
+                slot: dst.slot,
+            };
+            return Err(self.error(Call::Get, reason));
+        }
+        let request = GetRequest {
+            slot: src.slot,
+            offset: (offset as u64).saturating_mul(size as u64),
+            len: (len * size) as u64,
+        };
+        let outbox = &mut self.outboxes[pid as usize];
+        outbox.requests.push(request);
+        outbox.targets.push(GetTarget::Owned { index: dst.index, at: dst_offset * size });
+        Ok(())
+    }
+
+    /// `bsp_put`: copies `len` bytes at `src` now; they land at `offset` in
+    /// the area registered at `dst` on process `pid` at the end of the sync.
+    ///
+    /// # Safety
+    ///
+    /// `src` must be valid for reads of `len` bytes.
+    pub unsafe fn put_raw(
+        &mut self,
+        pid: u32,
+        src: *const u8,
+        dst: *const u8,
+        offset: usize,
+        len: usize,
+    ) -> Result<(), BspError> {
+        self.usable(Call::Put)?;
+        self.check_pid(Call::Put, pid)?;
+        let slot = self.registered(Call::Put, dst as usize)?;
+        let data = if len == 0 { &[][..] } else { std::slice::from_raw_parts(src, len) };
+        repackaging::put(&mut self.outboxes[pid as usize].stream, slot, offset as u64, data);
+        Ok(())
+    }
+
+    /// `bsp_hpput`: like [`Bsp::put_raw`], but `src` is read at the sync,
+    /// not now.
+    ///
+    /// # Safety
+    ///
+    /// `src` must stay valid for reads of `len` bytes until the next sync
+    /// ends, and what it holds then is what is sent.
+    pub unsafe fn hpput_raw(
+        &mut self,
+        pid: u32,
+        src: *const u8,
+        dst: *const u8,
+        offset: usize,
+        len: usize,
+    ) -> Result<(), BspError> {
+        self.usable(Call::HpPut)?;
+        self.check_pid(Call::HpPut, pid)?;
+        let slot = self.registered(Call::HpPut, dst as usize)?;
+        self.hpputs.push(HpPut { to: pid, src: src as usize, slot, offset: offset as u64, len });
+        Ok(())
+    }
+
+    /// `bsp_get`: `len` bytes at `offset` in the area registered at `src`
+    /// on process `pid`, as they are at the end of this superstep's
+    /// computation, are written to `dst` by the end of the sync.
+    ///
+    /// # Safety
+    ///
+    /// `dst` must stay valid for writes of `len` bytes until the sync ends.
+    pub unsafe fn get_raw(
+        &mut self,
+        pid: u32,
+        src: *const u8,
+        offset: usize,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<(), BspError> {
+        self.get_raw_as(Call::Get, pid, src, offset, dst, len)
+    }
+
+    /// `bsp_hpget`: as [`Bsp::get_raw`] (this implementation gives hpget
+    /// the stronger guarantees of get).
+    ///
+    /// # Safety
+    ///
+    /// As [`Bsp::get_raw`].
+    pub unsafe fn hpget_raw(
+        &mut self,
+        pid: u32,
+        src: *const u8,
+        offset: usize,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<(), BspError> {
+        self.get_raw_as(Call::HpGet, pid, src, offset, dst, len)
+    }
+
+    fn get_raw_as(
+        &mut self,
+        call: Call,
+        pid: u32,
+        src: *const u8,
+        offset: usize,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<(), BspError> {
+        self.usable(call)?;
+        self.check_pid(call, pid)?;
+        let slot = self.registered(call, src as usize)?;
+        let outbox = &mut self.outboxes[pid as usize];
+        outbox.requests.push(GetRequest { slot, offset: offset as u64, len: len as u64 });
+        outbox.targets.push(GetTarget::Raw(dst as usize));
+        Ok(())
+    }
+
+    // ----- BSMP ---------------------------------------------------------------
+
+    /// `bsp_set_tagsize`: the tag size from the next sync on (every process
+    /// must ask for the same); returns the size in effect now.
+    pub fn set_tagsize(&mut self, size: usize) -> Result<usize, BspError> {
+        self.usable(Call::SetTagsize)?;
+        self.next_tagsize = size;
+        Ok(self.tagsize)
+    }
+
+    /// The tag size in effect in this superstep.
+    pub fn tagsize(&self) -> usize {
+        self.tagsize
+    }
+
+    /// `bsp_send`: queues a message for process `pid`, readable there in
+    /// the next superstep. `tag` must have the tag size's length.
+    pub fn send(&mut self, pid: u32, tag: &[u8], payload: &[u8]) -> Result<(), BspError> {
+        self.usable(Call::Send)?;
+        self.check_pid(Call::Send, pid)?;
+        if tag.len() != self.tagsize {
+            return Err(self.error(Call::Send, Reason::TagLength { len: tag.len(), tagsize: self.tagsize }));
+        }
+        repackaging::send(&mut self.outboxes[pid as usize].stream, tag, payload);
+        Ok(())
+    }
+
+    /// `bsp_send` on raw memory: the tag is the tag size's bytes at `tag`.
+    ///
+    /// # Safety
+    ///
+    /// `tag` must be valid for reads of [`Bsp::tagsize`] bytes and `payload`
+    /// for `len` bytes (either may be null when its length is 0).
+    pub unsafe fn send_raw(
+        &mut self,
+        pid: u32,
+        tag: *const u8,
+        payload: *const u8,
+        len: usize,
+    ) -> Result<(), BspError> {
+        let tag = if self.tagsize == 0 { &[][..] } else { std::slice::from_raw_parts(tag, self.tagsize) };
+        let payload = if len == 0 { &[][..] } else { std::slice::from_raw_parts(payload, len) };
+        self.send(pid, tag, payload)
+    }
+
+    /// `bsp_qsize`: messages waiting, and their payload bytes.
+    pub fn qsize(&self) -> (usize, usize) {
+        (self.queue.len(), self.queue.bytes())
+    }
+
+    /// `bsp_get_tag`: the first waiting message (its tag and payload
+    /// length), without taking it; `None` when the queue is empty.
+    pub fn get_tag(&self) -> Option<Message<'_>> {
+        self.queue.peek()
+    }
+
+    /// `bsp_move`: copies the first message's payload into `buf` (as much
+    /// as fits), takes it off the queue, and returns the payload's length.
+    pub fn move_message(&mut self, buf: &mut [u8]) -> Result<usize, BspError> {
+        self.usable(Call::Move)?;
+        let pid = self.pid;
+        match self.queue.pop() {
+            Some(m) => {
+                let n = m.payload.len().min(buf.len());
+                buf[..n].copy_from_slice(&m.payload[..n]);
+                Ok(m.payload.len())
+            }
+            None => Err(BspError { pid, call: Call::Move, reason: Reason::EmptyQueue }),
+        }
+    }
+
+    /// `bsp_hpmove`: takes the first message off the queue and returns
+    /// where its tag and payload are; they stay there until the next sync.
+    pub fn hpmove_raw(&mut self) -> Option<RawMessage> {
+        let m = self.queue.pop()?;
+        Some(RawMessage {
+            tag: m.tag.as_ptr(),
+            tag_len: m.tag.len(),
+            payload: m.payload.as_ptr(),
+            payload_len: m.payload.len(),
+        })
+    }
+
+    /// Takes the waiting messages off the queue, in order, as they are iterated.
+    pub fn messages(&mut self) -> Messages<'_> {
+        self.queue.drain()
+    }
+
+    // ----- supersteps -----------------------------------------------------------
+
+    /// `bsp_sync`: ends the superstep. Everything asked for lands, messages
+    /// sent become readable, registrations take effect.
+    pub fn sync(&mut self) -> Result<(), BspError> {
+        self.usable(Call::Sync)?;
+        self.superstep_end(Call::Sync).map_err(|e| self.poison(e))
+    }
+
+    /// `bsp_end`: the last sync (every process must reach it after the same
+    /// number of syncs), then leaves the job. Prints the packet statistics
+    /// when `BULKWIRE_BSP_STATS=1`.
+    pub fn end(mut self) -> Result<(), BspError> {
+        self.usable(Call::End)?;
+        self.superstep_end(Call::End).map_err(|e| self.poison(e))?;
+        self.ended = true;
+        if std::env::var(STATS_ENV).is_ok_and(|v| v.trim() == "1") {
+            eprintln!("{}", self.packet_stats().line(self.pid));
+        }
+        if let Some(p) = &mut self.profile {
+            p.flush().map_err(|e| BspError {
+                pid: self.pid,
+                call: Call::End,
+                reason: Reason::Runtime(e.to_string()),
+            })?;
+        }
+        let pid = self.pid;
+        let rt = self.rt.take().expect("the runtime is there until end");
+        rt.finish().map_err(|e| BspError { pid, call: Call::End, reason: Reason::Runtime(e.to_string()) })
+    }
+
+    fn poison(&mut self, e: BspError) -> BspError {
+        self.failure.get_or_insert_with(|| e.clone());
+        e
+    }
+}
+
+impl Drop for Bsp {
+    fn drop(&mut self) {
+        let Some(rt) = &self.rt else { return };
+        if self.ended {
+            return;
+        }
+        // Leaving without bsp_end breaks the superstep structure for every
+        // process: stop the job, saying why, rather than let others wait.
+        let reason = match &self.failure {
+            Some(e) => e.to_string(),
+            None if std::thread::panicking() => format!("bsp: process {}: panicked", self.pid),
+            None => format!("bsp: process {}: left without calling bsp_end", self.pid),
+        };
+        eprintln!("{reason}");
+        rt.fail(&reason);
+    }
+}

@@ -1,0 +1,310 @@
+//! Phase 1 of the sync: the barrier is an OR reduction of every process's
+//! row of the communication bit-matrix (seed 002 §3, step 2).
+//!
+//! The reduction is a tree in which every process is the root of its own
+//! binomial tree (the dissemination pattern): in round k a process sends
+//! what it knows to the process 2^k ahead and merges what comes from the
+//! process 2^k behind. After ⌈log2 p⌉ rounds every process holds the whole
+//! matrix, with no broadcast back down. This needs a merge that may see a
+//! contribution twice (OR, max, min are idempotent), which is why every
+//! field below merges that way.
+//!
+//! Besides the matrix, the same messages carry what every process must
+//! agree on, each as the extremes (value, process) over the job: whether
+//! the call is `bsp_end` or `bsp_sync`, the digest of the superstep's
+//! registrations, the tag size for the next superstep. Each process's
+//! total outgoing bytes ride along in a slot that only it writes, so every
+//! process learns the global load.
+
+use crate::error::Reason;
+
+/// The value of one check, with the process it came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Witness {
+    pub value: u64,
+    pub pid: u32,
+    /// Extra detail for the error message (pushes and pops for registrations).
+    pub detail: u64,
+}
+
+/// Smallest and largest value of a check over the processes merged so far.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extremes {
+    pub min: Witness,
+    pub max: Witness,
+}
+
+impl Extremes {
+    pub fn of(value: u64, pid: u32, detail: u64) -> Extremes {
+        let w = Witness { value, pid, detail };
+        Extremes { min: w, max: w }
+    }
+
+    fn merge(&mut self, o: &Extremes) {
+        if (o.min.value, o.min.pid) < (self.min.value, self.min.pid) {
+            self.min = o.min;
+        }
+        if (o.max.value, o.max.pid) > (self.max.value, self.max.pid) {
+            self.max = o.max;
+        }
+    }
+
+    pub fn agree(&self) -> bool {
+        self.min.value == self.max.value
+    }
+}
+
+/// What the barrier reduces: a p × p bit-matrix (row i: the processes i
+/// sends to), everyone's outgoing bytes, and the checks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reduction {
+    pub p: u32,
+    words: Vec<u64>,
+    /// Bytes each process will send over the network in this superstep.
+    pub out_bytes: Vec<u64>,
+    /// 1 for `bsp_end`, 0 for `bsp_sync`.
+    pub ending: Extremes,
+    /// Digest of the superstep's `push_reg`/`pop_reg` sequence.
+    pub registrations: Extremes,
+    /// Tag size in effect in the next superstep.
+    pub tagsize: Extremes,
+}
+
+impl Reduction {
+    /// Process `pid`'s contribution: its row and its checks.
+    pub fn local(
+        p: u32,
+        pid: u32,
+        sends_to: impl Fn(u32) -> bool,
+        out_bytes: u64,
+        ending: bool,
+        registrations: (u64, u32, u32),
+        tagsize: u64,
+    ) -> Reduction {
+        let mut r = Reduction {
+            p,
+            words: vec![0; (p as usize * p as usize).div_ceil(64)],
+            out_bytes: vec![0; p as usize],
+            ending: Extremes::of(u64::from(ending), pid, 0),
+            registrations: Extremes::of(
+                registrations.0,
+                pid,
+                u64::from(registrations.1) << 32 | u64::from(registrations.2),
+            ),
+            tagsize: Extremes::of(tagsize, pid, 0),
+        };
+        for to in (0..p).filter(|&to| sends_to(to)) {
+            r.set(pid, to);
+        }
+        r.out_bytes[pid as usize] = out_bytes;
+        r
+    }
+
+    fn set(&mut self, from: u32, to: u32) {
+        let bit = from as usize * self.p as usize + to as usize;
+        self.words[bit / 64] |= 1 << (bit % 64);
+    }
+
+    /// Whether `from` sends to `to` in this superstep.
+    pub fn talks(&self, from: u32, to: u32) -> bool {
+        let bit = from as usize * self.p as usize + to as usize;
+        self.words[bit / 64] >> (bit % 64) & 1 == 1
+    }
+
+    pub fn merge(&mut self, o: &Reduction) {
+        for (w, x) in self.words.iter_mut().zip(&o.words) {
+            *w |= x;
+        }
+        for (b, x) in self.out_bytes.iter_mut().zip(&o.out_bytes) {
+            *b = (*b).max(*x);
+        }
+        self.ending.merge(&o.ending);
+        self.registrations.merge(&o.registrations);
+        self.tagsize.merge(&o.tagsize);
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(4 + 8 * (self.words.len() + self.out_bytes.len()) + 3 * 40);
+        out.extend_from_slice(&self.p.to_le_bytes());
+        for w in self.words.iter().chain(&self.out_bytes) {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+        for e in [&self.ending, &self.registrations, &self.tagsize] {
+            for w in [&e.min, &e.max] {
+                out.extend_from_slice(&w.value.to_le_bytes());
+                out.extend_from_slice(&w.pid.to_le_bytes());
+                out.extend_from_slice(&w.detail.to_le_bytes());
+            }
+        }
+        out
+    }
+
+    /// Decodes a peer's reduction for a job of `p` processes.
+    pub fn decode(bytes: &[u8], p: u32) -> Result<Reduction, String> {
+        let mut r = Reader(bytes);
+        if r.u32()? != p {
+            return Err("reduction for another number of processes".into());
+        }
+        let words = (0..(p as usize * p as usize).div_ceil(64)).map(|_| r.u64()).collect::<Result<_, _>>()?;
+        let out_bytes = (0..p).map(|_| r.u64()).collect::<Result<_, _>>()?;
+        let mut extremes = [Extremes::of(0, 0, 0); 3];
+        for e in &mut extremes {
+            for w in [&mut e.min, &mut e.max] {
+                *w = Witness { value: r.u64()?, pid: r.u32()?, detail: r.u64()? };
+            }
+        }
+        if !r.0.is_empty() {
+            return Err("trailing bytes after a reduction".into());
+        }
+        let [ending, registrations, tagsize] = extremes;
+        Ok(Reduction { p, words, out_bytes, ending, registrations, tagsize })
+    }
+
+    /// The first disagreement, as every process sees it after the reduction.
+    pub fn disagreement(&self, superstep: u64) -> Option<Reason> {
+        if !self.ending.agree() {
+            return Some(Reason::SyncMismatch { ended: self.ending.max.pid, synced: self.ending.min.pid, superstep });
+        }
+        if !self.registrations.agree() {
+            let describe = |w: &Witness| {
+                format!(
+                    "process {} made {} bsp_push_reg and {} bsp_pop_reg",
+                    w.pid,
+                    w.detail >> 32,
+                    w.detail & 0xffff_ffff
+                )
+            };
+            let (a, b) = (describe(&self.registrations.min), describe(&self.registrations.max));
+            let same_counts = self.registrations.min.detail == self.registrations.max.detail;
+            let detail = if same_counts {
+                format!(
+                    "{a} in superstep {superstep}, and so did {b}, but in another order or popping other registrations",
+                    b = self.registrations.max.pid
+                )
+            } else {
+                format!("{a} in superstep {superstep}, {b}")
+            };
+            return Some(Reason::RegistrationsDiffer { detail });
+        }
+        if !self.tagsize.agree() {
+            let (a, b) = (self.tagsize.min, self.tagsize.max);
+            return Some(Reason::TagSizesDiffer { a: a.pid, a_size: a.value, b: b.pid, b_size: b.value });
+        }
+        None
+    }
+}
+
+/// Rounds of the dissemination reduction for `p` processes.
+pub fn rounds(p: u32) -> u32 {
+    if p <= 1 {
+        0
+    } else {
+        32 - (p - 1).leading_zeros()
+    }
+}
+
+/// Whom `pid` sends to and hears from in `round`.
+pub fn partners(pid: u32, p: u32, round: u32) -> (u32, u32) {
+    let d = (1u64 << round) % u64::from(p);
+    let d = d as u32;
+    ((pid + d) % p, (pid + p - d) % p)
+}
+
+pub(crate) struct Reader<'a>(pub &'a [u8]);
+
+impl<'a> Reader<'a> {
+    pub fn bytes(&mut self, n: usize) -> Result<&'a [u8], String> {
+        if self.0.len() < n {
+            return Err(format!("truncated: {n} bytes wanted, {} left", self.0.len()));
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+
+    pub fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.bytes(1)?[0])
+    }
+
+    pub fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(self.bytes(4)?.try_into().expect("4 bytes")))
+    }
+
+    pub fn u64(&mut self) -> Result<u64, String> {
+        Ok(u64::from_le_bytes(self.bytes(8)?.try_into().expect("8 bytes")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs the dissemination reduction among `p` simulated processes.
+    fn disseminate(mut state: Vec<Reduction>) -> Vec<Reduction> {
+        let p = state.len() as u32;
+        for round in 0..rounds(p) {
+            let sent: Vec<Vec<u8>> = state.iter().map(Reduction::encode).collect();
+            for pid in 0..p {
+                let (to, from) = partners(pid, p, round);
+                assert_eq!(partners(from, p, round).0, pid);
+                assert_ne!(to, pid);
+                let got = Reduction::decode(&sent[from as usize], p).unwrap();
+                state[pid as usize].merge(&got);
+            }
+        }
+        state
+    }
+
+    #[test]
+    fn every_process_learns_the_whole_matrix_for_any_p() {
+        for p in 1..=33u32 {
+            // Process i sends to i+1 and to i*i mod p: an irregular pattern.
+            let sends = |i: u32, j: u32| j == (i + 1) % p || j == (i * i) % p;
+            let local: Vec<Reduction> = (0..p)
+                .map(|i| Reduction::local(p, i, |j| sends(i, j), u64::from(i) * 10, false, (5, 1, 0), 4))
+                .collect();
+            for r in disseminate(local) {
+                for i in 0..p {
+                    for j in 0..p {
+                        assert_eq!(r.talks(i, j), sends(i, j), "p={p} {i}->{j}");
+                    }
+                    assert_eq!(r.out_bytes[i as usize], u64::from(i) * 10);
+                }
+                assert_eq!(r.disagreement(0), None);
+            }
+        }
+    }
+
+    #[test]
+    fn disagreements_are_seen_by_all_and_named() {
+        let p = 5;
+        let local: Vec<Reduction> = (0..p)
+            .map(|i| Reduction::local(p, i, |_| false, 0, i == 3, (if i == 1 { 9 } else { 5 }, 1, 0), 0))
+            .collect();
+        for r in disseminate(local) {
+            assert_eq!(r.disagreement(7), Some(Reason::SyncMismatch { ended: 3, synced: 0, superstep: 7 }));
+        }
+        let local: Vec<Reduction> = (0..p)
+            .map(|i| Reduction::local(p, i, |_| false, 0, false, (5, 1, 0), if i == 2 { 8 } else { 4 }))
+            .collect();
+        for r in disseminate(local) {
+            assert_eq!(r.disagreement(0), Some(Reason::TagSizesDiffer { a: 0, a_size: 4, b: 2, b_size: 8 }));
+        }
+        let local: Vec<Reduction> = (0..p)
+            .map(|i| Reduction::local(p, i, |_| false, 0, false, (u64::from(i == 4), 2 - u32::from(i == 4), 0), 0))
+            .collect();
+        for r in disseminate(local) {
+            let Some(Reason::RegistrationsDiffer { detail }) = r.disagreement(2) else { panic!() };
+            assert!(detail.contains("process 4 made 1 bsp_push_reg"), "{detail}");
+        }
+    }
+
+    #[test]
+    fn malformed_reductions_are_errors() {
+        let r = Reduction::local(3, 0, |_| true, 1, false, (0, 0, 0), 0);
+        let bytes = r.encode();
+        assert!(Reduction::decode(&bytes, 4).is_err());
+        assert!(Reduction::decode(&bytes[..bytes.len() - 1], 3).is_err());
+        assert_eq!(Reduction::decode(&bytes, 3).unwrap(), r);
+    }
+}

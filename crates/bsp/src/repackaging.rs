@@ -1,0 +1,211 @@
+//! Phase 3 of the sync: repackaging (seed 002 §3).
+//!
+//! Every put, send and get reply for one destination is appended, as it
+//! is made, to that destination's stream of records; at the sync the stream
+//! is cut into pieces that fill one datagram each. A thousand 8-byte puts
+//! to one process thus travel in one packet, not a thousand.
+//!
+//! Records in a stream (little-endian):
+//!
+//! | kind | fields |
+//! | --- | --- |
+//! | put | `1`, slot u32, offset u64, len u64, data |
+//! | send | `2`, tag length u32, payload length u64, tag, payload |
+//! | get reply | `3`, len u64, data (replies come in the order of the requests) |
+//!
+//! Get requests travel earlier, in phase 2, so that they are served before
+//! any put lands: [`Counts`].
+
+use std::ops::Range;
+
+use crate::reduction::Reader;
+
+const PUT: u8 = 1;
+const SEND: u8 = 2;
+const REPLY: u8 = 3;
+
+pub const PUT_HEADER: usize = 1 + 4 + 8 + 8;
+pub const SEND_HEADER: usize = 1 + 4 + 8;
+
+/// Appends a put record of `len` bytes; the caller appends the data.
+pub fn put_header(stream: &mut Vec<u8>, slot: u32, offset: u64, len: u64) {
+    stream.push(PUT);
+    stream.extend_from_slice(&slot.to_le_bytes());
+    stream.extend_from_slice(&offset.to_le_bytes());
+    stream.extend_from_slice(&len.to_le_bytes());
+}
+
+pub fn put(stream: &mut Vec<u8>, slot: u32, offset: u64, data: &[u8]) {
+    stream.reserve(PUT_HEADER + data.len());
+    put_header(stream, slot, offset, data.len() as u64);
+    stream.extend_from_slice(data);
+}
+
+pub fn send(stream: &mut Vec<u8>, tag: &[u8], payload: &[u8]) {
+    stream.reserve(SEND_HEADER + tag.len() + payload.len());
+    stream.push(SEND);
+    stream.extend_from_slice(&(tag.len() as u32).to_le_bytes());
+    stream.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    stream.extend_from_slice(tag);
+    stream.extend_from_slice(payload);
+}
+
+/// Appends a reply header of `len` bytes; the caller appends the data.
+pub fn reply_header(stream: &mut Vec<u8>, len: u64) {
+    stream.push(REPLY);
+    stream.extend_from_slice(&len.to_le_bytes());
+}
+
+/// A record of a received stream, as ranges of the stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Record {
+    Put { slot: u32, offset: u64, data: Range<usize> },
+    Send { tag: Range<usize>, payload: Range<usize> },
+    Reply { data: Range<usize> },
+}
+
+/// Splits a stream into its records.
+pub fn parse(stream: &[u8]) -> Result<Vec<Record>, String> {
+    let mut records = Vec::new();
+    let mut r = Reader(stream);
+    let at = |r: &Reader<'_>| stream.len() - r.0.len();
+    while !r.0.is_empty() {
+        let record = match r.u8()? {
+            PUT => {
+                let slot = r.u32()?;
+                let offset = r.u64()?;
+                let len = length(r.u64()?)?;
+                let start = at(&r);
+                r.bytes(len)?;
+                Record::Put { slot, offset, data: start..start + len }
+            }
+            SEND => {
+                let tag_len = r.u32()? as usize;
+                let len = length(r.u64()?)?;
+                let start = at(&r);
+                r.bytes(tag_len)?;
+                r.bytes(len)?;
+                Record::Send { tag: start..start + tag_len, payload: start + tag_len..start + tag_len + len }
+            }
+            REPLY => {
+                let len = length(r.u64()?)?;
+                let start = at(&r);
+                r.bytes(len)?;
+                Record::Reply { data: start..start + len }
+            }
+            other => return Err(format!("unknown record kind {other}")),
+        };
+        records.push(record);
+    }
+    Ok(records)
+}
+
+fn length(len: u64) -> Result<usize, String> {
+    usize::try_from(len).map_err(|_| format!("length {len} does not fit in memory"))
+}
+
+/// The piece of a stream of `len` bytes that starts at `offset`: a full
+/// packet's worth, or the rest.
+pub fn piece(offset: usize, len: usize, packet: usize) -> Range<usize> {
+    offset..(offset + packet.max(1)).min(len)
+}
+
+/// A get request: `len` bytes at `offset` of registration `slot`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GetRequest {
+    pub slot: u32,
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// Phase 2's message from one process to another: how many bytes of puts
+/// and sends its stream will carry, and the gets it asks the receiver to serve.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub stream_bytes: u64,
+    pub requests: Vec<GetRequest>,
+}
+
+impl Counts {
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.stream_bytes.to_le_bytes());
+        out.extend_from_slice(&(self.requests.len() as u32).to_le_bytes());
+        for q in &self.requests {
+            out.extend_from_slice(&q.slot.to_le_bytes());
+            out.extend_from_slice(&q.offset.to_le_bytes());
+            out.extend_from_slice(&q.len.to_le_bytes());
+        }
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Counts, String> {
+        let mut r = Reader(bytes);
+        let stream_bytes = r.u64()?;
+        let n = r.u32()? as usize;
+        if n > r.0.len() / 20 {
+            return Err(format!("{n} get requests announced in {} bytes", r.0.len()));
+        }
+        let requests = (0..n)
+            .map(|_| Ok(GetRequest { slot: r.u32()?, offset: r.u64()?, len: r.u64()? }))
+            .collect::<Result<_, String>>()?;
+        if !r.0.is_empty() {
+            return Err("trailing bytes after the counts".into());
+        }
+        Ok(Counts { stream_bytes, requests })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip() {
+        let mut s = Vec::new();
+        put(&mut s, 3, 16, b"abcd");
+        send(&mut s, b"tg", b"payload");
+        reply_header(&mut s, 2);
+        s.extend_from_slice(b"xy");
+        put(&mut s, 0, 0, b"");
+        let records = parse(&s).unwrap();
+        assert_eq!(records.len(), 4);
+        assert_eq!(records[0], Record::Put { slot: 3, offset: 16, data: PUT_HEADER..PUT_HEADER + 4 });
+        let Record::Send { tag, payload } = &records[1] else { panic!() };
+        assert_eq!((&s[tag.clone()], &s[payload.clone()]), (&b"tg"[..], &b"payload"[..]));
+        let Record::Reply { data } = &records[2] else { panic!() };
+        assert_eq!(&s[data.clone()], b"xy");
+        // Truncated or unknown records are errors, not panics.
+        for cut in 0..s.len() - PUT_HEADER {
+            let _ = parse(&s[..cut]);
+        }
+        assert!(parse(&s[..s.len() - 1]).is_err());
+        assert!(parse(&[9]).is_err());
+        let mut huge = Vec::new();
+        put_header(&mut huge, 0, 0, u64::MAX);
+        assert!(parse(&huge).is_err());
+    }
+
+    #[test]
+    fn pieces_fill_packets() {
+        let mut pieces = vec![];
+        let mut at = 0;
+        while at < 2500 {
+            let r = piece(at, 2500, 1000);
+            at = r.end;
+            pieces.push(r);
+        }
+        assert_eq!(pieces, vec![0..1000, 1000..2000, 2000..2500]);
+        assert_eq!(piece(0, 1000, 1000), 0..1000);
+    }
+
+    #[test]
+    fn counts_round_trip() {
+        let c = Counts { stream_bytes: 77, requests: vec![GetRequest { slot: 1, offset: 2, len: 3 }] };
+        let mut b = Vec::new();
+        c.encode(&mut b);
+        assert_eq!(Counts::decode(&b).unwrap(), c);
+        assert!(Counts::decode(&b[..b.len() - 1]).is_err());
+        let mut lie = b.clone();
+        lie[8] = 200;
+        assert!(Counts::decode(&lie).is_err());
+    }
+}

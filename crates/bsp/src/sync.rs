@@ -1,0 +1,554 @@
+//! The sync, in the phases of seed 002 §3 and §4.4.
+//!
+//! `Bsp::superstep_end` reads like the specification: each phase is one
+//! step below, numbered as in the crate documentation. What moves is
+//! carried by the runtime's reliable channel number 2 (hole-filling
+//! retransmission, seed 002 §4.3), in three kinds of message:
+//!
+//! | kind | after the header (kind u8, superstep u64) |
+//! | --- | --- |
+//! | reduce | round u32, the [`Reduction`] so far |
+//! | counts | the sender's [`Counts`]: stream bytes and get requests |
+//! | data | last u8 (1 on the stream's last piece), a piece of the stream |
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use bulkwire_proto::SendError;
+use bulkwire_runtime::{Engine, Runtime};
+
+use crate::error::{BspError, Call, Reason};
+use crate::reduction::{self, Reduction};
+use crate::registry::Area;
+use crate::repackaging::{self, Counts, Record};
+use crate::schedule;
+use crate::stats::SuperstepProfile;
+use crate::{pacing, Bsp, GetTarget, Queue};
+
+/// The runtime channel of bsp's supersteps (0 and 1 are comm's).
+pub(crate) const CHANNEL: u16 = 2;
+
+const REDUCE: u8 = 1;
+const COUNTS: u8 = 2;
+const DATA: u8 = 3;
+const HEADER: usize = 1 + 8;
+const DATA_HEADER: usize = HEADER + 1;
+
+/// What has arrived for the syncs, sorted by kind.
+#[derive(Debug)]
+pub(crate) struct Net {
+    /// Reductions by (superstep, round, sender): a fast process may already
+    /// be in the next superstep's barrier.
+    reduce: HashMap<(u64, u32, u32), Vec<u8>>,
+    counts: HashMap<(u64, u32), Vec<u8>>,
+    /// The current superstep's streams by sender, and whether each is whole.
+    streams: Vec<Vec<u8>>,
+    complete: Vec<bool>,
+    /// A malformed message: the sync fails with it.
+    broken: Option<Reason>,
+}
+
+impl Net {
+    pub fn new(p: u32) -> Net {
+        Net {
+            reduce: HashMap::new(),
+            counts: HashMap::new(),
+            streams: vec![Vec::new(); p as usize],
+            complete: vec![false; p as usize],
+            broken: None,
+        }
+    }
+
+    /// Sorts every bsp message the runtime holds.
+    fn pump(&mut self, e: &mut Engine, superstep: u64) {
+        while let Some(m) = e.take(|m| m.channel == CHANNEL) {
+            let from = m.from;
+            if let Err(why) = self.sort(m.from, m.data, superstep) {
+                self.broken.get_or_insert(Reason::Malformed { peer: from, why });
+            }
+        }
+    }
+
+    fn sort(&mut self, from: u32, data: Vec<u8>, superstep: u64) -> Result<(), String> {
+        if data.len() < HEADER || from as usize >= self.streams.len() {
+            return Err("a message too short for its header".into());
+        }
+        let step = u64::from_le_bytes(data[1..HEADER].try_into().expect("8 bytes"));
+        match data[0] {
+            REDUCE if data.len() >= HEADER + 4 => {
+                let round = u32::from_le_bytes(data[HEADER..HEADER + 4].try_into().expect("4 bytes"));
+                self.reduce.insert((step, round, from), data[HEADER + 4..].to_vec());
+            }
+            COUNTS => {
+                self.counts.insert((step, from), data[HEADER..].to_vec());
+            }
+            DATA if data.len() >= DATA_HEADER && step == superstep => {
+                if self.complete[from as usize] {
+                    return Err("data after the last piece of its stream".into());
+                }
+                self.complete[from as usize] = data[HEADER] == 1;
+                self.streams[from as usize].extend_from_slice(&data[DATA_HEADER..]);
+            }
+            DATA => return Err(format!("data of superstep {step} in superstep {superstep}")),
+            other => return Err(format!("unknown message kind {other}")),
+        }
+        Ok(())
+    }
+}
+
+fn header(kind: u8, superstep: u64, capacity: usize) -> Vec<u8> {
+    let mut m = Vec::with_capacity(HEADER + capacity);
+    m.push(kind);
+    m.extend_from_slice(&superstep.to_le_bytes());
+    m
+}
+
+/// Waits in the runtime until `step` returns `Some`, sorting what arrives
+/// before each try. Whoever waits for a process that has left the job
+/// learns it here instead of waiting forever.
+fn wait<R>(
+    rt: &Runtime,
+    net: &mut Net,
+    superstep: u64,
+    mut step: impl FnMut(&mut Engine, &mut Net) -> Result<Option<R>, Reason>,
+) -> Result<R, Reason> {
+    let mut failure = None;
+    let result = rt.wait(|e| {
+        net.pump(e, superstep);
+        let outcome = match net.broken.take() {
+            Some(reason) => Err(reason),
+            None => step(e, net),
+        };
+        match outcome {
+            Ok(Some(r)) => Ok(Some(Some(r))),
+            Ok(None) => Ok(None),
+            Err(reason) => {
+                failure = Some(reason);
+                Ok(Some(None))
+            }
+        }
+    });
+    match result {
+        Ok(Some(r)) => Ok(r),
+        Ok(None) => Err(failure.expect("a failed step says why")),
+        Err(e) => Err(Reason::Runtime(e.to_string())),
+    }
+}
+
+/// Queues `message` for `to` if the runtime has room; gives it back if not.
+fn try_send(e: &mut Engine, to: u32, message: Vec<u8>) -> Result<Option<Vec<u8>>, Reason> {
+    match e.endpoint.check_send(to, CHANNEL, message.len()) {
+        Ok(()) => {}
+        Err(SendError::WouldBlock) => return Ok(Some(message)),
+        Err(other) => return Err(Reason::Runtime(other.to_string())),
+    }
+    e.endpoint.send_owned(to, CHANNEL, message).map_err(|e| Reason::Runtime(e.to_string()))?;
+    Ok(None)
+}
+
+fn gone(e: &Engine, peer: u32, superstep: u64, phase: &'static str) -> Result<(), Reason> {
+    match e.finished.get(peer as usize) {
+        Some(true) => Err(Reason::PeerGone { peer, superstep, phase }),
+        _ => Ok(()),
+    }
+}
+
+impl Bsp {
+    /// The sync (and, with `call == End`, the last one).
+    pub(crate) fn superstep_end(&mut self, call: Call) -> Result<(), BspError> {
+        let entered = Instant::now();
+        let computation = entered.duration_since(self.computation_started);
+        let before = self.profile.is_some().then(|| self.packet_stats());
+        let (me, p, s) = (self.pid, self.nprocs, self.superstep);
+        let fail = |reason: Reason| BspError { pid: me, call, reason };
+
+        // hpput sources may be read at any time until the sync ends: now.
+        self.read_hpputs();
+        // Packets of this superstep carry its colour; what is still
+        // unacknowledged from the last one is proven delivered by this
+        // barrier (the coarse-grained acknowledgement of §4.4).
+        let unacknowledged = self
+            .with_engine(|e| {
+                for peer in (0..p).filter(|&q| q != me) {
+                    e.endpoint.set_colour(peer, CHANNEL, (s & 1) as u8);
+                }
+                e.endpoint.memory().send_packets as u64
+            })
+            .map_err(fail)?;
+
+        // Phase 1: the barrier is the OR reduction of the communication
+        // bit-matrix; the same messages carry what all must agree on.
+        let out_bytes: u64 = (0..p).filter(|&q| q != me).map(|q| self.outboxes[q as usize].stream.len() as u64).sum();
+        let local = Reduction::local(
+            p,
+            me,
+            |to| to != me && self.outboxes[to as usize].talks(),
+            out_bytes,
+            call == Call::End,
+            self.registry.digest(),
+            self.next_tagsize as u64,
+        );
+        let global = self.reduce(local).map_err(fail)?;
+        self.packet_stats.colour_acks += unacknowledged;
+        if let Some(reason) = global.disagreement(s) {
+            return Err(fail(reason));
+        }
+
+        // Phase 2: a total exchange of counts among the processes that
+        // communicate; get requests ride along and are served at once, so
+        // they read the values of the end of the computation, before any
+        // put lands.
+        let counts = self.exchange_counts(&global).map_err(fail)?;
+        self.serve_gets(&counts).map_err(fail)?;
+
+        // Phase 3: repackaging. The streams were built as the calls were
+        // made; here they are cut into pieces of one full datagram each.
+        let max_payload = self.with_engine(|e| e.endpoint.config().max_payload()).map_err(fail)?;
+        let packet = max_payload - bulkwire_wire::RECORD_HEADER_LEN - DATA_HEADER;
+
+        // Phase 4: destination scheduling.
+        let sends = |from: u32, to: u32| {
+            if from == me {
+                !self.outboxes[to as usize].stream.is_empty()
+            } else {
+                global.talks(from, to)
+            }
+        };
+        let visits = schedule::schedule(self.order, me, p, s, sends);
+
+        // Phase 5: pacing. Each visit may keep its share of the receiver's
+        // buffer in flight, its share being 1 / (senders at it at once).
+        let receiver_packets = self.with_engine(|e| e.endpoint.config().send_buffers()).map_err(fail)?;
+        let plan: Vec<(u32, usize)> =
+            visits.iter().map(|v| (v.to, pacing::window(receiver_packets, v.contention, self.pacing))).collect();
+
+        // Phase 6: the transfer. The protocol acknowledges by buffer pressure
+        // (fine-grained), and the last piece to each destination, or the one
+        // that fills the pacing window, asks for an acknowledgement at once.
+        let expected: Vec<bool> = (0..p)
+            .map(|j| {
+                j != me
+                    && (counts[j as usize].as_ref().is_some_and(|c| c.stream_bytes > 0)
+                        || !self.outboxes[j as usize].requests.is_empty())
+            })
+            .collect();
+        self.transfer(&plan, packet, &expected).map_err(fail)?;
+        let h_in: u64 = self.net.streams.iter().map(|s| s.len() as u64).sum();
+        let h_out: u64 = plan.iter().map(|&(to, _)| self.outboxes[to as usize].stream.len() as u64).sum();
+
+        // Then the data lands: get replies, puts, sends; registrations take
+        // effect; the new tag size applies.
+        self.land().map_err(fail)?;
+        for index in self.registry.apply() {
+            self.owned[index] = None;
+        }
+        self.tagsize = self.next_tagsize;
+        self.superstep += 1;
+
+        // Phase 7: statistics (Table 5 at the end, the profile per superstep).
+        if let (Some(before), true) = (before, self.profile.is_some()) {
+            let after = self.packet_stats();
+            let record = SuperstepProfile {
+                pid: me,
+                superstep: s,
+                call: if call == Call::End { "end" } else { "sync" },
+                order: self.order.name(),
+                computation_s: computation.as_secs_f64(),
+                communication_s: entered.elapsed().as_secs_f64(),
+                h_out,
+                h_in,
+                h_out_max: global.out_bytes.iter().copied().max().unwrap_or(0),
+                packets_sent: after.sent - before.sent,
+                packets_received: after.received - before.received,
+                retransmissions: after.retransmissions - before.retransmissions,
+            };
+            if let Some(profile) = &mut self.profile {
+                profile.write(&record).map_err(|e| fail(Reason::Runtime(format!("writing the profile: {e}"))))?;
+            }
+        }
+        self.computation_started = Instant::now();
+        Ok(())
+    }
+
+    /// Works on the engine once (it fails only when the job is stopping).
+    fn with_engine<R>(&self, f: impl FnOnce(&mut Engine) -> R) -> Result<R, Reason> {
+        let rt = self.rt.as_ref().expect("the runtime is there until end");
+        rt.with(|e| Ok(f(e))).map_err(|e| Reason::Runtime(e.to_string()))
+    }
+
+    fn read_hpputs(&mut self) {
+        for h in std::mem::take(&mut self.hpputs) {
+            let stream = &mut self.outboxes[h.to as usize].stream;
+            repackaging::put_header(stream, h.slot, h.offset, h.len as u64);
+            if h.len > 0 {
+                // SAFETY: the caller of hpput_raw promised `len` readable
+                // bytes at `src` until the sync ends.
+                stream.extend_from_slice(unsafe { std::slice::from_raw_parts(h.src as *const u8, h.len) });
+            }
+        }
+    }
+
+    /// Phase 1: ⌈log2 p⌉ rounds of the dissemination reduction.
+    fn reduce(&mut self, mut acc: Reduction) -> Result<Reduction, Reason> {
+        let (me, p, s) = (self.pid, self.nprocs, self.superstep);
+        let rt = self.rt.as_ref().expect("the runtime is there until end");
+        for round in 0..reduction::rounds(p) {
+            let (to, from) = reduction::partners(me, p, round);
+            let encoded = acc.encode();
+            let mut message = header(REDUCE, s, 4 + encoded.len());
+            message.extend_from_slice(&round.to_le_bytes());
+            message.extend_from_slice(&encoded);
+            let mut unsent = Some(message);
+            let got = wait(rt, &mut self.net, s, |e, net| {
+                if let Some(m) = unsent.take() {
+                    unsent = try_send(e, to, m)?;
+                }
+                if unsent.is_none() {
+                    if let Some(bytes) = net.reduce.remove(&(s, round, from)) {
+                        return Ok(Some(bytes));
+                    }
+                }
+                gone(e, from, s, "the barrier")?;
+                Ok(None)
+            })?;
+            let theirs = Reduction::decode(&got, p).map_err(|why| Reason::Malformed { peer: from, why })?;
+            acc.merge(&theirs);
+        }
+        Ok(acc)
+    }
+
+    /// Phase 2: sends each destination the size of its stream and the gets
+    /// asked of it; returns what every process announced to this one.
+    fn exchange_counts(&mut self, global: &Reduction) -> Result<Vec<Option<Counts>>, Reason> {
+        let (me, p, s) = (self.pid, self.nprocs, self.superstep);
+        let counts_for =
+            |o: &crate::Outbox| Counts { stream_bytes: o.stream.len() as u64, requests: o.requests.clone() };
+        let mut unsent: Vec<(u32, Vec<u8>)> = (0..p)
+            .filter(|&j| j != me && global.talks(me, j))
+            .map(|j| {
+                let mut m = header(COUNTS, s, 64);
+                counts_for(&self.outboxes[j as usize]).encode(&mut m);
+                (j, m)
+            })
+            .collect();
+        unsent.reverse();
+        let mut got: Vec<Option<Counts>> = vec![None; p as usize];
+        got[me as usize] = Some(counts_for(&self.outboxes[me as usize]));
+        let rt = self.rt.as_ref().expect("the runtime is there until end");
+        wait(rt, &mut self.net, s, |e, net| {
+            while let Some((to, m)) = unsent.pop() {
+                if let Some(m) = try_send(e, to, m)? {
+                    unsent.push((to, m));
+                    break;
+                }
+            }
+            let mut missing = false;
+            for j in (0..p).filter(|&j| j != me && global.talks(j, me)) {
+                if got[j as usize].is_some() {
+                    continue;
+                }
+                match net.counts.remove(&(s, j)) {
+                    Some(bytes) => {
+                        let c = Counts::decode(&bytes).map_err(|why| Reason::Malformed { peer: j, why })?;
+                        got[j as usize] = Some(c);
+                    }
+                    None => {
+                        gone(e, j, s, "the exchange of counts")?;
+                        missing = true;
+                    }
+                }
+            }
+            Ok((!missing && unsent.is_empty()).then_some(()))
+        })?;
+        Ok(got)
+    }
+
+    /// Reads the areas that gets ask for and appends the replies to the
+    /// askers' streams. No put has landed yet.
+    fn serve_gets(&mut self, counts: &[Option<Counts>]) -> Result<(), Reason> {
+        for (j, c) in counts.iter().enumerate() {
+            let Some(c) = c else { continue };
+            for q in &c.requests {
+                let area =
+                    self.registry.area(q.slot).ok_or(Reason::UnknownRegistration { slot: q.slot, owner: self.pid })?;
+                let (offset, len) =
+                    self.check_access(area, q.slot, q.offset, q.len, || format!("bsp_get by process {j}"))?;
+                let stream = &mut self.outboxes[j].stream;
+                repackaging::reply_header(stream, len as u64);
+                stream.extend_from_slice(read_area(&self.owned, area, offset, len));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that `len` bytes at `offset` lie inside `area`.
+    fn check_access(
+        &self,
+        area: Area,
+        slot: u32,
+        offset: u64,
+        len: u64,
+        access: impl FnOnce() -> String,
+    ) -> Result<(usize, usize), Reason> {
+        match offset.checked_add(len) {
+            Some(end) if end <= area.len as u64 => Ok((offset as usize, len as usize)),
+            _ => Err(Reason::OutOfBounds { access: access(), offset, len, size: area.len, owner: self.pid, slot }),
+        }
+    }
+
+    /// Phase 6: sends the streams in schedule order, at most a window of
+    /// packets in flight, and waits until every expected stream is whole.
+    fn transfer(&mut self, plan: &[(u32, usize)], packet: usize, expected: &[bool]) -> Result<(), Reason> {
+        let s = self.superstep;
+        let rt = self.rt.as_ref().expect("the runtime is there until end");
+        let outboxes = &self.outboxes;
+        let (mut visit, mut offset) = (0, 0);
+        wait(rt, &mut self.net, s, |e, net| {
+            while let Some(&(to, window)) = plan.get(visit) {
+                let stream = &outboxes[to as usize].stream;
+                if offset == stream.len() {
+                    (visit, offset) = (visit + 1, 0);
+                    continue;
+                }
+                let memory = e.endpoint.memory();
+                let in_flight = pacing::in_flight(memory.send_packets, memory.pending_bytes, packet);
+                if in_flight >= window {
+                    break;
+                }
+                let piece = repackaging::piece(offset, stream.len(), packet);
+                let end = piece.end;
+                let last = end == stream.len();
+                let mut m = header(DATA, s, 1 + piece.len());
+                m.push(u8::from(last));
+                m.extend_from_slice(&stream[piece]);
+                if try_send(e, to, m)?.is_some() {
+                    break;
+                }
+                offset = end;
+                if last || in_flight + 1 >= window {
+                    e.endpoint.end_phase(to, CHANNEL);
+                }
+            }
+            let mut whole = true;
+            for (j, _) in expected.iter().enumerate().filter(|&(j, &x)| x && !net.complete[j]) {
+                gone(e, j as u32, s, "the data transfer")?;
+                whole = false;
+            }
+            if !whole {
+                return Ok(None);
+            }
+            Ok((visit == plan.len()).then_some(()))
+        })?;
+        Ok(())
+    }
+
+    /// The data lands, in the standard's order: get replies, then puts (by
+    /// sender, then in the order they were made), then the sent messages
+    /// make the new queue.
+    fn land(&mut self) -> Result<(), Reason> {
+        let (me, p) = (self.pid as usize, self.nprocs as usize);
+        let mut streams = std::mem::replace(&mut self.net.streams, vec![Vec::new(); p]);
+        self.net.complete = vec![false; p];
+        streams[me] = std::mem::take(&mut self.outboxes[me].stream);
+        let outboxes: Vec<crate::Outbox> = (0..p).map(|_| crate::Outbox::default()).collect();
+        let outboxes = std::mem::replace(&mut self.outboxes, outboxes);
+        let records: Vec<Vec<Record>> = streams
+            .iter()
+            .enumerate()
+            .map(|(j, s)| repackaging::parse(s).map_err(|why| Reason::Malformed { peer: j as u32, why }))
+            .collect::<Result<_, _>>()?;
+
+        for (j, recs) in records.iter().enumerate() {
+            let mut replies = recs.iter().filter_map(|r| match r {
+                Record::Reply { data } => Some(data.clone()),
+                _ => None,
+            });
+            for (q, target) in outboxes[j].requests.iter().zip(&outboxes[j].targets) {
+                let data = replies
+                    .next()
+                    .ok_or_else(|| Reason::Malformed { peer: j as u32, why: "a get reply is missing".into() })?;
+                if data.len() as u64 != q.len {
+                    return Err(Reason::Malformed { peer: j as u32, why: "a get reply of the wrong length".into() });
+                }
+                self.write_target(*target, &streams[j][data]);
+            }
+            if replies.next().is_some() {
+                return Err(Reason::Malformed { peer: j as u32, why: "a get reply nobody asked for".into() });
+            }
+        }
+        let mut entries = Vec::new();
+        for (j, recs) in records.iter().enumerate() {
+            for r in recs {
+                match r {
+                    Record::Put { slot, offset, data } => {
+                        let area = self
+                            .registry
+                            .area(*slot)
+                            .ok_or(Reason::UnknownRegistration { slot: *slot, owner: me as u32 })?;
+                        let (at, len) = self.check_access(area, *slot, *offset, data.len() as u64, || {
+                            format!("bsp_put from process {j}")
+                        })?;
+                        write_area(&mut self.owned, area, at, &streams[j][data.start..data.start + len]);
+                    }
+                    Record::Send { tag, payload } => {
+                        entries.push(crate::queue::Entry { buffer: j, tag: tag.clone(), payload: payload.clone() })
+                    }
+                    Record::Reply { .. } => {}
+                }
+            }
+        }
+        self.queue = Queue::new(streams, entries);
+        Ok(())
+    }
+
+    fn write_target(&mut self, target: GetTarget, data: &[u8]) {
+        match target {
+            GetTarget::Raw(addr) => {
+                if !data.is_empty() {
+                    // SAFETY: the caller of get_raw promised `len` writable
+                    // bytes at `dst` until the sync ends.
+                    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), addr as *mut u8, data.len()) };
+                }
+            }
+            GetTarget::Owned { index, at } => {
+                if let Some(area) = &mut self.owned[index] {
+                    area.bytes_mut()[at..at + data.len()].copy_from_slice(data);
+                }
+            }
+        }
+    }
+}
+
+fn read_area(owned: &[Option<Box<dyn crate::OwnedArea>>], area: Area, offset: usize, len: usize) -> &[u8] {
+    if len == 0 {
+        return &[];
+    }
+    match area.owned {
+        Some(index) => owned[index].as_ref().map_or(&[][..], |a| &a.bytes()[offset..offset + len]),
+        // SAFETY: whoever registered the raw area promised it valid for its
+        // length while registered; the access was checked against it.
+        None => unsafe { std::slice::from_raw_parts((area.addr + offset) as *const u8, len) },
+    }
+}
+
+fn write_area(owned: &mut [Option<Box<dyn crate::OwnedArea>>], area: Area, offset: usize, data: &[u8]) {
+    if data.is_empty() {
+        return;
+    }
+    match area.owned {
+        Some(index) => {
+            if let Some(a) = &mut owned[index] {
+                a.bytes_mut()[offset..offset + data.len()].copy_from_slice(data);
+            }
+        }
+        // SAFETY: as in `read_area`, and nothing else touches the area during the sync.
+        None => unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), (area.addr + offset) as *mut u8, data.len()) },
+    }
+}
+
+impl crate::Outbox {
+    /// Whether this process has anything for the destination this superstep.
+    fn talks(&self) -> bool {
+        !self.stream.is_empty() || !self.requests.is_empty()
+    }
+}
