@@ -41,12 +41,19 @@ if [ "$(id -u)" = 0 ]; then
 fi
 
 run() { "${mpi[@]}" "$build/bench" "$@"; }
+json=false
+for arg in "$@"; do
+    [ "$arg" = --json ] && json=true
+done
 case "$which" in
     pingpong) run pingpong "$@" ;;
     bw) run bw "$@" ;;
     all)
+        # One JSON document for both sweeps, or the two tables.
+        if $json; then echo '{"pingpong":'; fi
         run pingpong "$@"
-        echo
+        if $json; then echo ', "bw":'; else echo; fi
         run bw "$@"
+        if $json; then echo '}'; fi
         ;;
 esac
