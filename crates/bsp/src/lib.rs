@@ -741,7 +741,9 @@ impl Bsp {
         self.superstep_end(Call::End).map_err(|e| self.poison(e))?;
         self.ended = true;
         if std::env::var(STATS_ENV).is_ok_and(|v| v.trim() == "1") {
-            eprintln!("{}", self.packet_stats().line(self.pid));
+            // One write per line, so the lines of a job's processes do not mix.
+            let line = format!("{}\n", self.packet_stats().line(self.pid));
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
         }
         if let Some(p) = &mut self.profile {
             p.flush().map_err(|e| BspError {

@@ -1,0 +1,158 @@
+//! BSPlib's Rust API in multi-process jobs started with `bulkwire run`.
+//!
+//! Each test is both the launcher and the program (as in job.rs): run
+//! normally, it starts `bulkwire run -n P <this test binary> --exact <test>`
+//! for several P, destination orders and injected loss; run as a process of
+//! the job (BULKWIRE_RENDEZVOUS is set), it plays its part and prints
+//! `ok pid N` when every check passed.
+
+use std::process::{Command, Output, Stdio};
+
+use bulkwire_bsp::{Bsp, BspError, Call, Order, Reason};
+
+fn is_rank() -> bool {
+    std::env::var("BULKWIRE_RENDEZVOUS").is_ok()
+}
+
+/// Runs this test as a job of `n` processes with extra environment.
+fn launch(n: u32, test: &str, env: &[(&str, &str)]) -> Output {
+    let exe = std::env::current_exe().expect("test binary");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bulkwire"));
+    cmd.arg("run").arg("-n").arg(n.to_string());
+    cmd.arg(exe).args(["--exact", test, "--nocapture", "--test-threads=1"]);
+    cmd.envs(env.iter().copied());
+    cmd.stdin(Stdio::null()).output().expect("run bulkwire")
+}
+
+fn text(out: &Output) -> String {
+    format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+fn expect_ok(out: &Output, n: u32, what: &str) {
+    let all = text(out);
+    assert!(out.status.success(), "{what} n={n}:\n{all}");
+    for pid in 0..n {
+        assert!(all.contains(&format!("ok pid {pid}\n")), "{what} n={n}: pid {pid} did not finish\n{all}");
+    }
+}
+
+/// Every process's view of the DRMA and BSMP semantics the standard fixes.
+fn semantics(bsp: &mut Bsp) -> Result<(), BspError> {
+    let (me, p) = (bsp.pid(), bsp.nprocs());
+    let n = p as usize;
+    // Superstep 0: registrations take effect at the sync.
+    let all = bsp.register::<u64>(n)?;
+    let value = bsp.register_vec(vec![u64::from(me) * 100; 4])?;
+    let fetched = bsp.register::<u64>(n)?;
+    match bsp.put(0, &[1u64], &all, 0) {
+        Err(BspError { call: Call::Put, reason: Reason::NotRegistered { pending: true, .. }, .. }) => {}
+        other => panic!("a put into a registration not yet in effect: {other:?}"),
+    }
+    assert_eq!(bsp.set_tagsize(8)?, 0);
+    bsp.sync()?;
+
+    // Superstep 1: a total exchange by put, gets that read before puts land,
+    // messages for the next superstep.
+    assert_eq!(bsp.tagsize(), 8);
+    for to in 0..p {
+        bsp.put(to, &[u64::from(me) + 1], &all, me as usize)?;
+    }
+    let left = (me + p - 1) % p;
+    let right = (me + 1) % p;
+    // Get the left neighbour's value while the left neighbour's left puts
+    // over it: the get sees the old one.
+    bsp.get(left, &value, 0, &fetched, me as usize, 1)?;
+    bsp.put(right, &[7777u64], &value, 0)?;
+    for k in 0..3u64 {
+        bsp.send(right, &(u64::from(me) * 10 + k).to_le_bytes(), &vec![me as u8; k as usize * 1000])?;
+    }
+    assert_eq!(bsp.qsize(), (0, 0), "nothing before the sync");
+    bsp.sync()?;
+
+    let expect: Vec<u64> = (1..=u64::from(p)).collect();
+    assert_eq!(bsp.area(&all), expect);
+    assert_eq!(bsp.area(&fetched)[me as usize], u64::from(left) * 100, "the get read the value before the put");
+    assert_eq!(bsp.area(&value)[0], 7777, "the put landed after the get");
+    assert_eq!(bsp.qsize(), (3, 3000));
+    let first = bsp.get_tag().expect("a message");
+    assert_eq!((first.tag, first.payload.len()), (&(u64::from(left) * 10).to_le_bytes()[..], 0));
+    let mut buf = [0u8; 10];
+    assert_eq!(bsp.move_message(&mut buf)?, 0);
+    let rest: Vec<(Vec<u8>, usize)> = bsp.messages().map(|m| (m.tag.to_vec(), m.payload.len())).collect();
+    assert_eq!(rest.len(), 2);
+    assert_eq!(rest[1], ((u64::from(left) * 10 + 2).to_le_bytes().to_vec(), 2000));
+    match bsp.move_message(&mut buf) {
+        Err(BspError { call: Call::Move, reason: Reason::EmptyQueue, .. }) => {}
+        other => panic!("move on an empty queue: {other:?}"),
+    }
+    match bsp.put(p, &[1u64], &all, 0) {
+        Err(BspError { reason: Reason::NoSuchProcess { .. }, .. }) => {}
+        other => panic!("put to a process that does not exist: {other:?}"),
+    }
+    match bsp.send(0, b"short", b"") {
+        Err(BspError { reason: Reason::TagLength { len: 5, tagsize: 8 }, .. }) => {}
+        other => panic!("a tag of the wrong size: {other:?}"),
+    }
+
+    // Superstep 2: raw registrations, the most recent wins, hpput, pop.
+    let mut first_area = vec![0u8; 32];
+    let addr = first_area.as_mut_ptr();
+    // SAFETY: both areas outlive their registrations and are not touched
+    // during the syncs below.
+    unsafe {
+        bsp.push_reg_raw(addr, 16)?;
+    }
+    bsp.sync()?;
+    unsafe {
+        // Register the same address again, longer: it wins from the next sync.
+        bsp.push_reg_raw(addr, 32)?;
+    }
+    let src = [me as u8 + 1; 4];
+    unsafe { bsp.put_raw(right, src.as_ptr(), addr, 12, 4)? };
+    bsp.sync()?;
+    assert_eq!(&first_area[12..16], &[left as u8 + 1; 4]);
+    // Now the 32-byte registration is in effect: offset 20 is inside.
+    let late = [0u8; 4];
+    unsafe { bsp.hpput_raw(right, late.as_ptr(), addr, 20, 4)? };
+    let late_value = [me as u8 + 50; 4];
+    // hpput reads its source at the sync: change it after the call.
+    unsafe { std::ptr::copy_nonoverlapping(late_value.as_ptr(), late.as_ptr() as *mut u8, 4) };
+    let mut got = [0u8; 4];
+    unsafe { bsp.get_raw(left, addr, 12, got.as_mut_ptr(), 4)? };
+    bsp.pop_reg_raw(addr)?;
+    bsp.pop_reg_raw(addr)?;
+    bsp.sync()?;
+    assert_eq!(&first_area[20..24], &[left as u8 + 50; 4]);
+    let lefts_left = (left + p - 1) % p;
+    assert_eq!(got, [lefts_left as u8 + 1; 4], "left's area holds what its left put there");
+    match unsafe { bsp.put_raw(right, src.as_ptr(), addr, 0, 1) } {
+        Err(BspError { reason: Reason::NotRegistered { pending: false, .. }, .. }) => {}
+        other => panic!("put after pop: {other:?}"),
+    }
+    bsp.unregister(value)?;
+    bsp.sync()?;
+    Ok(())
+}
+
+#[test]
+fn semantics_for_every_order_and_under_loss() {
+    if is_rank() {
+        let mut bsp = Bsp::begin().unwrap();
+        semantics(&mut bsp).unwrap_or_else(|e| panic!("{e}"));
+        let pid = bsp.pid();
+        bsp.end().unwrap();
+        println!("ok pid {pid}");
+        return;
+    }
+    for n in [1, 2, 3, 4, 8] {
+        for order in Order::ALL {
+            let out = launch(n, "semantics_for_every_order_and_under_loss", &[("BULKWIRE_BSP_ORDER", order.name())]);
+            expect_ok(&out, n, order.name());
+        }
+    }
+    let lossy = [("BULKWIRE_TEST_DROP", "0.05"), ("BULKWIRE_TEST_DROP_SEED", "11")];
+    for n in [3, 8] {
+        let out = launch(n, "semantics_for_every_order_and_under_loss", &lossy);
+        expect_ok(&out, n, "5% loss");
+    }
+}
