@@ -156,3 +156,62 @@ fn semantics_for_every_order_and_under_loss() {
         expect_ok(&out, n, "5% loss");
     }
 }
+
+/// Misuse that only the sync can see: each scenario must end the job with
+/// a message naming the process, the call and the reason, never hang.
+fn misuse(mut bsp: Bsp, scenario: &str) -> Result<(), BspError> {
+    let (me, p) = (bsp.pid(), bsp.nprocs());
+    let area = bsp.register::<u8>(8)?;
+    bsp.sync()?;
+    match scenario {
+        "end-while-others-sync" if me == 0 => return bsp.end(),
+        "end-while-others-sync" => {}
+        "registrations-differ" if me == 1 => drop(bsp.register::<u8>(4)?),
+        "tagsizes-differ" => drop(bsp.set_tagsize(if me == 1 { 4 } else { 8 })?),
+        "put-out-of-bounds" => bsp.put((me + 1) % p, &[1u8; 4], &area, 6)?,
+        "left-without-end" if me == 1 => {
+            drop(bsp);
+            std::thread::sleep(std::time::Duration::from_secs(30));
+            return Ok(());
+        }
+        _ => {}
+    }
+    bsp.sync()?;
+    bsp.end()
+}
+
+#[test]
+fn misuse_ends_the_job_with_a_clear_error() {
+    if is_rank() {
+        let scenario = std::env::var("BSP_SCENARIO").unwrap();
+        let bsp = Bsp::begin().unwrap();
+        let pid = bsp.pid();
+        if let Err(e) = misuse(bsp, &scenario) {
+            println!("error pid {pid}: {e}");
+            std::process::exit(1);
+        }
+        println!("ok pid {pid}");
+        return;
+    }
+    let cases = [
+        ("end-while-others-sync", "process 0 called bsp_end while process 1 called bsp_sync"),
+        ("registrations-differ", "process 1 made 1 bsp_push_reg and 0 bsp_pop_reg in superstep 1"),
+        ("tagsizes-differ", "tag sizes differ between processes: process 1 asks for 4 bytes, process"),
+        ("put-out-of-bounds", "bsp_sync: bsp_put from process 0 of 4 bytes at offset 6 lies outside the 8 bytes"),
+        ("left-without-end", "process 1: left without calling bsp_end"),
+    ];
+    for (scenario, message) in cases {
+        for n in [2, 4] {
+            let start = std::time::Instant::now();
+            let out = launch(n, "misuse_ends_the_job_with_a_clear_error", &[("BSP_SCENARIO", scenario)]);
+            let all = text(&out);
+            assert!(!out.status.success(), "{scenario} n={n} succeeded:\n{all}");
+            assert!(all.contains(message), "{scenario} n={n}: no {message:?} in\n{all}");
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(10),
+                "{scenario} n={n} took {:?}",
+                start.elapsed()
+            );
+        }
+    }
+}
