@@ -15,6 +15,9 @@
  *   output: "text"                   stdout also contains text ({P} is P)
  *   stdin: "text"                    fed to the job's standard input
  *   args: a b c                      the program's arguments
+ *   xfail: why                       a known gap of the library: the case
+ *                                    runs, but its failure does not fail
+ *                                    the suite
  */
 #ifndef CONFORMANCE_CHECK_H
 #define CONFORMANCE_CHECK_H

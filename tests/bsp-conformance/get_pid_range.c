@@ -1,4 +1,4 @@
-/* expect: abort "bsp_get" "pid"
+/* expect: abort "bsp_get" "does not exist"
  * The source pid must be below bsp_nprocs(). */
 #include "check.h"
 

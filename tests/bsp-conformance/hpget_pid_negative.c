@@ -1,4 +1,4 @@
-/* expect: abort "bsp_hpget" "pid"
+/* expect: abort "bsp_hpget" "does not exist"
  * bsp_hpget rejects a negative pid. */
 #include "check.h"
 

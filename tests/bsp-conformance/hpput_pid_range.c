@@ -1,4 +1,4 @@
-/* expect: abort "bsp_hpput" "pid"
+/* expect: abort "bsp_hpput" "does not exist"
  * bsp_hpput checks its destination like bsp_put. */
 #include "check.h"
 

@@ -1,4 +1,4 @@
-/* expect: abort "bsp_put" "pid"
+/* expect: abort "bsp_put" "does not exist"
  * Only the last process misuses bsp_put; the others, waiting in bsp_sync,
  * are stopped too. */
 #include "check.h"

@@ -1,4 +1,4 @@
-/* expect: abort "bsp_put" "pid" "-1"
+/* expect: abort "bsp_put" "does not exist" "-1"
  * A negative destination pid is a misuse. */
 #include "check.h"
 

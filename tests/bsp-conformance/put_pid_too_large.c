@@ -1,4 +1,4 @@
-/* expect: abort "bsp_put" "pid"
+/* expect: abort "bsp_put" "does not exist"
  * The destination pid must be below bsp_nprocs(). */
 #include "check.h"
 

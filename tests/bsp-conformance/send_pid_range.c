@@ -1,4 +1,4 @@
-/* expect: abort "bsp_send" "pid"
+/* expect: abort "bsp_send" "does not exist"
  * The destination of a message must be a pid below bsp_nprocs(). */
 #include "check.h"
 

@@ -1,4 +1,4 @@
-/* expect: abort "bsp_set_tagsize" "differ"
+/* expect: abort "tag sizes differ"
  * procs: >=2
  * The tag size is set collectively: processes asking for different sizes
  * are stopped at the sync. */

@@ -1,4 +1,4 @@
-/* expect: abort "bsp_set_tagsize" "differ"
+/* expect: abort "tag sizes differ"
  * procs: >=2
  * Only process 0 changes the tag size: the others keep 0, which differs. */
 #include "check.h"
