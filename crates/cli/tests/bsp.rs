@@ -215,3 +215,55 @@ fn misuse_ends_the_job_with_a_clear_error() {
         }
     }
 }
+
+/// Builds the bsp examples (they are not built for this test by default)
+/// and returns the folder they are in.
+fn examples() -> std::path::PathBuf {
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "--quiet", "-p", "bulkwire-bsp", "--examples"])
+        .status()
+        .expect("run cargo");
+    assert!(status.success(), "building the bsp examples failed");
+    // This test binary is in target/<profile>/deps; examples are beside deps.
+    let exe = std::env::current_exe().expect("test binary");
+    exe.parent().and_then(|deps| deps.parent()).expect("target folder").join("examples")
+}
+
+#[test]
+fn examples_check_their_results_for_every_order_and_under_loss() {
+    if is_rank() {
+        return;
+    }
+    let dir = examples();
+    let runs: [(&str, &[&str], &str); 4] = [
+        ("inner_product", &["100000"], "(correct)"),
+        ("probe", &["65536", "3"], "g = "),
+        ("sample_sort", &["20000"], "sorted"),
+        ("lu", &["48"], "(correct)"),
+    ];
+    let lossy = [("BULKWIRE_TEST_DROP", "0.03"), ("BULKWIRE_TEST_DROP_SEED", "5")];
+    for (name, args, marker) in runs {
+        let mut jobs: Vec<(u32, Vec<(&str, &str)>)> = Vec::new();
+        for n in [1, 2, 3, 4, 8] {
+            for order in Order::ALL {
+                jobs.push((n, vec![("BULKWIRE_BSP_ORDER", order.name())]));
+            }
+        }
+        jobs.push((4, lossy.to_vec()));
+        jobs.push((8, lossy.to_vec()));
+        for (n, env) in jobs {
+            let out = Command::new(env!("CARGO_BIN_EXE_bulkwire"))
+                .arg("run")
+                .arg("-n")
+                .arg(n.to_string())
+                .arg(dir.join(name))
+                .args(args)
+                .envs(env.iter().copied())
+                .stdin(Stdio::null())
+                .output()
+                .expect("run bulkwire");
+            let all = text(&out);
+            assert!(out.status.success() && all.contains(marker), "{name} n={n} {env:?}:\n{all}");
+        }
+    }
+}
