@@ -48,7 +48,7 @@ fn fail_with(bsp: Option<&Bsp>, error: BspError) -> ! {
     LEAVING.store(true, Ordering::SeqCst);
     match bsp {
         // The runtime tells the launcher, which stops the other processes.
-        Some(bsp) => bsp.abort(&error.to_string()),
+        Some(bsp) => bsp.fail(&error),
         None => {
             eprintln!("{error}");
             std::process::exit(1)

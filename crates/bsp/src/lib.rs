@@ -378,6 +378,19 @@ impl Bsp {
         std::process::exit(1);
     }
 
+    /// Ends the job because of `error`, a misuse found by a layer above (the
+    /// C ABI's argument checks): prints it, stops every process of the job,
+    /// and exits with status 1. Unlike [`Bsp::abort`] the text is the error's
+    /// own, which already names the process, the call and the reason.
+    pub fn fail(&self, error: &BspError) -> ! {
+        let text = error.to_string();
+        eprintln!("{text}");
+        if let Some(rt) = &self.rt {
+            rt.fail(&text);
+        }
+        std::process::exit(1);
+    }
+
     // ----- checks -----------------------------------------------------------
 
     fn usable(&self, call: Call) -> Result<(), BspError> {
