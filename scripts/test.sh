@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The test suite: formatting, lints, every test (including the fault sweep over
-# 2,000 seeds) and a short fuzzing run of the wire decoder.
+# 2,000 seeds, and the BSPlib conformance suite and C examples, compiled with
+# scripts/bspcc and run for P = 1, 2, 3, 4 and 8) and a short fuzzing run of
+# the wire decoder.
 #   FUZZ_SECONDS       fuzzing time (default 20)
 #   BULKWIRE_SEEDS     seeds of the fault sweep (default 2000)
 set -euo pipefail
