@@ -11,6 +11,7 @@ mod echo;
 mod incast;
 mod pingpong;
 mod reference;
+mod total_exchange;
 
 use bulkwire_comm::{CommError, World};
 use serde::{Deserialize, Serialize};
@@ -29,6 +30,10 @@ pub enum Bench {
     /// K senders to one receiver (many-to-one congestion): delivered
     /// throughput, drops and recovery, beside UDP and TCP.
     Incast(incast::Args),
+    /// BSP total exchange (every process puts to every other in one
+    /// superstep) for each destination order (latin, pid, random), pacing
+    /// on and off, beside an empty sync.
+    TotalExchange(total_exchange::Args),
 }
 
 impl Bench {
@@ -37,6 +42,7 @@ impl Bench {
             Bench::Pingpong(a) => a.ranks,
             Bench::Bw(_) | Bench::Echo(_) => 2,
             Bench::Incast(a) => a.senders + 1,
+            Bench::TotalExchange(a) => a.ranks,
         }
     }
 
@@ -46,6 +52,7 @@ impl Bench {
                 Err("pingpong needs an even number of ranks (pairs)".into())
             }
             Bench::Incast(a) if a.senders == 0 => Err("incast needs at least one sender (-k)".into()),
+            Bench::TotalExchange(a) if a.ranks < 2 => Err("a total exchange needs at least two processes".into()),
             _ => Ok(()),
         }
     }
@@ -67,6 +74,10 @@ pub struct RankArgs {
 
 pub fn rank(args: &RankArgs) -> Result<(), String> {
     let bench: Bench = serde_json::from_str(&args.spec).map_err(|e| format!("bad benchmark spec: {e}"))?;
+    // BSP benchmarks join the job through bsp, not comm (one runtime per process).
+    if let Bench::TotalExchange(a) = &bench {
+        return total_exchange::rank(a).map_err(|e| e.to_string());
+    }
     let run = || -> Result<(), CommError> {
         let world = World::init()?;
         if world.size() != bench.ranks() {
@@ -78,6 +89,7 @@ pub fn rank(args: &RankArgs) -> Result<(), String> {
             Bench::Bw(a) => bw::rank(&world, a)?,
             Bench::Echo(a) => echo::rank(&world, a)?,
             Bench::Incast(a) => incast::rank(&world, a)?,
+            Bench::TotalExchange(_) => unreachable!("run through bsp above"),
         }
         world.finalize()
     };

@@ -1,0 +1,130 @@
+//! `bulkwire bench total-exchange`: every process puts `--size` bytes to
+//! every other in one superstep (a p-relation of (p - 1) · size bytes), timed
+//! for each destination order of the sync (seed 002 Table 1: latin square
+//! against pid order), with pacing on and off, beside the cost of an empty
+//! sync (the BSP l) in the same run.
+
+use bulkwire_bsp::{Bsp, BspError, Order, Reason};
+use serde::{Deserialize, Serialize};
+
+use super::{mb_per_s, median_us, opt};
+
+#[derive(clap::Args, Debug, Clone, Serialize, Deserialize)]
+pub struct Args {
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Processes.
+    #[arg(short = 'n', long = "np", default_value_t = 8)]
+    pub ranks: u32,
+    /// Bytes each process puts to each other process.
+    #[arg(long, default_value_t = 16 << 10)]
+    pub size: usize,
+    /// Timed exchanges per order (after two to warm up).
+    #[arg(long, default_value_t = 30)]
+    pub repetitions: u32,
+}
+
+/// One configuration, timed on process 0 (the sync is a barrier, so every
+/// process leaves it at about the same time).
+#[derive(Debug, Serialize)]
+struct Row {
+    what: String,
+    order: Option<Order>,
+    pacing: Option<bool>,
+    median_us: f64,
+    min_us: f64,
+    /// Bytes each process sent, per second of the median exchange.
+    mb_per_s_per_process: Option<f64>,
+    /// Retransmissions on process 0 during the timed exchanges.
+    retransmissions: u64,
+}
+
+pub fn rank(args: &Args) -> Result<(), BspError> {
+    let mut bsp = Bsp::begin()?;
+    let (me, p) = (bsp.pid(), bsp.nprocs());
+    let size = args.size;
+    let inbox = bsp.register::<u8>(size * p as usize)?;
+    bsp.sync()?;
+    let data = vec![me as u8 + 1; size];
+    let mut rows = Vec::new();
+
+    let reps = args.repetitions.max(1) as usize;
+    let mut empty = Vec::new();
+    for _ in 0..reps + 2 {
+        let t = bsp.time();
+        bsp.sync()?;
+        empty.push(bsp.time() - t);
+    }
+    rows.push(row("empty sync (l)".into(), None, None, empty.split_off(2), None, 0));
+
+    let configurations =
+        [(Order::Latin, true), (Order::Pid, true), (Order::Random, true), (Order::Latin, false), (Order::Pid, false)];
+    for (order, pacing) in configurations {
+        bsp.set_order(order);
+        bsp.set_pacing(pacing);
+        bsp.area_mut(&inbox).fill(0);
+        let mut times = Vec::new();
+        let before = bsp.packet_stats().retransmissions;
+        for _ in 0..reps + 2 {
+            let t = bsp.time();
+            for k in 1..p {
+                bsp.put((me + k) % p, &data, &inbox, me as usize * size)?;
+            }
+            bsp.sync()?;
+            times.push(bsp.time() - t);
+        }
+        let retransmissions = bsp.packet_stats().retransmissions - before;
+        let area = bsp.area(&inbox);
+        if let Some(q) =
+            (0..p).find(|&q| q != me && area[q as usize * size..][..size].iter().any(|&b| b != q as u8 + 1))
+        {
+            let reason = Reason::Invalid(format!("the bytes from process {q} did not arrive ({order})"));
+            return Err(bsp.error(bulkwire_bsp::Call::Sync, reason));
+        }
+        let sent = (size * (p as usize - 1)) as u64;
+        let what = format!("total exchange, {order} order, pacing {}", if pacing { "on" } else { "off" });
+        rows.push(row(what, Some(order), Some(pacing), times.split_off(2), Some(sent), retransmissions));
+    }
+
+    if me == 0 {
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&rows).expect("rows serialise"));
+        } else {
+            println!("total exchange: {p} processes, {size} bytes per pair, median of {reps} (process 0)");
+            println!("{:<44} {:>12} {:>12} {:>14} {:>8}", "", "median us", "min us", "MB/s/process", "resent");
+            for r in &rows {
+                println!(
+                    "{:<44} {:>12.1} {:>12.1} {:>14} {:>8}",
+                    r.what,
+                    r.median_us,
+                    r.min_us,
+                    opt(r.mb_per_s_per_process, 1),
+                    r.retransmissions
+                );
+            }
+        }
+    }
+    bsp.end()
+}
+
+fn row(
+    what: String,
+    order: Option<Order>,
+    pacing: Option<bool>,
+    seconds: Vec<f64>,
+    bytes: Option<u64>,
+    retransmissions: u64,
+) -> Row {
+    let min_us = seconds.iter().copied().fold(f64::INFINITY, f64::min) * 1e6;
+    let median = median_us(seconds);
+    Row {
+        what,
+        order,
+        pacing,
+        median_us: median,
+        min_us,
+        mb_per_s_per_process: bytes.map(|b| mb_per_s(b, median / 1e6)),
+        retransmissions,
+    }
+}
