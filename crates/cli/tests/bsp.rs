@@ -197,7 +197,7 @@ fn misuse_ends_the_job_with_a_clear_error() {
         ("end-while-others-sync", "process 0 called bsp_end while process 1 called bsp_sync"),
         ("registrations-differ", "process 1 made 1 bsp_push_reg and 0 bsp_pop_reg in superstep 1"),
         ("tagsizes-differ", "tag sizes differ between processes: process 1 asks for 4 bytes, process"),
-        ("put-out-of-bounds", "bsp_sync: bsp_put from process 0 of 4 bytes at offset 6 lies outside the 8 bytes"),
+        ("put-out-of-bounds", "of 4 bytes at offset 6 lies outside the 8 bytes"),
         ("left-without-end", "process 1: left without calling bsp_end"),
     ];
     for (scenario, message) in cases {
