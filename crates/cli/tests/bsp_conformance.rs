@@ -4,9 +4,10 @@
 //! its header comment what it expects (see `tests/bsp-conformance/check.h`).
 //! Each is compiled with `scripts/bspcc` against the `libbsp` this build made
 //! and run with `bulkwire run -n P` for P = 1, 2, 3, 4 and 8, several jobs at
-//! a time; a summary table per P is printed, and the test fails if any run
-//! does not do what its program expects (including a run that hangs or dies
-//! of a signal).
+//! a time, with and without injected loss (the examples also in every
+//! destination order); a summary table is printed, and the test fails if any
+//! run does not do what its program expects (including a run that hangs or
+//! dies of a signal).
 //!
 //! `BULKWIRE_BSP_CASES=put_,get_ring` runs only the cases whose name contains
 //! one of the words; `BULKWIRE_BSP_PROCS=2,3` only those values of P;
@@ -221,11 +222,12 @@ fn read_all(mut from: impl Read + Send + 'static) -> std::thread::JoinHandle<Str
     })
 }
 
-fn run(case: &Case, exe: &Path, p: u32) -> RunOutput {
+fn run(case: &Case, exe: &Path, p: u32, variant: &Variant) -> RunOutput {
     use std::os::unix::process::ExitStatusExt;
     let start = Instant::now();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_bulkwire"));
     cmd.args(["run", "-n", &p.to_string()]).arg(exe).args(&case.args);
+    cmd.envs(variant.env.iter().copied());
     cmd.stdin(if case.stdin.is_some() { Stdio::piped() } else { Stdio::null() });
     let mut child: Child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start bulkwire run");
     if let (Some(text), Some(mut input)) = (&case.stdin, child.stdin.take()) {
@@ -303,17 +305,29 @@ fn judge(case: &Case, p: u32, out: &RunOutput) -> Option<String> {
     }
 }
 
+/// How the jobs of a suite run: a name and the environment that makes it.
+struct Variant {
+    name: &'static str,
+    env: &'static [(&'static str, &'static str)],
+}
+
+const DEFAULT: Variant = Variant { name: "default", env: &[] };
+/// Injected receive loss: every case must give the same result.
+const LOSSY: Variant =
+    Variant { name: "5% loss", env: &[("BULKWIRE_TEST_DROP", "0.05"), ("BULKWIRE_TEST_DROP_SEED", "7")] };
+
 struct Outcome {
     case: usize,
+    variant: usize,
     p: u32,
     failure: Option<String>,
     output: String,
     took: Duration,
 }
 
-/// Compiles and runs every case of `dir` for every P; panics with a report
-/// if any run fails.
-fn run_suite(title: &str, dir: &Path) {
+/// Compiles and runs every case of `dir` for every P and every variant;
+/// panics with a report if any run fails.
+fn run_suite(title: &str, dir: &Path, variants: &[Variant]) {
     if !have_compiler() {
         eprintln!("{title}: skipped, no C compiler (cc) on this machine");
         return;
@@ -344,19 +358,22 @@ fn run_suite(title: &str, dir: &Path) {
     let mut runs = Vec::new();
     // Large jobs first, so the slowest runs do not all end up last.
     for &p in procs.iter().rev() {
-        for (i, case) in cases.iter().enumerate() {
-            if case.applies_to(p) {
-                runs.push((i, p));
+        for v in 0..variants.len() {
+            for (i, case) in cases.iter().enumerate() {
+                if case.applies_to(p) {
+                    runs.push((i, v, p));
+                }
             }
         }
     }
-    let outcomes = in_parallel(&runs, jobs, |&(i, p)| {
+    let outcomes = in_parallel(&runs, jobs, |&(i, v, p)| {
         let case = &cases[i];
         let exe = match &programs[i] {
             Ok(exe) => exe,
             Err(e) => {
                 return Outcome {
                     case: i,
+                    variant: v,
                     p,
                     failure: Some("does not compile".into()),
                     output: e.clone(),
@@ -364,16 +381,22 @@ fn run_suite(title: &str, dir: &Path) {
                 }
             }
         };
-        let out = run(case, exe, p);
+        let out = run(case, exe, p, &variants[v]);
         let failure = judge(case, p, &out);
         let output = format!("--- stdout\n{}--- stderr\n{}", out.stdout, out.stderr);
-        Outcome { case: i, p, failure, output, took: out.took }
+        Outcome { case: i, variant: v, p, failure, output, took: out.took }
     });
 
-    // Summary: per P, how many cases passed, failed, failed as known and did not apply.
-    let mut table: BTreeMap<u32, [usize; 3]> = procs.iter().map(|&p| (p, [0; 3])).collect();
+    // Summary: per variant and P, how many cases passed, failed, failed as
+    // known and did not apply.
+    let mut table: BTreeMap<(usize, u32), [usize; 3]> = BTreeMap::new();
+    for v in 0..variants.len() {
+        for &p in &procs {
+            table.insert((v, p), [0; 3]);
+        }
+    }
     for o in &outcomes {
-        let row = table.get_mut(&o.p).expect("a P of the table");
+        let row = table.get_mut(&(o.variant, o.p)).expect("a row of the table");
         match (&o.failure, &cases[o.case].xfail) {
             (None, _) => row[0] += 1,
             (Some(_), None) => row[1] += 1,
@@ -389,17 +412,21 @@ fn run_suite(title: &str, dir: &Path) {
         compiled,
         start.elapsed() - compiled,
     );
-    println!("{:>4} {:>8} {:>8} {:>8} {:>8} {:>10}", "P", "passed", "failed", "known", "n/a", "slowest");
-    for (&p, &[passed, failed, known]) in &table {
-        let slowest = outcomes.iter().filter(|o| o.p == p).map(|o| o.took).max().unwrap_or_default();
+    println!(
+        "{:<10} {:>4} {:>8} {:>8} {:>8} {:>8} {:>10}",
+        "variant", "P", "passed", "failed", "known", "n/a", "slowest"
+    );
+    for (&(v, p), &[passed, failed, known]) in &table {
+        let slowest = outcomes.iter().filter(|o| o.p == p && o.variant == v).map(|o| o.took).max().unwrap_or_default();
         let na = cases.len() - passed - failed - known;
-        println!("{p:>4} {passed:>8} {failed:>8} {known:>8} {na:>8} {:>10.2?}", slowest);
+        let name = variants[v].name;
+        println!("{name:<10} {p:>4} {passed:>8} {failed:>8} {known:>8} {na:>8} {slowest:>10.2?}");
     }
     for case in cases.iter().filter(|c| c.xfail.is_some()) {
         let failed = outcomes.iter().filter(|o| cases[o.case].name == case.name && o.failure.is_some()).count();
         let reason = case.xfail.as_deref().unwrap_or("");
         if failed > 0 {
-            println!("known gap, {}: fails for {failed} values of P: {reason}", case.name);
+            println!("known gap, {}: fails in {failed} runs: {reason}", case.name);
         } else {
             println!("{} passes now: remove its `xfail:` line ({reason})", case.name);
         }
@@ -417,9 +444,10 @@ fn run_suite(title: &str, dir: &Path) {
             output.push_str("\n[...]");
         }
         println!(
-            "\nFAILED {} with P = {}: {}\n{}",
+            "\nFAILED {} with P = {} ({}): {}\n{}",
             cases[o.case].name,
             o.p,
+            variants[o.variant].name,
             o.failure.as_deref().unwrap_or(""),
             output
         );
@@ -429,10 +457,14 @@ fn run_suite(title: &str, dir: &Path) {
 
 #[test]
 fn bsplib_conformance_suite() {
-    run_suite("BSPlib conformance", Path::new("tests/bsp-conformance"));
+    run_suite("BSPlib conformance", Path::new("tests/bsp-conformance"), &[DEFAULT, LOSSY]);
 }
 
 #[test]
 fn bsplib_c_examples() {
-    run_suite("BSPlib C examples", Path::new("examples/bsp"));
+    // Every destination order of the sync (seed 002 §3) gives the same results.
+    let latin = Variant { name: "latin", env: &[("BULKWIRE_BSP_ORDER", "latin")] };
+    let pid = Variant { name: "pid", env: &[("BULKWIRE_BSP_ORDER", "pid")] };
+    let random = Variant { name: "random", env: &[("BULKWIRE_BSP_ORDER", "random")] };
+    run_suite("BSPlib C examples", Path::new("examples/bsp"), &[latin, pid, random, LOSSY]);
 }
