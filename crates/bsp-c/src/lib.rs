@@ -282,8 +282,12 @@ pub extern "C" fn bsp_sync() {
 pub unsafe extern "C" fn bsp_push_reg(ident: *const c_void, nbytes: c_int) {
     with_bsp("bsp_push_reg", |bsp| {
         let len = size(bsp, Call::PushReg, "the size", nbytes)?;
+        // NULL with size 0 is the standard's way for a process with nothing
+        // to register to take part; NULL with bytes would let puts write
+        // near address 0.
+        not_null(bsp, Call::PushReg, "the registered address", ident, len)?;
         // SAFETY: the program keeps the area valid while it is registered, as
-        // the standard requires; a null ident registers nothing to write to.
+        // the standard requires.
         unsafe { bsp.push_reg_raw(ident.cast(), len) }
     })
 }
