@@ -6,7 +6,7 @@
 #   PREFIX/bin/bulkwire        the launcher (bulkwire run -n N prog)
 #   PREFIX/bin/bspcc           compiler wrapper (bspc++ for C++)
 #   PREFIX/bin/bsprun          bsprun -npes N prog, as bulkwire run -n N prog
-#   PREFIX/include/bsp.h       the BSPlib header
+#   PREFIX/include/bsp.h       the BSPlib header (and mcbsp.h, its alias)
 #   PREFIX/lib/libbsp.so, .a   the BSPlib library, shared and static
 #
 # PREFIX defaults to /usr/local when run as root, ~/.local otherwise.
@@ -33,6 +33,7 @@ install -m 755 scripts/bspcc "$prefix/bin/bspcc"
 ln -sf bspcc "$prefix/bin/bspc++"
 install -m 755 scripts/bsprun "$prefix/bin/bsprun"
 install -m 644 include/bsp.h "$prefix/include/bsp.h"
+install -m 644 include/mcbsp.h "$prefix/include/mcbsp.h"
 install -m 755 target/release/libbsp.so "$prefix/lib/libbsp.so"
 install -m 644 target/release/libbsp.a "$prefix/lib/libbsp.a"
 

@@ -468,3 +468,70 @@ fn bsplib_c_examples() {
     let random = Variant { name: "random", env: &[("BULKWIRE_BSP_ORDER", "random")] };
     run_suite("BSPlib C examples", Path::new("examples/bsp"), &[latin, pid, random, LOSSY]);
 }
+
+/// The wrappers as a user meets them: bspcc with the Oxford toolset's
+/// options, static linking, C++ and mcbsp.h; bsprun -npes.
+#[test]
+fn bspcc_and_bsprun() {
+    if !have_compiler() {
+        eprintln!("bspcc_and_bsprun: skipped, no C compiler (cc) on this machine");
+        return;
+    }
+    let root = repo_root();
+    let lib = libbsp_dir();
+    let exe = std::env::current_exe().expect("test binary");
+    let out_dir = exe.parent().and_then(Path::parent).expect("profile directory").join("bsp-c").join("wrappers");
+    std::fs::create_dir_all(&out_dir).expect("output directory");
+    let bspcc = |args: &[&str]| {
+        let out = Command::new(root.join("scripts/bspcc"))
+            .env("BULKWIRE_BSP_LIB", &lib)
+            .args(args)
+            .output()
+            .expect("run bspcc");
+        assert!(out.status.success(), "bspcc {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let bsprun = |args: &[&str]| {
+        let out = Command::new(root.join("scripts/bsprun"))
+            .env("BULKWIRE", env!("CARGO_BIN_EXE_bulkwire"))
+            .args(args)
+            .output()
+            .expect("run bsprun");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "bsprun {args:?}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+        stdout
+    };
+    let path = |name: &str| out_dir.join(name).to_str().expect("a UTF-8 path").to_string();
+    let source = |name: &str| root.join(name).to_str().expect("a UTF-8 path").to_string();
+
+    // Options of the Oxford toolset are accepted and ignored; -bsp-static links libbsp.a.
+    let inprod = path("inprod-static");
+    bspcc(&[
+        "-O2",
+        "-flibrary-level",
+        "2",
+        "-bspfifo",
+        "500",
+        "-fcombine-puts",
+        "-fcombine-puts-buffer",
+        "20000",
+        "-bsp-static",
+        "-o",
+        &inprod,
+        &source("examples/bsp/inprod.c"),
+    ]);
+    let out = bsprun(&["-npes", "3", &inprod, "1000"]);
+    assert!(out.contains("inner product of length 1000 on 3 processes: 332833500 (correct)"), "{out}");
+
+    // A MulticoreBSP program's include, compiled as C++.
+    let mcbsp = out_dir.join("mcbsp.cc");
+    std::fs::write(
+        &mcbsp,
+        "#include <mcbsp.h>\n#include <cstdio>\nint main() {\n  bsp_begin(bsp_nprocs());\n  \
+         bsp_pid_t s = bsp_pid();\n  bsp_sync();\n  std::printf(\"hello from %d\\n\", (int)s);\n  bsp_end();\n}\n",
+    )
+    .expect("write a C++ program");
+    let hello = path("mcbsp");
+    bspcc(&["-o", &hello, mcbsp.to_str().expect("a UTF-8 path")]);
+    let out = bsprun(&["-npes", "2", &hello]);
+    assert!(out.contains("hello from 0") && out.contains("hello from 1"), "{out}");
+}
