@@ -250,7 +250,7 @@ pub extern "C" fn bsp_nprocs() -> c_int {
         // Before bsp_begin (and after bsp_end): the processes available.
         Phase::NotBegun | Phase::Ended => match Bsp::available() {
             Ok(n) => n as c_int,
-            Err(e) => fail_with(None, BspError { call: Call::Begin, ..e }),
+            Err(e) => fail_outside("bsp_nprocs", e.reason),
         },
     }
 }
