@@ -426,3 +426,25 @@ fn jobs_started_by_open_mpi_mpirun() {
     assert!(!out.status.success(), "{stderr}");
     assert!(took < Duration::from_secs(10), "took {took:?}: {stderr}");
 }
+
+#[test]
+fn jobs_started_by_slurm_srun() {
+    // `sinfo` answers only where a SLURM controller runs (scripts/slurm-local-up.sh starts one).
+    if is_rank() || !have("srun") || !Command::new("sinfo").output().is_ok_and(|o| o.status.success()) {
+        if !is_rank() {
+            eprintln!("skipped: no SLURM cluster here (srun and a responding controller)");
+        }
+        return;
+    }
+    let (out, _) = launch(3, "ring_any_source_and_nonblocking_on_2_3_and_8_ranks", &["--launcher", "srun"]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    for r in 0..3 {
+        assert!(stdout.contains(&format!("ok rank {r} of 3")), "{stdout}\n{stderr}");
+    }
+    // A rank killed under srun stops the job too.
+    let (out, took) = launch(4, "a_killed_rank_stops_the_job_within_5_seconds", &["--launcher", "srun"]);
+    let (_, stderr) = text(&out);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(took < Duration::from_secs(10), "took {took:?}: {stderr}");
+}
