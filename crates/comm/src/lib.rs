@@ -29,7 +29,8 @@ const USER: u16 = 0;
 /// Channel of the library's own collective traffic, so it never meets the
 /// application's receives.
 const COLLECTIVE: u16 = 1;
-/// Bytes of tag before every application message.
+/// Bytes of tag after every application message: at the end, a receive
+/// removes it by shortening the message instead of moving all of it.
 const TAG_LEN: usize = 4;
 
 /// Where a receive accepts messages from.
@@ -155,9 +156,9 @@ impl World {
         if to >= self.size() {
             return Err(CommError::NoSuchRank { to, size: self.size() });
         }
-        let mut framed = Vec::with_capacity(TAG_LEN + data.len());
-        framed.extend_from_slice(&tag.to_le_bytes());
+        let mut framed = Vec::with_capacity(data.len() + TAG_LEN);
         framed.extend_from_slice(data);
+        framed.extend_from_slice(&tag.to_le_bytes());
         let mut state = RequestState::Send { to, data: framed };
         let queued = self.rt.with(|e| Ok(try_send(e, &mut state)))?.map_err(|err| self.send_error(err, data.len()))?;
         if queued {
@@ -335,7 +336,8 @@ fn matches(source: Source, tag: Tag, m: &Inbound) -> bool {
 }
 
 fn message_tag(m: &Inbound) -> i32 {
-    i32::from_le_bytes(m.data[..TAG_LEN].try_into().expect("length checked"))
+    let at = m.data.len() - TAG_LEN;
+    i32::from_le_bytes(m.data[at..].try_into().expect("length checked"))
 }
 
 /// Gives inbox messages to posted receives: each receive, in the order it
@@ -348,7 +350,7 @@ fn match_posted(m: &mut Matching, e: &mut Engine) {
         match e.take(|msg| matches(source, tag, msg)) {
             Some(mut msg) => {
                 let tag = message_tag(&msg);
-                msg.data.drain(..TAG_LEN);
+                msg.data.truncate(msg.data.len() - TAG_LEN);
                 let status = Status { source: msg.from, tag, len: msg.data.len() };
                 m.done.insert(id, (status, msg.data));
                 m.posted.remove(index);
