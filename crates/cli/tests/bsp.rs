@@ -166,8 +166,12 @@ fn misuse(mut bsp: Bsp, scenario: &str) -> Result<(), BspError> {
     match scenario {
         "end-while-others-sync" if me == 0 => return bsp.end(),
         "end-while-others-sync" => {}
-        "registrations-differ" if me == 1 => drop(bsp.register::<u8>(4)?),
-        "tagsizes-differ" => drop(bsp.set_tagsize(if me == 1 { 4 } else { 8 })?),
+        "registrations-differ" if me == 1 => {
+            bsp.register::<u8>(4)?;
+        }
+        "tagsizes-differ" => {
+            bsp.set_tagsize(if me == 1 { 4 } else { 8 })?;
+        }
         "put-out-of-bounds" => bsp.put((me + 1) % p, &[1u8; 4], &area, 6)?,
         "left-without-end" if me == 1 => {
             drop(bsp);
