@@ -279,8 +279,13 @@ impl Runtime {
         config.send_buffer_bytes = 32 << 20;
         config.recv_buffer_bytes = 32 << 20;
         // Loopback carries the largest datagrams (one system call moves
-        // 64 KB); elsewhere stay within an Ethernet frame.
-        config.max_datagram = if ip.is_loopback() { LOOPBACK_DATAGRAM } else { 1472 };
+        // 64 KB); elsewhere a datagram fills one frame of the job's
+        // interface: 1472 bytes on Ethernet, more on a jumbo-frame network.
+        config.max_datagram = if ip.is_loopback() {
+            LOOPBACK_DATAGRAM
+        } else {
+            crate::sockets::interface_mtu(ip).map_or(1472, |mtu| datagram_for_mtu(ip, mtu))
+        };
         if let Ok(v) = std::env::var("BULKWIRE_MAX_DATAGRAM") {
             config.max_datagram = v.trim().parse().map_err(|_| {
                 io::Error::new(io::ErrorKind::InvalidInput, format!("BULKWIRE_MAX_DATAGRAM={v:?}: not a number"))
@@ -359,6 +364,11 @@ impl Runtime {
     /// The addresses of `rank`'s sockets.
     pub fn peer_addrs(&self, rank: u32) -> Option<(SocketAddr, SocketAddr)> {
         self.inner.lock().peer_addrs(rank)
+    }
+
+    /// The largest datagram this process sends (chosen from the interface's MTU).
+    pub fn max_datagram(&self) -> usize {
+        self.inner.lock().endpoint.config().max_datagram
     }
 
     /// Seconds since this process joined the job.
@@ -526,6 +536,16 @@ fn die_with_parent() -> Result<(), RuntimeError> {
         return Err(RuntimeError::Stopped("the process that started this rank is gone".into()));
     }
     Ok(())
+}
+
+/// The largest UDP payload that fits one frame of `mtu` bytes.
+fn datagram_for_mtu(ip: std::net::IpAddr, mtu: usize) -> usize {
+    let headers = if ip.is_ipv4() { 20 + 8 } else { 40 + 8 };
+    // Below the IPv6 minimum MTU something is wrong: stay with Ethernet's size.
+    if mtu < 1280 {
+        return 1472;
+    }
+    (mtu - headers).min(LOOPBACK_DATAGRAM)
 }
 
 /// Packet buffers for an endpoint whose peers' sockets hold `recv_buffer`

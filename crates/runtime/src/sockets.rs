@@ -99,6 +99,49 @@ impl PathSockets {
     }
 }
 
+/// The MTU of the interface that has address `ip`, if it can be found.
+pub fn interface_mtu(ip: IpAddr) -> Option<usize> {
+    let name = interface_of(ip)?;
+    std::fs::read_to_string(format!("/sys/class/net/{name}/mtu")).ok()?.trim().parse().ok()
+}
+
+/// The name of the interface that has address `ip`.
+fn interface_of(ip: IpAddr) -> Option<String> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `list` with a linked list we free below.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut cursor = list;
+    while !cursor.is_null() && found.is_none() {
+        // SAFETY: `cursor` is a node of the list getifaddrs returned, not yet freed.
+        let entry = unsafe { &*cursor };
+        // SAFETY: a non-null ifa_addr points to a sockaddr of the family it names.
+        let addr = unsafe { entry.ifa_addr.as_ref() }.and_then(|sa| match sa.sa_family as libc::c_int {
+            libc::AF_INET => {
+                // SAFETY: AF_INET addresses are sockaddr_in.
+                let sin = unsafe { &*(entry.ifa_addr as *const libc::sockaddr_in) };
+                Some(IpAddr::from(u32::from_be(sin.sin_addr.s_addr).to_be_bytes()))
+            }
+            libc::AF_INET6 => {
+                // SAFETY: AF_INET6 addresses are sockaddr_in6.
+                let sin6 = unsafe { &*(entry.ifa_addr as *const libc::sockaddr_in6) };
+                Some(IpAddr::from(sin6.sin6_addr.s6_addr))
+            }
+            _ => None,
+        });
+        if addr == Some(ip) {
+            // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+            found = Some(unsafe { std::ffi::CStr::from_ptr(entry.ifa_name) }.to_string_lossy().into_owned());
+        }
+        cursor = entry.ifa_next;
+    }
+    // SAFETY: `list` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(list) };
+    found
+}
+
 fn open(ip: IpAddr, options: &SocketOptions) -> io::Result<UdpSocket> {
     let domain = if ip.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
     let socket = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
@@ -121,5 +164,11 @@ mod tests {
         assert_eq!(socket2::SockRef::from(&s.ordinary).tos().unwrap(), 0);
         let (o, p) = s.addrs().unwrap();
         assert!(o.ip().is_loopback() && p.ip().is_loopback() && o.port() != p.port());
+    }
+
+    #[test]
+    fn the_loopback_interface_has_an_mtu() {
+        assert!(interface_mtu("127.0.0.1".parse().unwrap()).is_some_and(|mtu| mtu >= 1280));
+        assert_eq!(interface_mtu("192.0.2.77".parse().unwrap()), None);
     }
 }
