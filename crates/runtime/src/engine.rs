@@ -14,15 +14,21 @@ use bulkwire_proto::{Config, Endpoint, Event, Path, Time};
 use crate::env::JobEnv;
 use crate::loss::LossInjector;
 use crate::rendezvous::{Control, ToLauncher, ToRank};
-use crate::sockets::{PathSockets, SocketOptions};
+use crate::sockets::{PathSockets, RecvBatch, SocketOptions};
 
 /// A peer that acknowledges nothing for this long is declared unreachable.
-const UNREACHABLE_AFTER: Duration = Duration::from_secs(3);
+/// Longer than the launcher's 3 s without a heartbeat, so that a stopped or
+/// hung process is reported as such (the more precise reason) rather than
+/// as unreachable by whichever peer noticed first; short enough that the
+/// job still stops within 5 s.
+const UNREACHABLE_AFTER: Duration = Duration::from_secs(4);
 /// How often a rank tells the launcher it is alive.
 const HEARTBEAT: Duration = Duration::from_millis(250);
 /// Datagrams read per socket per progress call, so one busy socket cannot
 /// starve the rest of the work.
 const READ_BATCH: usize = 64;
+/// Datagrams read per system call.
+const RECV_BATCH: usize = 16;
 /// Datagram size on loopback: the largest UDP payload, rounded down to 1 KiB.
 const LOOPBACK_DATAGRAM: usize = 63 * 1024;
 /// How long the progress thread naps while the application spins.
@@ -60,7 +66,7 @@ pub struct Engine {
     sockets: PathSockets,
     peers: Vec<(SocketAddr, SocketAddr)>,
     start: Instant,
-    rx: Vec<u8>,
+    rx: RecvBatch,
     tx: Vec<u8>,
     /// The path that delivered the latest datagram.
     hot: Path,
@@ -108,19 +114,20 @@ impl Engine {
         let now = self.now();
         let mut moved = false;
         for &path in paths {
-            for _ in 0..READ_BATCH {
-                match self.sockets.socket(path).recv_from(&mut self.rx) {
-                    Ok((n, _)) => {
-                        if self.loss.as_mut().is_some_and(|l| l.drops()) {
-                            continue;
-                        }
-                        self.endpoint.handle_datagram(now, &self.rx[..n]);
-                        self.hot = path;
-                        moved = true;
+            for _ in 0..READ_BATCH / self.rx.capacity() {
+                // Would block, or an ICMP error for an earlier send: the
+                // protocol recovers from both.
+                let Ok(n) = self.rx.recv(self.sockets.socket(path)) else { break };
+                for i in 0..n {
+                    if self.loss.as_mut().is_some_and(|l| l.drops()) {
+                        continue;
                     }
-                    // Would block, or an ICMP error for an earlier send: the
-                    // protocol recovers from both.
-                    Err(_) => break,
+                    self.endpoint.handle_datagram(now, self.rx.datagram(i));
+                    self.hot = path;
+                    moved = true;
+                }
+                if n < self.rx.capacity() {
+                    break;
                 }
             }
         }
@@ -310,7 +317,7 @@ impl Runtime {
             sockets,
             peers,
             start: Instant::now(),
-            rx: vec![0; 65_536],
+            rx: RecvBatch::new(RECV_BATCH),
             tx: vec![0; max_datagram],
             hot: Path::Ordinary,
             unsent: None,
