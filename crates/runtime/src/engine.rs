@@ -14,7 +14,7 @@ use bulkwire_proto::{Config, Endpoint, Event, Path, Time};
 use crate::env::JobEnv;
 use crate::loss::LossInjector;
 use crate::rendezvous::{Control, ToLauncher, ToRank};
-use crate::sockets::{PathSockets, RecvBatch, SocketOptions};
+use crate::sockets::{PathSockets, RecvBatch, SendBatch, SocketOptions};
 
 /// A peer that acknowledges nothing for this long is declared unreachable.
 /// Longer than the launcher's 3 s without a heartbeat, so that a stopped or
@@ -29,6 +29,8 @@ const HEARTBEAT: Duration = Duration::from_millis(250);
 const READ_BATCH: usize = 64;
 /// Datagrams read per system call.
 const RECV_BATCH: usize = 16;
+/// Datagrams sent per system call, at most.
+const SEND_BATCH: usize = 16;
 /// Datagram size on loopback: the largest UDP payload, rounded down to 1 KiB.
 const LOOPBACK_DATAGRAM: usize = 63 * 1024;
 /// How long the progress thread naps while the application spins.
@@ -67,11 +69,9 @@ pub struct Engine {
     peers: Vec<(SocketAddr, SocketAddr)>,
     start: Instant,
     rx: RecvBatch,
-    tx: Vec<u8>,
+    tx: SendBatch,
     /// The path that delivered the latest datagram.
     hot: Path,
-    /// A datagram the socket had no room for, sent first next time.
-    unsent: Option<(Path, u32, usize)>,
     /// Messages taken from the endpoint and not yet matched by the application.
     pub inbox: VecDeque<Inbound>,
     inbox_bytes: usize,
@@ -139,24 +139,22 @@ impl Engine {
         moved
     }
 
+    /// Sends what the endpoint has ready, in batches. Datagrams a full
+    /// socket did not take wait in the batch and go first next time.
     fn flush(&mut self, now: Time) -> bool {
         let mut sent = false;
         loop {
-            let (path, to, len) = match self.unsent.take() {
-                Some(u) => u,
-                None => match self.endpoint.poll_transmit(now, &mut self.tx) {
-                    Some(t) => (t.path, t.to, t.len),
-                    None => return sent,
-                },
-            };
-            let (ordinary, premium) = self.peers[to as usize];
-            let addr = if path == Path::Premium { premium } else { ordinary };
-            match self.sockets.socket(path).send_to(&self.tx[..len], addr) {
+            while !self.tx.is_full() {
+                let Some(t) = self.endpoint.poll_transmit(now, self.tx.next_buffer()) else { break };
+                let (ordinary, premium) = self.peers[t.to as usize];
+                self.tx.push(t.path, if t.path == Path::Premium { premium } else { ordinary }, t.len);
+            }
+            if self.tx.is_empty() {
+                return sent;
+            }
+            match self.tx.send(&self.sockets) {
                 Ok(_) => sent = true,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.unsent = Some((path, to, len));
-                    return sent;
-                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return sent,
                 // Anything else is a lost datagram, which the protocol recovers.
                 Err(_) => {}
             }
@@ -318,9 +316,8 @@ impl Runtime {
             peers,
             start: Instant::now(),
             rx: RecvBatch::new(RECV_BATCH),
-            tx: vec![0; max_datagram],
+            tx: SendBatch::new(SEND_BATCH, max_datagram),
             hot: Path::Ordinary,
-            unsent: None,
             inbox: VecDeque::new(),
             inbox_bytes: 0,
             finished: vec![false; env.size as usize],

@@ -161,6 +161,84 @@ impl RecvBatch {
     }
 }
 
+/// Datagrams waiting to go out, sent with one sendmmsg(2) per run of the
+/// same path: a burst costs one system call, not one per datagram.
+#[derive(Debug)]
+pub struct SendBatch {
+    buffers: Vec<Vec<u8>>,
+    /// Path, destination and length of the datagram in each of the first buffers.
+    queued: Vec<(Path, socket2::SockAddr, usize)>,
+}
+
+impl SendBatch {
+    /// Most datagrams one send takes.
+    pub const MAX: usize = 16;
+
+    /// Room for `count` (at most [`SendBatch::MAX`]) datagrams of `max_datagram` bytes.
+    pub fn new(count: usize, max_datagram: usize) -> SendBatch {
+        let count = count.clamp(1, Self::MAX);
+        SendBatch { buffers: vec![vec![0; max_datagram]; count], queued: Vec::with_capacity(count) }
+    }
+
+    pub fn is_full(&self) -> bool {
+        self.queued.len() == self.buffers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.queued.is_empty()
+    }
+
+    /// The buffer the next datagram is to be written into (the batch must not be full).
+    pub fn next_buffer(&mut self) -> &mut [u8] {
+        &mut self.buffers[self.queued.len()]
+    }
+
+    /// Queues the datagram just written into [`SendBatch::next_buffer`].
+    pub fn push(&mut self, path: Path, to: SocketAddr, len: usize) {
+        self.queued.push((path, to.into(), len));
+    }
+
+    /// Sends the datagrams at the front that share a path. Returns how many
+    /// went; `WouldBlock` when the socket took none. On any other error the
+    /// first datagram is dropped (the protocol recovers it) and the error
+    /// returned.
+    pub fn send(&mut self, sockets: &PathSockets) -> io::Result<usize> {
+        let Some(&(path, _, _)) = self.queued.first() else { return Ok(0) };
+        let run = self.queued.iter().take_while(|q| q.0 == path).count();
+        // On the stack: this runs for every message sent.
+        let mut iovecs = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; Self::MAX];
+        // SAFETY: an all-zero mmsghdr is a valid empty header.
+        let mut headers: [libc::mmsghdr; Self::MAX] = unsafe { std::mem::zeroed() };
+        for i in 0..run {
+            let (_, to, len) = &self.queued[i];
+            iovecs[i] = libc::iovec { iov_base: self.buffers[i].as_mut_ptr().cast(), iov_len: *len };
+            headers[i].msg_hdr.msg_iov = &mut iovecs[i];
+            headers[i].msg_hdr.msg_iovlen = 1;
+            headers[i].msg_hdr.msg_name = to.as_ptr() as *mut libc::c_void;
+            headers[i].msg_hdr.msg_namelen = to.len();
+        }
+        // SAFETY: each header names a live address and one iovec over a live
+        // buffer of the stated length, for the duration of the call.
+        let n =
+            unsafe { libc::sendmmsg(sockets.socket(path).as_raw_fd(), headers.as_mut_ptr(), run as libc::c_uint, 0) };
+        if n < 0 {
+            let error = io::Error::last_os_error();
+            if error.kind() != io::ErrorKind::WouldBlock {
+                self.consume(1);
+            }
+            return Err(error);
+        }
+        self.consume(n as usize);
+        Ok(n as usize)
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.queued.drain(..n);
+        // The sent datagrams' buffers move to the back, ready for reuse.
+        self.buffers.rotate_left(n);
+    }
+}
+
 /// The MTU of the interface that has address `ip`, if it can be found.
 pub fn interface_mtu(ip: IpAddr) -> Option<usize> {
     let name = interface_of(ip)?;
@@ -243,6 +321,30 @@ mod tests {
         assert_eq!(batch.recv(&rx).unwrap(), 2);
         assert_eq!(batch.datagram(0), &[4u8; 104][..]);
         assert_eq!(batch.datagram(1), &[5u8; 105][..]);
+    }
+
+    #[test]
+    fn a_batch_sends_runs_of_one_path_in_order() {
+        let sockets = PathSockets::bind("127.0.0.1".parse().unwrap(), &SocketOptions::default()).unwrap();
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+        let to = rx.local_addr().unwrap();
+        let mut batch = SendBatch::new(4, 1000);
+        for (i, path) in [Path::Ordinary, Path::Ordinary, Path::Premium, Path::Ordinary].into_iter().enumerate() {
+            batch.next_buffer()[..10].fill(i as u8);
+            batch.push(path, to, 10);
+        }
+        assert!(batch.is_full());
+        assert_eq!(batch.send(&sockets).unwrap(), 2);
+        assert_eq!(batch.send(&sockets).unwrap(), 1);
+        assert_eq!(batch.send(&sockets).unwrap(), 1);
+        assert!(batch.is_empty());
+        let (o, p) = sockets.addrs().unwrap();
+        let mut buf = [0u8; 100];
+        for (i, from) in [o, o, p, o].into_iter().enumerate() {
+            let (n, sender) = rx.recv_from(&mut buf).unwrap();
+            assert_eq!((&buf[..n], sender), (&[i as u8; 10][..], from));
+        }
     }
 
     #[test]
