@@ -5,15 +5,26 @@
 # mpirun (Debian: openmpi-bin libopenmpi-dev) and says so when they are missing.
 #
 #   scripts/ompi-bench.sh [pingpong|bw|all] [--json] [--iterations N] [--max-size BYTES] [--window W]
+#   scripts/ompi-bench.sh alltoall [-n P] [--json] [--iterations N] [--max-size BYTES_PER_PAIR]
+#       (MPI_Barrier and MPI_Alltoall, beside `bulkwire bench total-exchange -n P`)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
 which="${1:-all}"
+procs=2
 case "$which" in
     pingpong | bw | all) shift || true ;;
+    alltoall)
+        shift
+        if [ "${1:-}" = -n ]; then
+            procs="$2"
+            shift 2
+        fi
+        ;;
     -*) which=all ;;
     *)
         echo "usage: $0 [pingpong|bw|all] [--json] [--iterations N] [--max-size BYTES] [--window W]" >&2
+        echo "       $0 alltoall [-n P] [--json] [--iterations N] [--max-size BYTES_PER_PAIR]" >&2
         exit 2
         ;;
 esac
@@ -35,7 +46,7 @@ mpicc -O2 -o "$build/bench" ompi/bench.c
 
 # TCP only (no shared memory), on loopback: the transport bulkwire's figures
 # are compared with. Root may run jobs here (containers, CI).
-mpi=(mpirun -np 2 --mca btl tcp,self --mca btl_tcp_if_include lo --mca pml ob1 --oversubscribe)
+mpi=(mpirun -np "$procs" --mca btl tcp,self --mca btl_tcp_if_include lo --mca pml ob1 --oversubscribe)
 if [ "$(id -u)" = 0 ]; then
     mpi+=(--allow-run-as-root)
 fi
@@ -48,6 +59,7 @@ done
 case "$which" in
     pingpong) run pingpong "$@" ;;
     bw) run bw "$@" ;;
+    alltoall) run alltoall "$@" ;;
     all)
         # One JSON document for both sweeps, or the two tables.
         if $json; then echo '{"pingpong":'; fi

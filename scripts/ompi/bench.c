@@ -128,6 +128,54 @@ static void bw(int me, long iterations, long max, long window_arg, int json) {
     free(buf);
 }
 
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median over `reps` of the slowest process's time, in microseconds. */
+static double median_us(double *times, long reps) {
+    qsort(times, (size_t)reps, sizeof *times, by_value);
+    return times[reps / 2] * 1e6;
+}
+
+/* The references of `bulkwire bench total-exchange`: an empty barrier and a
+   total exchange of `size` bytes per pair, each timed as the slowest
+   process's time, median over `reps` after a few to warm up. */
+static void alltoall(int me, int procs, long reps, long size, int json) {
+    char *out = calloc((size_t)procs, (size_t)size), *in = calloc((size_t)procs, (size_t)size);
+    double *barrier = calloc((size_t)reps, sizeof(double)), *exchange = calloc((size_t)reps, sizeof(double));
+    if (!out || !in || !barrier || !exchange) MPI_Abort(MPI_COMM_WORLD, 1);
+    for (long r = -3; r < reps; r++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t = MPI_Wtime();
+        MPI_Barrier(MPI_COMM_WORLD);
+        double mine = MPI_Wtime() - t, slowest;
+        MPI_Reduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+        if (r >= 0) barrier[r] = slowest;
+        MPI_Barrier(MPI_COMM_WORLD);
+        t = MPI_Wtime();
+        MPI_Alltoall(out, (int)size, MPI_BYTE, in, (int)size, MPI_BYTE, MPI_COMM_WORLD);
+        mine = MPI_Wtime() - t;
+        MPI_Reduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+        if (r >= 0) exchange[r] = slowest;
+    }
+    if (me == 0) {
+        double b = median_us(barrier, reps), x = median_us(exchange, reps);
+        if (json)
+            printf("{\"procs\": %d, \"size\": %ld, \"barrier_us\": %.2f, \"alltoall_us\": %.2f}\n", procs, size, b, x);
+        else {
+            printf("# Open MPI over TCP: %d processes, %ld bytes per pair, median of %ld (slowest process)\n", procs, size,
+                   reps);
+            printf("%-24s %12.1f\n%-24s %12.1f\n", "MPI_Barrier us", b, "MPI_Alltoall us", x);
+        }
+    }
+    free(out);
+    free(in);
+    free(barrier);
+    free(exchange);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int me, size;
@@ -146,10 +194,17 @@ int main(int argc, char **argv) {
             MPI_Abort(MPI_COMM_WORLD, 2);
         }
     }
+    if (!strcmp(which, "alltoall")) {
+        /* --max-size is the bytes per pair here, --iterations the repetitions. */
+        alltoall(me, size, iterations > 0 ? iterations : 20, max == 4L << 20 ? 16384 : max, json);
+        MPI_Finalize();
+        return 0;
+    }
     if (size != 2 || max < 1 || window < 1 || (strcmp(which, "pingpong") && strcmp(which, "bw"))) {
         if (me == 0)
             fprintf(stderr, "usage: mpirun -np 2 bench pingpong|bw [--json] [--iterations N] [--max-size B] "
-                            "[--window W]\n");
+                            "[--window W]\n       mpirun -np P bench alltoall [--json] [--iterations N] "
+                            "[--max-size B]\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     if (!strcmp(which, "pingpong")) pingpong(me, iterations > 0 ? iterations : 2000, max, json);
