@@ -5,6 +5,7 @@ mod demo;
 mod hosts;
 mod launch;
 mod plot;
+mod profile;
 mod reliability;
 mod service_switching;
 mod warp;
@@ -36,6 +37,9 @@ enum Command {
     /// One rank of a benchmark job (started by `bulkwire bench`).
     #[command(hide = true, name = "__bench-rank")]
     BenchRank(bench::RankArgs),
+    /// Where a BSP job's time went, per superstep, from the traces it wrote
+    /// with BULKWIRE_PROFILE=FILE; `--plot out.png` draws them.
+    Profile(profile::Args),
     /// Experiments in the deterministic network simulator.
     Sim {
         #[command(subcommand)]
@@ -62,6 +66,7 @@ fn main() {
         Command::DemoRank(args) => demo::rank(&args).map(|()| 0),
         Command::Bench { bench } => bench::run(&bench),
         Command::BenchRank(args) => bench::rank(&args).map(|()| 0),
+        Command::Profile(args) => profile::run(&args).map(|()| 0),
         Command::Sim { experiment: SimCommand::Reliability(args) } => reliability::run(&args).map(|()| 0),
         Command::Sim { experiment: SimCommand::Warp(args) } => warp::run(&args).map(|()| 0),
         Command::Sim { experiment: SimCommand::ServiceSwitching(args) } => service_switching::run(&args).map(|()| 0),

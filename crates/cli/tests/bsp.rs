@@ -271,3 +271,42 @@ fn examples_check_their_results_for_every_order_and_under_loss() {
         }
     }
 }
+
+#[test]
+fn a_profiled_job_is_summarised_and_plotted() {
+    if is_rank() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("bulkwire-profile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prefix = dir.join("lu");
+    let out = Command::new(env!("CARGO_BIN_EXE_bulkwire"))
+        .args(["run", "-n", "3"])
+        .arg(examples().join("lu"))
+        .arg("24")
+        .env("BULKWIRE_PROFILE", &prefix)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run bulkwire");
+    assert!(out.status.success(), "{}", text(&out));
+    let png = dir.join("lu.png");
+    let out = Command::new(env!("CARGO_BIN_EXE_bulkwire"))
+        .arg("profile")
+        .arg(&prefix)
+        .args(["--json", "--plot"])
+        .arg(&png)
+        .output()
+        .expect("run bulkwire profile");
+    assert!(out.status.success(), "{}", text(&out));
+    let steps: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    // LU of n rows takes about one superstep per row.
+    assert!(steps.len() >= 24, "{steps:?}");
+    assert!(steps.iter().all(|s| s["processes"] == 3), "{steps:?}");
+    assert!(steps.iter().any(|s| s["h_out_max"].as_u64().unwrap() > 0), "{steps:?}");
+    assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
+    // A damaged trace is named, with its line.
+    std::fs::write(dir.join("lu.1"), "{\"pid\": 1, \"superstep\": }\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_bulkwire")).arg("profile").arg(&prefix).output().unwrap();
+    assert!(!out.status.success() && text(&out).contains("lu.1:1: not a superstep record"), "{}", text(&out));
+    let _ = std::fs::remove_dir_all(&dir);
+}
