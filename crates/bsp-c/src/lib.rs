@@ -132,12 +132,9 @@ pub extern "C" fn bsp_begin(maxprocs: c_int) {
         Phase::NotBegun => {}
         Phase::Running(_) | Phase::Ended => fail_outside("bsp_begin", Reason::AlreadyBegun),
     }
-    let wanted = match u32::try_from(maxprocs) {
-        Ok(0) => fail_outside("bsp_begin", Reason::Invalid("maxprocs is 0: at least one process is needed".into())),
-        Ok(n) => n,
-        Err(_) => fail_outside("bsp_begin", Reason::Negative { what: "maxprocs", value: i64::from(maxprocs) }),
-    };
-    match Bsp::begin_with(wanted) {
+    // Only process 0's argument counts (the standard's rule, which bsp_init
+    // relies on); the engine checks it once every process has it.
+    match Bsp::begin_requested(i64::from(maxprocs)) {
         Ok(bsp) => *guard = Phase::Running(Box::new(bsp)),
         Err(e) => fail_with(None, e),
     }

@@ -65,7 +65,7 @@ use std::any::Any;
 use std::marker::PhantomData;
 use std::time::Instant;
 
-use bulkwire_runtime::{JobEnv, Runtime};
+use bulkwire_runtime::{JobEnv, Runtime, RuntimeError};
 
 pub use error::{BspError, Call, Reason};
 pub use queue::{Message, Messages, Queue};
@@ -230,18 +230,30 @@ impl Bsp {
 
     /// `bsp_begin(maxprocs)`: the first `maxprocs` processes of the job
     /// take part; any others leave the job quietly (this function does not
-    /// return on them; they exit with status 0 once the job ends).
+    /// return on them; they exit with status 0 once the job ends). Only
+    /// process 0's `maxprocs` counts, as in the standard: under
+    /// [`Bsp::init`] the others never ran the code that computed it.
     pub fn begin_with(maxprocs: u32) -> Result<Bsp, BspError> {
+        Bsp::begin_requested(i64::from(maxprocs))
+    }
+
+    /// [`Bsp::begin_with`] for a C caller's `int`: process 0's value is
+    /// checked (at least 1) once every process has it, so a meaningless
+    /// argument on the others is no error.
+    pub fn begin_requested(requested: i64) -> Result<Bsp, BspError> {
         let early = |reason: Reason| BspError { pid: 0, call: Call::Begin, reason };
         let env = JobEnv::from_env().map_err(|e| early(Reason::Runtime(e.to_string())))?;
-        if maxprocs == 0 {
-            return Err(early(Reason::Invalid("bsp_begin needs at least one process".into())));
-        }
         let rt = Runtime::start(env.clone()).map_err(|e| BspError {
             pid: env.rank,
             call: Call::Begin,
             reason: Reason::Runtime(e.to_string()),
         })?;
+        let fail = |reason: Reason| BspError { pid: env.rank, call: Call::Begin, reason };
+        let maxprocs = match agree_on_maxprocs(&rt, requested).map_err(|e| fail(Reason::Runtime(e.to_string())))? {
+            n if n < 0 => return Err(fail(Reason::Negative { what: "maxprocs", value: n })),
+            0 => return Err(fail(Reason::Invalid("maxprocs is 0: at least one process is needed".into()))),
+            n => u32::try_from(n).unwrap_or(u32::MAX),
+        };
         let nprocs = env.size.min(maxprocs);
         if env.rank >= nprocs {
             let code = i32::from(rt.finish().is_err());
@@ -792,4 +804,44 @@ impl Drop for Bsp {
         eprintln!("{reason}");
         rt.fail(&reason);
     }
+}
+
+/// Process 0's `bsp_begin` argument, for every process: the standard takes
+/// process 0's, since under `bsp_init` only process 0 runs `main`, where the
+/// number is usually decided. Process 0 sends it to every other process as
+/// its first message on the bsp channel; it precedes any superstep traffic
+/// from process 0 because the channel delivers in order.
+fn agree_on_maxprocs(rt: &Runtime, mine: i64) -> Result<i64, RuntimeError> {
+    if rt.rank() == 0 {
+        let mut pending: Vec<u32> = (1..rt.size()).collect();
+        rt.wait(|e| {
+            while let Some(&to) = pending.last() {
+                match e.endpoint.send_owned(to, sync::CHANNEL, begin_message(mine)) {
+                    Ok(()) => pending.pop(),
+                    Err(bulkwire_proto::SendError::WouldBlock) => return Ok(None),
+                    Err(other) => return Err(RuntimeError::Stopped(other.to_string())),
+                };
+            }
+            Ok(Some(()))
+        })?;
+        return Ok(mine);
+    }
+    rt.wait(|e| match e.take(|m| m.from == 0 && m.channel == sync::CHANNEL) {
+        None => Ok(None),
+        Some(m) => match m.data.split_first() {
+            Some((&BEGIN, value)) if value.len() == 8 => {
+                Ok(Some(i64::from_le_bytes(value.try_into().expect("8 bytes"))))
+            }
+            _ => Err(RuntimeError::Stopped("process 0's first bsp message is not its bsp_begin".into())),
+        },
+    })
+}
+
+/// Kind byte of the message that carries process 0's `bsp_begin` argument.
+const BEGIN: u8 = 0xB0;
+
+fn begin_message(maxprocs: i64) -> Vec<u8> {
+    let mut m = vec![BEGIN];
+    m.extend_from_slice(&maxprocs.to_le_bytes());
+    m
 }
