@@ -31,6 +31,8 @@ enum Command {
     DemoRank(demo::RankArgs),
     /// Benchmarks, each beside references measured in the same run.
     Bench {
+        #[command(flatten)]
+        placement: bench::Placement,
         #[command(subcommand)]
         bench: bench::Bench,
     },
@@ -64,7 +66,7 @@ fn main() {
         Command::Run(args) => launch::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::DemoRank(args) => demo::rank(&args).map(|()| 0),
-        Command::Bench { bench } => bench::run(&bench),
+        Command::Bench { bench, placement } => bench::run(&bench, &placement),
         Command::BenchRank(args) => bench::rank(&args).map(|()| 0),
         Command::Profile(args) => profile::run(&args).map(|()| 0),
         Command::Sim { experiment: SimCommand::Reliability(args) } => reliability::run(&args).map(|()| 0),

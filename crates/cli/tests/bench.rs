@@ -137,3 +137,57 @@ fn bad_layouts_are_refused() {
         assert!(!String::from_utf8_lossy(&out.stderr).is_empty());
     }
 }
+
+/// The rows of `bench total-exchange`: the empty sync, then every order
+/// with pacing on and off (each checks at its end that every byte arrived).
+fn check_total_exchange(v: &Value) {
+    let rows = rows(v);
+    assert_eq!(rows.len(), 6, "{v}");
+    assert_eq!(rows[0]["what"], "empty sync (l)", "{v}");
+    for row in &rows[1..] {
+        assert!(num(row, "median_us") > 0.0 && num(row, "mb_per_s_per_process") > 0.0, "{row}");
+    }
+    let orders: Vec<&str> = rows[1..].iter().map(|r| r["order"].as_str().expect("order")).collect();
+    assert_eq!(orders, ["latin", "pid", "random", "latin", "pid"]);
+}
+
+#[test]
+fn total_exchange_runs_every_order() {
+    check_total_exchange(&bench(&["total-exchange", "-n", "3", "--repetitions", "2", "--size", "4096"]));
+}
+
+/// The network-namespace test bed of scripts/netns-testbed.sh, with
+/// scripts/netns-exec as the remote shell: a benchmark across four hosts
+/// whose ports are rate-limited. Needs root and iproute2; skipped otherwise.
+#[test]
+fn total_exchange_on_the_namespace_test_bed() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    // SAFETY: geteuid has no preconditions.
+    let can =
+        unsafe { libc::geteuid() } == 0 && Command::new("ip").arg("-V").output().is_ok_and(|o| o.status.success());
+    if !can {
+        eprintln!("skipped: needs root and iproute2 for network namespaces");
+        return;
+    }
+    let testbed = root.join("scripts/netns-testbed.sh");
+    let up = Command::new(&testbed).args(["up", "4", "200mbit"]).output().expect("run the test bed script");
+    assert!(up.status.success(), "{}", String::from_utf8_lossy(&up.stderr));
+    let ssh = root.join("scripts/netns-exec");
+    let result = std::panic::catch_unwind(|| {
+        bench(&[
+            "--hosts",
+            "bwh0,bwh1,bwh2,bwh3",
+            "--ssh",
+            ssh.to_str().unwrap(),
+            "--bind",
+            "10.90.0.254",
+            "total-exchange",
+            "-n",
+            "4",
+            "--repetitions",
+            "2",
+        ])
+    });
+    let _ = Command::new(&testbed).args(["down", "4"]).status();
+    check_total_exchange(&result.unwrap_or_else(|e| std::panic::resume_unwind(e)));
+}

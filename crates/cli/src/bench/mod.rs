@@ -58,12 +58,32 @@ impl Bench {
     }
 }
 
-pub fn run(bench: &Bench) -> Result<i32, String> {
+/// Where a benchmark's ranks run: this machine by default, or hosts
+/// reached over a remote shell as with `bulkwire run --hosts` (for example
+/// network namespaces of a test bed, with `scripts/netns-exec` as the shell).
+#[derive(clap::Args, Debug, Clone)]
+pub struct Placement {
+    /// Run the ranks on these hosts (as `bulkwire run --hosts`).
+    #[arg(long)]
+    pub hosts: Option<String>,
+    /// The remote shell for --hosts (as `bulkwire run --ssh`).
+    #[arg(long, env = "BULKWIRE_SSH", default_value = "ssh")]
+    pub ssh: String,
+    /// Address of the rendezvous (as `bulkwire run --bind`).
+    #[arg(long)]
+    pub bind: Option<std::net::IpAddr>,
+}
+
+pub fn run(bench: &Bench, placement: &Placement) -> Result<i32, String> {
     bench.check()?;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let spec = serde_json::to_string(bench).map_err(|e| e.to_string())?;
     let command = vec![exe.to_string_lossy().into_owned(), "__bench-rank".into(), spec];
-    crate::launch::run(&crate::launch::Args::local(bench.ranks(), command))
+    let mut args = crate::launch::Args::local(bench.ranks(), command);
+    args.hosts = placement.hosts.clone();
+    args.ssh = placement.ssh.clone();
+    args.bind = placement.bind;
+    crate::launch::run(&args)
 }
 
 #[derive(clap::Args, Debug)]

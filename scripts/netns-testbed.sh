@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# A test bed of N hosts (network namespaces bwh0 … bwhN-1, 10.90.0.1 … N)
+# on one switch (a bridge in the root namespace, 10.90.0.254), with every
+# host's link limited to RATE in both directions by a token bucket: a
+# receiver's port is a shared bottleneck, as on a switched cluster. Root only.
+#
+#   scripts/netns-testbed.sh up [N] [RATE]     # default 8 hosts, 100mbit
+#   scripts/netns-testbed.sh down [N]
+#
+# Run a job or a benchmark on it with scripts/netns-exec as the remote shell:
+#   bulkwire bench --hosts bwh0,bwh1,…,bwh7 --ssh scripts/netns-exec --bind 10.90.0.254 total-exchange -n 8
+set -euo pipefail
+action="${1:-}"
+n="${2:-8}"
+rate="${3:-100mbit}"
+
+down() {
+    for i in $(seq 0 $((n - 1))); do
+        ip netns del "bwh$i" 2>/dev/null || true
+        ip link del "bwp$i" 2>/dev/null || true
+    done
+    ip link del bwbr 2>/dev/null || true
+}
+
+case "$action" in
+    up)
+        down
+        ip link add bwbr type bridge
+        ip addr add 10.90.0.254/24 dev bwbr
+        ip link set bwbr up
+        for i in $(seq 0 $((n - 1))); do
+            ns="bwh$i"
+            ip netns add "$ns"
+            ip link add "bwp$i" type veth peer name eth0 netns "$ns"
+            ip link set "bwp$i" master bwbr up
+            ip -n "$ns" addr add "10.90.0.$((i + 1))/24" dev eth0
+            ip -n "$ns" link set eth0 up
+            ip -n "$ns" link set lo up
+            # The switch port towards the host (its downlink) and the host's
+            # own uplink: each direction at RATE, with a queue of ~10 ms.
+            tc qdisc add dev "bwp$i" root tbf rate "$rate" burst 32kb latency 10ms
+            ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 32kb latency 10ms
+        done
+        echo "test bed up: $n hosts bwh0..bwh$((n - 1)) at $rate; rendezvous address 10.90.0.254"
+        ;;
+    down) down ;;
+    *)
+        echo "usage: $0 up [N] [RATE] | down [N]" >&2
+        exit 2
+        ;;
+esac
