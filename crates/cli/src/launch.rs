@@ -483,6 +483,8 @@ fn supervise(
     let mut finished = vec![false; n];
     let mut exited = vec![false; pids.len()];
     let mut table_sent = false;
+    // The smallest datagram limit any rank reported.
+    let mut max_datagram = usize::MAX;
     let mut failure: Option<Failure> = None;
     let mut kill_at: Option<Instant> = None;
 
@@ -503,14 +505,20 @@ fn supervise(
                 streams.insert(rank, stream);
                 if !table_sent && addrs.iter().all(Option::is_some) && streams.len() == n {
                     let peers: Vec<_> = addrs.iter().map(|a| a.expect("all joined")).collect();
-                    broadcast(&mut streams, key, &ToRank::Table { job, peers });
+                    let max_datagram = if max_datagram == usize::MAX { 0 } else { max_datagram };
+                    broadcast(&mut streams, key, &ToRank::Table { job, peers, max_datagram });
                     table_sent = true;
                 }
             }
             Some(Ev::Message { rank, msg }) => {
                 last_seen[rank as usize] = Instant::now();
                 match msg {
-                    ToLauncher::Hello { ordinary, premium, .. } => addrs[rank as usize] = Some((ordinary, premium)),
+                    ToLauncher::Hello { ordinary, premium, max_datagram: m, .. } => {
+                        addrs[rank as usize] = Some((ordinary, premium));
+                        if m > 0 {
+                            max_datagram = max_datagram.min(m);
+                        }
+                    }
                     ToLauncher::Heartbeat => {}
                     ToLauncher::Failed { reason } => {
                         fail(&mut failure, &mut kill_at, &mut streams, key, format!("rank {rank} failed: {reason}"), 1)

@@ -263,6 +263,19 @@ impl Runtime {
         let (mut control, ip) = Control::connect(&env)?;
         let sockets = PathSockets::bind(ip, &SocketOptions::from_env()?)?;
         let (ordinary, premium) = sockets.addrs()?;
+        // Loopback carries the largest datagrams (one system call moves
+        // 64 KB); elsewhere a datagram fills one frame of the job's
+        // interface: 1472 bytes on Ethernet, more on a jumbo-frame network.
+        let mut max_datagram = if ip.is_loopback() {
+            LOOPBACK_DATAGRAM
+        } else {
+            crate::sockets::interface_mtu(ip).map_or(1472, |mtu| datagram_for_mtu(ip, mtu))
+        };
+        if let Ok(v) = std::env::var("BULKWIRE_MAX_DATAGRAM") {
+            max_datagram = v.trim().parse().map_err(|_| {
+                io::Error::new(io::ErrorKind::InvalidInput, format!("BULKWIRE_MAX_DATAGRAM={v:?}: not a number"))
+            })?;
+        }
         control.send(&ToLauncher::Hello {
             job: env.job,
             rank: env.rank,
@@ -270,9 +283,19 @@ impl Runtime {
             pid: std::process::id(),
             ordinary,
             premium,
+            max_datagram,
         })?;
         let peers = match control.recv()? {
-            Some(ToRank::Table { job, peers }) if job == env.job && peers.len() == env.size as usize => peers,
+            Some(ToRank::Table { job, peers, max_datagram: everyone })
+                if job == env.job && peers.len() == env.size as usize =>
+            {
+                // The whole job sends datagrams every rank's link carries:
+                // a jumbo-frame host must not send frames a peer's cannot.
+                if everyone > 0 {
+                    max_datagram = max_datagram.min(everyone);
+                }
+                peers
+            }
             Some(ToRank::Abort { reason }) => return Err(RuntimeError::Stopped(reason)),
             other => return Err(RuntimeError::Rendezvous(format!("unexpected answer from the launcher: {other:?}"))),
         };
@@ -283,19 +306,7 @@ impl Runtime {
         config.max_message_size = 16 << 20;
         config.send_buffer_bytes = 32 << 20;
         config.recv_buffer_bytes = 32 << 20;
-        // Loopback carries the largest datagrams (one system call moves
-        // 64 KB); elsewhere a datagram fills one frame of the job's
-        // interface: 1472 bytes on Ethernet, more on a jumbo-frame network.
-        config.max_datagram = if ip.is_loopback() {
-            LOOPBACK_DATAGRAM
-        } else {
-            crate::sockets::interface_mtu(ip).map_or(1472, |mtu| datagram_for_mtu(ip, mtu))
-        };
-        if let Ok(v) = std::env::var("BULKWIRE_MAX_DATAGRAM") {
-            config.max_datagram = v.trim().parse().map_err(|_| {
-                io::Error::new(io::ErrorKind::InvalidInput, format!("BULKWIRE_MAX_DATAGRAM={v:?}: not a number"))
-            })?;
-        }
+        config.max_datagram = max_datagram;
         config.packet_buffers = packet_buffers(sockets.recv_buffer_bytes()?, config.max_datagram);
         config.initial_rtt = Duration::from_micros(if ip.is_loopback() { 50 } else { 500 });
         config.min_rto = Duration::from_micros(500);

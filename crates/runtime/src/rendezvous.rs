@@ -27,6 +27,9 @@ pub enum ToLauncher {
         pid: u32,
         ordinary: SocketAddr,
         premium: SocketAddr,
+        /// The largest datagram this rank's interface carries in one frame.
+        #[serde(default)]
+        max_datagram: usize,
     },
     Heartbeat,
     /// The rank stops the job: a peer is unreachable, or the program failed.
@@ -41,8 +44,14 @@ pub enum ToLauncher {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ToRank {
-    /// Everyone's addresses, by rank: `(ordinary, premium)`.
-    Table { job: u64, peers: Vec<(SocketAddr, SocketAddr)> },
+    /// Everyone's addresses, by rank: `(ordinary, premium)`, and the
+    /// largest datagram every rank's interface carries (0: no limit given).
+    Table {
+        job: u64,
+        peers: Vec<(SocketAddr, SocketAddr)>,
+        #[serde(default)]
+        max_datagram: usize,
+    },
     /// Stop now: another rank failed.
     Abort { reason: String },
     /// A rank has finished: nothing more will come from it.
