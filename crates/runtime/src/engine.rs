@@ -254,7 +254,6 @@ pub struct Runtime {
     inner: Arc<Inner>,
     thread: Option<JoinHandle<()>>,
     size: u32,
-    spin: Duration,
     finished: bool,
 }
 
@@ -369,7 +368,7 @@ impl Runtime {
         let thread = std::thread::Builder::new()
             .name("bulkwire-progress".into())
             .spawn(move || progress_thread(&thread_inner))?;
-        Ok(Runtime { inner, thread: Some(thread), size: env.size, spin, finished: false })
+        Ok(Runtime { inner, thread: Some(thread), size: env.size, finished: false })
     }
 
     pub fn rank(&self) -> u32 {
@@ -419,7 +418,7 @@ impl Runtime {
         &self,
         mut f: impl FnMut(&mut Engine) -> Result<Option<R>, RuntimeError>,
     ) -> Result<R, RuntimeError> {
-        let spin_until = Instant::now() + self.spin;
+        let spin_until = Instant::now() + self.inner.spin;
         self.inner.spinning.fetch_add(1, Ordering::SeqCst);
         let mut round = 0u32;
         let spun = loop {
