@@ -38,6 +38,13 @@ const SPIN_NAP: Duration = Duration::from_micros(200);
 /// How long it naps while an application thread blocks in poll(2) on the
 /// sockets; also the longest a datagram waits once that thread has left.
 const POLL_NAP: Duration = Duration::from_millis(1);
+/// The least a collective wait spins, yielding its core in every turn,
+/// before it blocks: even where processes share cores. In a barrier every
+/// process is on its way; a yielding waiter hands its core to one of them,
+/// and the datagrams it waits for then need no wake-up (which, measured on
+/// 8 processes over 2 cores, cost more than the yields: an empty BSP sync
+/// took 350-410 us blocking and 170-220 us spinning).
+const COLLECTIVE_SPIN: Duration = Duration::from_millis(1);
 /// The longest an application thread blocks in poll(2) before it looks at
 /// the engine again (a stop ordered meanwhile, a state changed by others).
 const POLL_AT_MOST: Duration = Duration::from_millis(20);
@@ -414,11 +421,26 @@ impl Runtime {
 
     /// Waits until `f` returns `Some`: first spinning on the sockets, then
     /// sleeping while the progress thread works.
-    pub fn wait<R>(
+    pub fn wait<R>(&self, f: impl FnMut(&mut Engine) -> Result<Option<R>, RuntimeError>) -> Result<R, RuntimeError> {
+        self.wait_spinning(self.inner.spin, f)
+    }
+
+    /// [`Runtime::wait`] for a collective operation, in which every process
+    /// is expected soon: it spins (yielding) a while even when the
+    /// processes share cores, where a plain wait would block at once.
+    pub fn wait_collective<R>(
         &self,
+        f: impl FnMut(&mut Engine) -> Result<Option<R>, RuntimeError>,
+    ) -> Result<R, RuntimeError> {
+        self.wait_spinning(self.inner.spin.max(COLLECTIVE_SPIN), f)
+    }
+
+    fn wait_spinning<R>(
+        &self,
+        spin: Duration,
         mut f: impl FnMut(&mut Engine) -> Result<Option<R>, RuntimeError>,
     ) -> Result<R, RuntimeError> {
-        let spin_until = Instant::now() + self.inner.spin;
+        let spin_until = Instant::now() + spin;
         self.inner.spinning.fetch_add(1, Ordering::SeqCst);
         let mut round = 0u32;
         let spun = loop {
@@ -435,7 +457,11 @@ impl Runtime {
                     self.kick(&e);
                     break Ok(Some(r));
                 }
-                Ok(None) => {}
+                Ok(None) => {
+                    // What `f` queued goes out now, not after the yield below.
+                    let now = e.now();
+                    e.flush(now);
+                }
                 Err(err) => break Err(err),
             }
             drop(e);
@@ -491,6 +517,7 @@ impl Runtime {
                     return Ok(r);
                 }
                 let now = e.now();
+                e.flush(now);
                 // Timers are this thread's too; and a stop ordered by the
                 // launcher (read by the progress thread) is seen within
                 // POLL_AT_MOST.
@@ -518,6 +545,8 @@ impl Runtime {
                 self.kick(&e);
                 return Ok(r);
             }
+            let now = e.now();
+            e.flush(now);
             e = self.inner.changed.wait_timeout(e, Duration::from_millis(20)).unwrap_or_else(|p| p.into_inner()).0;
         }
     }
