@@ -48,6 +48,9 @@
 //!
 //! - `BULKWIRE_BSP_ORDER=latin|pid|random`: destination order (default latin);
 //! - `BULKWIRE_BSP_PACING=0`: no pacing (for comparison);
+//! - `BULKWIRE_BSP_FANOUT=K`: partners per round of the barrier (default 7,
+//!   one round up to 8 processes, or 1, the classic dissemination barrier,
+//!   where processes outnumber cores), process 0's value for the job;
 //! - `BULKWIRE_BSP_STATS=1`: packet statistics (Table 5) on stderr at `end`;
 //! - `BULKWIRE_PROFILE=FILE`: a JSON line per superstep in `FILE.<pid>`.
 
@@ -76,6 +79,8 @@ use registry::{Area, Registry, Slot};
 use repackaging::GetRequest;
 use stats::Profiler;
 
+/// Environment variable setting the barrier's fan-out (read on process 0).
+pub const FANOUT_ENV: &str = "BULKWIRE_BSP_FANOUT";
 /// Environment variable choosing the destination order.
 pub const ORDER_ENV: &str = "BULKWIRE_BSP_ORDER";
 /// Environment variable turning pacing off (`0`).
@@ -212,6 +217,8 @@ pub struct Bsp {
     next_tagsize: usize,
     order: Order,
     pacing: bool,
+    /// Partners per round of the barrier (process 0's choice).
+    fanout: u32,
     net: sync::Net,
     packet_stats: PacketStats,
     profile: Option<Profiler>,
@@ -249,7 +256,23 @@ impl Bsp {
             reason: Reason::Runtime(e.to_string()),
         })?;
         let fail = |reason: Reason| BspError { pid: env.rank, call: Call::Begin, reason };
-        let maxprocs = match agree_on_maxprocs(&rt, requested).map_err(|e| fail(Reason::Runtime(e.to_string())))? {
+        // Fewest messages where processes share cores (each message then
+        // costs more than a round); fewer rounds where each has its own.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+        let default_fanout = if env.local_size > cores { 1 } else { reduction::DEFAULT_FANOUT };
+        let fanout = match (env.rank, std::env::var(FANOUT_ENV)) {
+            (0, Ok(v)) => match v.trim().parse::<u32>() {
+                Ok(k) if k >= 1 => k,
+                _ => {
+                    let why = format!("{FANOUT_ENV}={v}: the barrier's fan-out must be a whole number of at least 1");
+                    return Err(fail(Reason::Invalid(why)));
+                }
+            },
+            _ => default_fanout,
+        };
+        let (maxprocs, fanout) =
+            agree_on_maxprocs(&rt, requested, fanout).map_err(|e| fail(Reason::Runtime(e.to_string())))?;
+        let maxprocs = match maxprocs {
             n if n < 0 => return Err(fail(Reason::Negative { what: "maxprocs", value: n })),
             0 => return Err(fail(Reason::Invalid("maxprocs is 0: at least one process is needed".into()))),
             n => u32::try_from(n).unwrap_or(u32::MAX),
@@ -272,6 +295,9 @@ impl Bsp {
             })?),
             _ => None,
         };
+        let (max_payload, receiver_packets) = rt
+            .with(|e| Ok((e.endpoint.config().max_payload(), e.endpoint.config().send_buffers())))
+            .map_err(|e| fail(Reason::Runtime(e.to_string())))?;
         let now = Instant::now();
         Ok(Bsp {
             rt: Some(rt),
@@ -288,7 +314,8 @@ impl Bsp {
             next_tagsize: 0,
             order,
             pacing,
-            net: sync::Net::new(nprocs),
+            fanout,
+            net: sync::Net::new(nprocs, max_payload, receiver_packets),
             packet_stats: PacketStats::default(),
             profile,
             computation_started: now,
@@ -811,12 +838,14 @@ impl Drop for Bsp {
 /// number is usually decided. Process 0 sends it to every other process as
 /// its first message on the bsp channel; it precedes any superstep traffic
 /// from process 0 because the channel delivers in order.
-fn agree_on_maxprocs(rt: &Runtime, mine: i64) -> Result<i64, RuntimeError> {
+/// Process 0's `bsp_begin` argument and barrier fan-out, which every
+/// process takes.
+fn agree_on_maxprocs(rt: &Runtime, mine: i64, fanout: u32) -> Result<(i64, u32), RuntimeError> {
     if rt.rank() == 0 {
         let mut pending: Vec<u32> = (1..rt.size()).collect();
         rt.wait(|e| {
             while let Some(&to) = pending.last() {
-                match e.endpoint.send_owned(to, sync::CHANNEL, begin_message(mine)) {
+                match e.endpoint.send_owned(to, sync::CHANNEL, begin_message(mine, fanout)) {
                     Ok(()) => pending.pop(),
                     Err(bulkwire_proto::SendError::WouldBlock) => return Ok(None),
                     Err(other) => return Err(RuntimeError::Stopped(other.to_string())),
@@ -824,13 +853,15 @@ fn agree_on_maxprocs(rt: &Runtime, mine: i64) -> Result<i64, RuntimeError> {
             }
             Ok(Some(()))
         })?;
-        return Ok(mine);
+        return Ok((mine, fanout));
     }
     rt.wait(|e| match e.take(|m| m.from == 0 && m.channel == sync::CHANNEL) {
         None => Ok(None),
         Some(m) => match m.data.split_first() {
-            Some((&BEGIN, value)) if value.len() == 8 => {
-                Ok(Some(i64::from_le_bytes(value.try_into().expect("8 bytes"))))
+            Some((&BEGIN, value)) if value.len() == 12 => {
+                let maxprocs = i64::from_le_bytes(value[..8].try_into().expect("8 bytes"));
+                let fanout = u32::from_le_bytes(value[8..].try_into().expect("4 bytes"));
+                Ok(Some((maxprocs, fanout.max(1))))
             }
             _ => Err(RuntimeError::Stopped("process 0's first bsp message is not its bsp_begin".into())),
         },
@@ -840,8 +871,9 @@ fn agree_on_maxprocs(rt: &Runtime, mine: i64) -> Result<i64, RuntimeError> {
 /// Kind byte of the message that carries process 0's `bsp_begin` argument.
 const BEGIN: u8 = 0xB0;
 
-fn begin_message(maxprocs: i64) -> Vec<u8> {
+fn begin_message(maxprocs: i64, fanout: u32) -> Vec<u8> {
     let mut m = vec![BEGIN];
     m.extend_from_slice(&maxprocs.to_le_bytes());
+    m.extend_from_slice(&fanout.to_le_bytes());
     m
 }

@@ -2,10 +2,17 @@
 //! row of the communication bit-matrix (seed 002 §3, step 2).
 //!
 //! The reduction is a tree in which every process is the root of its own
-//! binomial tree (the dissemination pattern): in round k a process sends
-//! what it knows to the process 2^k ahead and merges what comes from the
-//! process 2^k behind. After ⌈log2 p⌉ rounds every process holds the whole
-//! matrix, with no broadcast back down. This needs a merge that may see a
+//! tree (the dissemination pattern, n-way: Hoefler et al., "Fast barrier
+//! synchronization for InfiniBand", 2006): with fan-out k, in round r a
+//! process sends what it knows to the processes m·(k+1)^r ahead (m = 1..k)
+//! and merges what comes from those as far behind. After ⌈log_(k+1) p⌉
+//! rounds every process holds the whole matrix, with no broadcast back down.
+//! Fan-out 1 is the classic dissemination barrier (log2 p rounds of one
+//! message); fan-out p − 1 is one round in which everyone tells everyone.
+//! Each round is a dependent step, paid in latency (and, when processes
+//! share cores, in scheduling), while each message costs its sender and
+//! receiver CPU time; the default, [`DEFAULT_FANOUT`], gives one round up to
+//! 8 processes and two up to 64. This needs a merge that may see a
 //! contribution twice (OR, max, min are idempotent), which is why every
 //! field below merges that way.
 //!
@@ -194,20 +201,49 @@ impl Reduction {
     }
 }
 
-/// Rounds of the dissemination reduction for `p` processes.
-pub fn rounds(p: u32) -> u32 {
-    if p <= 1 {
-        0
-    } else {
-        32 - (p - 1).leading_zeros()
-    }
+/// Partners per round unless `BULKWIRE_BSP_FANOUT` says otherwise.
+pub const DEFAULT_FANOUT: u32 = 7;
+
+/// The shape of the dissemination for `p` processes with fan-out `k`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dissemination {
+    p: u32,
+    k: u32,
 }
 
-/// Whom `pid` sends to and hears from in `round`.
-pub fn partners(pid: u32, p: u32, round: u32) -> (u32, u32) {
-    let d = (1u64 << round) % u64::from(p);
-    let d = d as u32;
-    ((pid + d) % p, (pid + p - d) % p)
+impl Dissemination {
+    pub fn new(p: u32, fanout: u32) -> Dissemination {
+        Dissemination { p, k: fanout.clamp(1, p.saturating_sub(1).max(1)) }
+    }
+
+    /// The distance unit of `round`: (k+1)^round, or `None` once it reaches
+    /// p (every process is then heard).
+    fn stride(&self, round: u32) -> Option<u32> {
+        let stride = u64::from(self.k + 1).checked_pow(round)?;
+        (stride < u64::from(self.p)).then_some(stride as u32)
+    }
+
+    /// Rounds until every process holds everyone's contribution.
+    pub fn rounds(&self) -> u32 {
+        (0..).find(|&r| self.stride(r).is_none()).expect("strides grow past p")
+    }
+
+    /// The distances of `round`: m·(k+1)^round for m = 1..=k, below p.
+    /// They are distinct and nonzero, so no process hears itself or anyone
+    /// twice in a round.
+    pub fn distances(&self, round: u32) -> impl Iterator<Item = u32> + '_ {
+        let stride = self.stride(round).map_or(0, u64::from);
+        (1..=u64::from(self.k))
+            .map(move |m| m * stride)
+            .take_while(move |&d| d > 0 && d < u64::from(self.p))
+            .map(|d| d as u32)
+    }
+
+    /// Whom `pid` sends to and hears from in `round`, as (to, from) pairs.
+    pub fn partners(&self, pid: u32, round: u32) -> impl Iterator<Item = (u32, u32)> + '_ {
+        let p = self.p;
+        self.distances(round).map(move |d| ((pid + d) % p, (pid + p - d) % p))
+    }
 }
 
 pub(crate) struct Reader<'a>(pub &'a [u8]);
@@ -240,19 +276,40 @@ mod tests {
     use super::*;
 
     /// Runs the dissemination reduction among `p` simulated processes.
-    fn disseminate(mut state: Vec<Reduction>) -> Vec<Reduction> {
+    fn disseminate(mut state: Vec<Reduction>, fanout: u32) -> Vec<Reduction> {
         let p = state.len() as u32;
-        for round in 0..rounds(p) {
+        let shape = Dissemination::new(p, fanout);
+        for round in 0..shape.rounds() {
             let sent: Vec<Vec<u8>> = state.iter().map(Reduction::encode).collect();
             for pid in 0..p {
-                let (to, from) = partners(pid, p, round);
-                assert_eq!(partners(from, p, round).0, pid);
-                assert_ne!(to, pid);
-                let got = Reduction::decode(&sent[from as usize], p).unwrap();
-                state[pid as usize].merge(&got);
+                let mut heard = Vec::new();
+                for (to, from) in shape.partners(pid, round) {
+                    assert!(shape.partners(from, round).any(|(t, _)| t == pid));
+                    assert!(to != pid && from != pid);
+                    heard.push(from);
+                    let got = Reduction::decode(&sent[from as usize], p).unwrap();
+                    state[pid as usize].merge(&got);
+                }
+                heard.sort_unstable();
+                heard.dedup();
+                assert_eq!(heard.len(), shape.partners(pid, round).count(), "a partner twice in a round");
             }
         }
         state
+    }
+
+    #[test]
+    fn rounds_shrink_with_the_fanout() {
+        let rounds = |p, k| Dissemination::new(p, k).rounds();
+        assert_eq!(
+            [rounds(1, 7), rounds(2, 7), rounds(8, 7), rounds(9, 7), rounds(64, 7), rounds(65, 7)],
+            [0, 1, 1, 2, 2, 3]
+        );
+        assert_eq!([rounds(2, 1), rounds(8, 1), rounds(9, 1), rounds(1000, 1)], [1, 3, 4, 10]);
+        assert_eq!(rounds(100, 99), 1);
+        assert_eq!(rounds(100, 1000), 1);
+        assert_eq!(Dissemination::new(8, 7).partners(3, 0).count(), 7);
+        assert_eq!(Dissemination::new(10, 7).partners(3, 1).collect::<Vec<_>>(), [(1, 5)]);
     }
 
     #[test]
@@ -263,14 +320,16 @@ mod tests {
             let local: Vec<Reduction> = (0..p)
                 .map(|i| Reduction::local(p, i, |j| sends(i, j), u64::from(i) * 10, false, (5, 1, 0), 4))
                 .collect();
-            for r in disseminate(local) {
-                for i in 0..p {
-                    for j in 0..p {
-                        assert_eq!(r.talks(i, j), sends(i, j), "p={p} {i}->{j}");
+            for fanout in [1, 2, 3, 7, 40] {
+                for r in disseminate(local.clone(), fanout) {
+                    for i in 0..p {
+                        for j in 0..p {
+                            assert_eq!(r.talks(i, j), sends(i, j), "p={p} {i}->{j}");
+                        }
+                        assert_eq!(r.out_bytes[i as usize], u64::from(i) * 10);
                     }
-                    assert_eq!(r.out_bytes[i as usize], u64::from(i) * 10);
+                    assert_eq!(r.disagreement(0), None);
                 }
-                assert_eq!(r.disagreement(0), None);
             }
         }
     }
@@ -281,19 +340,19 @@ mod tests {
         let local: Vec<Reduction> = (0..p)
             .map(|i| Reduction::local(p, i, |_| false, 0, i == 3, (if i == 1 { 9 } else { 5 }, 1, 0), 0))
             .collect();
-        for r in disseminate(local) {
+        for r in disseminate(local, 2) {
             assert_eq!(r.disagreement(7), Some(Reason::SyncMismatch { ended: 3, synced: 0, superstep: 7 }));
         }
         let local: Vec<Reduction> = (0..p)
             .map(|i| Reduction::local(p, i, |_| false, 0, false, (5, 1, 0), if i == 2 { 8 } else { 4 }))
             .collect();
-        for r in disseminate(local) {
+        for r in disseminate(local, 2) {
             assert_eq!(r.disagreement(0), Some(Reason::TagSizesDiffer { a: 0, a_size: 4, b: 2, b_size: 8 }));
         }
         let local: Vec<Reduction> = (0..p)
             .map(|i| Reduction::local(p, i, |_| false, 0, false, (u64::from(i == 4), 2 - u32::from(i == 4), 0), 0))
             .collect();
-        for r in disseminate(local) {
+        for r in disseminate(local, 2) {
             let Some(Reason::RegistrationsDiffer { detail }) = r.disagreement(2) else { panic!() };
             assert!(detail.contains("process 4 made 1 bsp_push_reg"), "{detail}");
         }

@@ -11,14 +11,14 @@
 //! | counts | the sender's [`Counts`]: stream bytes and get requests |
 //! | data | last u8 (1 on the stream's last piece), a piece of the stream |
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
 use bulkwire_proto::SendError;
 use bulkwire_runtime::{Engine, Runtime};
 
 use crate::error::{BspError, Call, Reason};
-use crate::reduction::{self, Reduction};
+use crate::reduction::{Dissemination, Reduction};
 use crate::registry::Area;
 use crate::repackaging::{self, Counts, Record};
 use crate::schedule;
@@ -46,17 +46,38 @@ pub(crate) struct Net {
     complete: Vec<bool>,
     /// A malformed message: the sync fails with it.
     broken: Option<Reason>,
+    /// Messages to send as soon as the runtime has room, in order: every
+    /// wait of the sync pushes them first.
+    outgoing: VecDeque<(u32, Vec<u8>)>,
+    /// The largest data piece after its headers, and the packets a
+    /// receiver buffers (the runtime's configuration, read once).
+    max_payload: usize,
+    receiver_packets: usize,
 }
 
 impl Net {
-    pub fn new(p: u32) -> Net {
+    pub fn new(p: u32, max_payload: usize, receiver_packets: usize) -> Net {
         Net {
             reduce: HashMap::new(),
             counts: HashMap::new(),
             streams: vec![Vec::new(); p as usize],
             complete: vec![false; p as usize],
             broken: None,
+            outgoing: VecDeque::new(),
+            max_payload,
+            receiver_packets,
         }
+    }
+
+    /// Hands the runtime what it has room for, in order.
+    fn push_outgoing(&mut self, e: &mut Engine) -> Result<(), Reason> {
+        while let Some((to, m)) = self.outgoing.pop_front() {
+            if let Some(m) = try_send(e, to, m)? {
+                self.outgoing.push_front((to, m));
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// Sorts every bsp message the runtime holds.
@@ -113,11 +134,11 @@ fn wait<R>(
     mut step: impl FnMut(&mut Engine, &mut Net) -> Result<Option<R>, Reason>,
 ) -> Result<R, Reason> {
     let mut failure = None;
-    let result = rt.wait(|e| {
+    let result = rt.wait_collective(|e| {
         net.pump(e, superstep);
         let outcome = match net.broken.take() {
             Some(reason) => Err(reason),
-            None => step(e, net),
+            None => net.push_outgoing(e).and_then(|()| step(e, net)),
         };
         match outcome {
             Ok(Some(r)) => Ok(Some(Some(r))),
@@ -167,13 +188,25 @@ impl Bsp {
         // Packets of this superstep carry its colour; what is still
         // unacknowledged from the last one is proven delivered by this
         // barrier (the coarse-grained acknowledgement of §4.4).
-        let unacknowledged = self
-            .with_engine(|e| {
+        // The counts go out now, before the barrier: the processes that
+        // talk learn their sizes while the barrier runs, not in a round of
+        // their own after it (phase 2 only collects them).
+        for j in (0..p).filter(|&j| j != me && self.outboxes[j as usize].talks()) {
+            let o = &self.outboxes[j as usize];
+            let mut m = header(COUNTS, s, 64);
+            Counts { stream_bytes: o.stream.len() as u64, requests: o.requests.clone() }.encode(&mut m);
+            self.net.outgoing.push_back((j, m));
+        }
+        let net = &mut self.net;
+        let rt = self.rt.as_ref().expect("the runtime is there until end");
+        let unacknowledged = rt
+            .with(|e| {
                 for peer in (0..p).filter(|&q| q != me) {
                     e.endpoint.set_colour(peer, CHANNEL, (s & 1) as u8);
                 }
-                e.endpoint.memory().send_packets as u64
+                Ok(net.push_outgoing(e).map(|()| e.endpoint.memory().send_packets as u64))
             })
+            .map_err(|e| fail(Reason::Runtime(e.to_string())))?
             .map_err(fail)?;
 
         // Phase 1: the barrier is the OR reduction of the communication
@@ -203,8 +236,7 @@ impl Bsp {
 
         // Phase 3: repackaging. The streams were built as the calls were
         // made; here they are cut into pieces of one full datagram each.
-        let max_payload = self.with_engine(|e| e.endpoint.config().max_payload()).map_err(fail)?;
-        let packet = max_payload - bulkwire_wire::RECORD_HEADER_LEN - DATA_HEADER;
+        let packet = self.net.max_payload - bulkwire_wire::RECORD_HEADER_LEN - DATA_HEADER;
 
         // Phase 4: destination scheduling.
         let sends = |from: u32, to: u32| {
@@ -218,7 +250,7 @@ impl Bsp {
 
         // Phase 5: pacing. Each visit may keep its share of the receiver's
         // buffer in flight, its share being 1 / (senders at it at once).
-        let receiver_packets = self.with_engine(|e| e.endpoint.config().send_buffers()).map_err(fail)?;
+        let receiver_packets = self.net.receiver_packets;
         let plan: Vec<(u32, usize)> =
             visits.iter().map(|v| (v.to, pacing::window(receiver_packets, v.contention, self.pacing))).collect();
 
@@ -270,12 +302,6 @@ impl Bsp {
         Ok(())
     }
 
-    /// Works on the engine once (it fails only when the job is stopping).
-    fn with_engine<R>(&self, f: impl FnOnce(&mut Engine) -> R) -> Result<R, Reason> {
-        let rt = self.rt.as_ref().expect("the runtime is there until end");
-        rt.with(|e| Ok(f(e))).map_err(|e| Reason::Runtime(e.to_string()))
-    }
-
     fn read_hpputs(&mut self) {
         for h in std::mem::take(&mut self.hpputs) {
             let stream = &mut self.outboxes[h.to as usize].stream;
@@ -288,62 +314,56 @@ impl Bsp {
         }
     }
 
-    /// Phase 1: ⌈log2 p⌉ rounds of the dissemination reduction.
+    /// Phase 1: the rounds of the dissemination reduction.
     fn reduce(&mut self, mut acc: Reduction) -> Result<Reduction, Reason> {
         let (me, p, s) = (self.pid, self.nprocs, self.superstep);
         let rt = self.rt.as_ref().expect("the runtime is there until end");
-        for round in 0..reduction::rounds(p) {
-            let (to, from) = reduction::partners(me, p, round);
+        let shape = Dissemination::new(p, self.fanout);
+        for round in 0..shape.rounds() {
+            let partners: Vec<(u32, u32)> = shape.partners(me, round).collect();
             let encoded = acc.encode();
             let mut message = header(REDUCE, s, 4 + encoded.len());
             message.extend_from_slice(&round.to_le_bytes());
             message.extend_from_slice(&encoded);
-            let mut unsent = Some(message);
-            let got = wait(rt, &mut self.net, s, |e, net| {
-                if let Some(m) = unsent.take() {
-                    unsent = try_send(e, to, m)?;
-                }
-                if unsent.is_none() {
-                    if let Some(bytes) = net.reduce.remove(&(s, round, from)) {
-                        return Ok(Some(bytes));
+            for &(to, _) in &partners {
+                self.net.outgoing.push_back((to, message.clone()));
+            }
+            let mut heard: Vec<Option<Vec<u8>>> = vec![None; partners.len()];
+            wait(rt, &mut self.net, s, |e, net| {
+                let mut all = true;
+                for (slot, &(_, from)) in heard.iter_mut().zip(&partners).filter(|(h, _)| h.is_none()) {
+                    *slot = net.reduce.remove(&(s, round, from));
+                    if slot.is_none() {
+                        gone(e, from, s, "the barrier")?;
+                        all = false;
                     }
                 }
-                gone(e, from, s, "the barrier")?;
-                Ok(None)
+                Ok(all.then_some(()))
             })?;
-            let theirs = Reduction::decode(&got, p).map_err(|why| Reason::Malformed { peer: from, why })?;
-            acc.merge(&theirs);
+            for (bytes, &(_, from)) in heard.iter().zip(&partners) {
+                let bytes = bytes.as_deref().expect("every partner was heard");
+                let theirs = Reduction::decode(bytes, p).map_err(|why| Reason::Malformed { peer: from, why })?;
+                acc.merge(&theirs);
+            }
         }
         Ok(acc)
     }
 
-    /// Phase 2: sends each destination the size of its stream and the gets
-    /// asked of it; returns what every process announced to this one.
+    /// Phase 2: collects what every process that sends to this one
+    /// announced (sent before the barrier) and finishes sending ours.
     fn exchange_counts(&mut self, global: &Reduction) -> Result<Vec<Option<Counts>>, Reason> {
         let (me, p, s) = (self.pid, self.nprocs, self.superstep);
-        let counts_for =
-            |o: &crate::Outbox| Counts { stream_bytes: o.stream.len() as u64, requests: o.requests.clone() };
-        let mut unsent: Vec<(u32, Vec<u8>)> = (0..p)
-            .filter(|&j| j != me && global.talks(me, j))
-            .map(|j| {
-                let mut m = header(COUNTS, s, 64);
-                counts_for(&self.outboxes[j as usize]).encode(&mut m);
-                (j, m)
-            })
-            .collect();
-        unsent.reverse();
         let mut got: Vec<Option<Counts>> = vec![None; p as usize];
-        got[me as usize] = Some(counts_for(&self.outboxes[me as usize]));
+        let mine = &self.outboxes[me as usize];
+        got[me as usize] = Some(Counts { stream_bytes: mine.stream.len() as u64, requests: mine.requests.clone() });
+        let senders: Vec<u32> = (0..p).filter(|&j| j != me && global.talks(j, me)).collect();
+        if senders.is_empty() && self.net.outgoing.is_empty() {
+            return Ok(got);
+        }
         let rt = self.rt.as_ref().expect("the runtime is there until end");
         wait(rt, &mut self.net, s, |e, net| {
-            while let Some((to, m)) = unsent.pop() {
-                if let Some(m) = try_send(e, to, m)? {
-                    unsent.push((to, m));
-                    break;
-                }
-            }
             let mut missing = false;
-            for j in (0..p).filter(|&j| j != me && global.talks(j, me)) {
+            for &j in &senders {
                 if got[j as usize].is_some() {
                     continue;
                 }
@@ -358,7 +378,7 @@ impl Bsp {
                     }
                 }
             }
-            Ok((!missing && unsent.is_empty()).then_some(()))
+            Ok((!missing && net.outgoing.is_empty()).then_some(()))
         })?;
         Ok(got)
     }
@@ -400,6 +420,9 @@ impl Bsp {
     /// packets in flight, and waits until every expected stream is whole.
     fn transfer(&mut self, plan: &[(u32, usize)], packet: usize, expected: &[bool]) -> Result<(), Reason> {
         let s = self.superstep;
+        if plan.is_empty() && !expected.contains(&true) {
+            return Ok(());
+        }
         let rt = self.rt.as_ref().expect("the runtime is there until end");
         let outboxes = &self.outboxes;
         let (mut visit, mut offset) = (0, 0);

@@ -227,6 +227,9 @@ fn run(case: &Case, exe: &Path, p: u32, variant: &Variant) -> RunOutput {
     let start = Instant::now();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_bulkwire"));
     cmd.args(["run", "-n", &p.to_string()]).arg(exe).args(&case.args);
+    // cargo's LD_LIBRARY_PATH outranks the programs' run path and may hold
+    // an older libbsp.so (target/release from another build): load this one.
+    cmd.env("LD_LIBRARY_PATH", libbsp_dir());
     cmd.envs(variant.env.iter().copied());
     cmd.stdin(if case.stdin.is_some() { Stdio::piped() } else { Stdio::null() });
     let mut child: Child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start bulkwire run");
@@ -493,6 +496,7 @@ fn bspcc_and_bsprun() {
     let bsprun = |args: &[&str]| {
         let out = Command::new(root.join("scripts/bsprun"))
             .env("BULKWIRE", env!("CARGO_BIN_EXE_bulkwire"))
+            .env("LD_LIBRARY_PATH", &lib)
             .args(args)
             .output()
             .expect("run bsprun");
