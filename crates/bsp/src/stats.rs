@@ -24,7 +24,8 @@ pub struct PacketStats {
     /// Acknowledgements that rode on data going the other way.
     pub piggybacked_acks: u64,
     /// Packets still unacknowledged when the next superstep's barrier
-    /// proved them delivered: acknowledged by superstep colour (ImplAck).
+    /// proved them delivered, freed without an acknowledgement from the
+    /// peer: acknowledged by superstep colour (ImplAck).
     pub colour_acks: u64,
     pub retransmissions: u64,
     pub prods: u64,
@@ -41,6 +42,7 @@ impl PacketStats {
         self.drops += c.drops;
         self.duplicates += c.duplicates;
         self.piggybacked_acks += c.implicit_acks;
+        self.colour_acks += c.colour_acks;
         self.retransmissions += c.retransmissions;
         self.prods += c.prods_sent;
         self.ack_requests += c.ack_requests;

@@ -167,6 +167,16 @@ fn try_send(e: &mut Engine, to: u32, message: Vec<u8>) -> Result<Option<Vec<u8>>
     Ok(None)
 }
 
+/// Works on the engine once (it fails only when the job is stopping).
+fn rt_with(rt: &Option<Runtime>, f: impl FnOnce(&mut Engine)) -> Result<(), Reason> {
+    let rt = rt.as_ref().expect("the runtime is there until end");
+    rt.with(|e| {
+        f(e);
+        Ok(())
+    })
+    .map_err(|e| Reason::Runtime(e.to_string()))
+}
+
 fn gone(e: &Engine, peer: u32, superstep: u64, phase: &'static str) -> Result<(), Reason> {
     match e.finished.get(peer as usize) {
         Some(true) => Err(Reason::PeerGone { peer, superstep, phase }),
@@ -185,9 +195,12 @@ impl Bsp {
 
         // hpput sources may be read at any time until the sync ends: now.
         self.read_hpputs();
-        // Packets of this superstep carry its colour; what is still
-        // unacknowledged from the last one is proven delivered by this
-        // barrier (the coarse-grained acknowledgement of §4.4).
+        // Packets of this superstep carry its colour. Everything sent before
+        // it (in the last sync) is proven delivered once this barrier
+        // completes: every process has then finished that sync, having
+        // consumed all it was sent. The marks below are where this
+        // superstep's packets begin (the coarse-grained acknowledgement of
+        // §4.4, applied after phase 1).
         // The counts go out now, before the barrier: the processes that
         // talk learn their sizes while the barrier runs, not in a round of
         // their own after it (phase 2 only collects them).
@@ -199,12 +212,13 @@ impl Bsp {
         }
         let net = &mut self.net;
         let rt = self.rt.as_ref().expect("the runtime is there until end");
-        let unacknowledged = rt
+        let marks = rt
             .with(|e| {
+                let marks: Vec<u64> = (0..p).map(|q| e.endpoint.next_sequence(q, CHANNEL).unwrap_or(0)).collect();
                 for peer in (0..p).filter(|&q| q != me) {
                     e.endpoint.set_colour(peer, CHANNEL, (s & 1) as u8);
                 }
-                Ok(net.push_outgoing(e).map(|()| e.endpoint.memory().send_packets as u64))
+                Ok(net.push_outgoing(e).map(|()| marks))
             })
             .map_err(|e| fail(Reason::Runtime(e.to_string())))?
             .map_err(fail)?;
@@ -222,7 +236,13 @@ impl Bsp {
             self.next_tagsize as u64,
         );
         let global = self.reduce(local).map_err(fail)?;
-        self.packet_stats.colour_acks += unacknowledged;
+        rt_with(&self.rt, |e| {
+            let now = e.now();
+            for peer in (0..p).filter(|&q| q != me) {
+                e.endpoint.acknowledge_below(now, peer, CHANNEL, marks[peer as usize]);
+            }
+        })
+        .map_err(fail)?;
         if let Some(reason) = global.disagreement(s) {
             return Err(fail(reason));
         }

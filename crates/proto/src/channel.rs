@@ -325,6 +325,34 @@ impl Channel {
         Ok(())
     }
 
+    /// The sequence number the next new data packet will carry.
+    pub(crate) fn next_sequence(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Frees the packets below `seq`: the layer above knows the peer has
+    /// them (seed 002 §4.4, the coarse-grained scheme: once a barrier
+    /// shows every process has passed the superstep, its packets are
+    /// delivered). Nothing is resent or probed for them any more. Returns
+    /// how many were freed.
+    pub(crate) fn acknowledge_below(&mut self, now: Time, seq: u64, sh: &mut Shared<'_>) -> u64 {
+        let upto = seq.min(self.next_seq);
+        let mut freed = 0;
+        while self.base < upto {
+            let packet = self.unacked.pop_front().expect("base < next_seq");
+            sh.send_pool.give(packet.payload);
+            self.base += 1;
+            freed += 1;
+        }
+        if freed > 0 {
+            self.stats.colour_acks += freed;
+            self.last_progress = now;
+            self.waiting_since = now;
+            self.rto_backoff = 0;
+        }
+        freed
+    }
+
     /// Acknowledgement and end-of-hole fields from the peer, about the packets
     /// we sent. Frees acknowledged buffers and schedules retransmission of the
     /// hole. Returns whether anything was scheduled.

@@ -240,6 +240,28 @@ impl Endpoint {
         }
     }
 
+    /// The sequence number of the next new data packet to `peer` on
+    /// `channel`: a mark for [`Endpoint::acknowledge_below`].
+    pub fn next_sequence(&self, peer: u32, channel: u16) -> Option<u64> {
+        (peer < self.cfg.ranks && channel < self.cfg.channels)
+            .then(|| self.channels[self.index(peer, channel)].next_sequence())
+    }
+
+    /// The layer above knows `peer` has every packet below `seq` on
+    /// `channel` (a mark taken with [`Endpoint::next_sequence`] before a
+    /// barrier that proves it): frees them without an acknowledgement from
+    /// the peer. This is the coarse-grained acknowledgement of seed 002
+    /// §4.4; use it only with such proof, or the packets are never resent.
+    /// Returns how many packets were freed.
+    pub fn acknowledge_below(&mut self, now: Time, peer: u32, channel: u16, seq: u64) -> u64 {
+        if peer >= self.cfg.ranks || channel >= self.cfg.channels {
+            return 0;
+        }
+        let index = self.index(peer, channel);
+        let (ch, mut sh) = self.split(index);
+        ch.acknowledge_below(now, seq, &mut sh)
+    }
+
     /// True when every message sent has been acknowledged and no answer is owed.
     pub fn is_idle(&self) -> bool {
         self.channels.iter().all(Channel::is_idle)

@@ -22,6 +22,10 @@ pub struct ChannelStats {
     pub duplicates: u64,
     /// Packets whose piggybacked acknowledgement field freed send buffers.
     pub implicit_acks: u64,
+    /// Sent packets freed because the layer above proved them delivered
+    /// (a BSP barrier: seed 002's coarse-grained acknowledgement by
+    /// superstep colour), with no acknowledgement from the peer.
+    pub colour_acks: u64,
     /// Times the sender asked for an acknowledgement because its buffers were
     /// about to run out.
     pub ack_requests: u64,
@@ -51,6 +55,7 @@ impl ChannelStats {
         self.drops += o.drops;
         self.duplicates += o.duplicates;
         self.implicit_acks += o.implicit_acks;
+        self.colour_acks += o.colour_acks;
         self.ack_requests += o.ack_requests;
         self.timeouts += o.timeouts;
         self.messages_sent += o.messages_sent;

@@ -436,3 +436,41 @@ fn a_silent_peer_is_reported_unresponsive() {
     assert_eq!(p.ends[0].unresponsive_peers(p.now, Duration::from_secs(1)), vec![1]);
     assert!(p.ends[1].unresponsive_peers(p.now, Duration::from_secs(1)).is_empty());
 }
+
+#[test]
+fn a_barrier_acknowledges_by_colour_what_no_ack_did() {
+    let mut p = Pair::default();
+    // Five packets arrive; nothing comes back (every ack is lost).
+    p.drop = Box::new(|s| s.from == 1);
+    for i in 0..5 {
+        p.ends[0].send(1, 0, &msg(i, 1000)).unwrap();
+        p.flush();
+    }
+    let mark = p.ends[0].next_sequence(1, 0).unwrap();
+    assert_eq!(mark, 5);
+    // Later packets (the next superstep's) are not covered by the mark.
+    p.ends[0].send(1, 0, &msg(5, 1000)).unwrap();
+    p.flush();
+    p.step();
+    assert_eq!(p.received[1].len(), 6);
+    assert_eq!(p.ends[0].memory().send_packets, 6);
+
+    let freed = p.ends[0].acknowledge_below(p.now, 1, 0, mark);
+    assert_eq!(freed, 5);
+    assert_eq!(p.ends[0].memory().send_packets, 1, "the packet after the mark still waits");
+    let s = p.ends[0].channel_stats(1, 0).unwrap();
+    assert_eq!(s.colour_acks, 5);
+    // Marking again, or past what was sent, frees nothing more and breaks nothing.
+    assert_eq!(p.ends[0].acknowledge_below(p.now, 1, 0, mark), 0);
+    assert_eq!(p.ends[0].acknowledge_below(p.now, 9, 0, 100), 0, "no such peer");
+
+    // The unacknowledged sixth packet is still recovered normally once acks flow.
+    p.drop = Box::new(|_| false);
+    p.run(Duration::from_secs(1));
+    let s = p.ends[0].channel_stats(1, 0).unwrap();
+    assert!(p.ends[0].is_idle());
+    assert_eq!(p.received[1].len(), 6, "nothing delivered twice");
+    // Only the sixth packet is probed for: the freed ones are never resent.
+    assert_eq!(s.retransmissions, 1, "{s:?}");
+    assert_eq!(s.colour_acks, 5);
+}
