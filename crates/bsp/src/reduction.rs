@@ -61,12 +61,14 @@ impl Extremes {
     }
 }
 
-/// What the barrier reduces: a p × p bit-matrix (row i: the processes i
-/// sends to), everyone's outgoing bytes, and the checks.
+/// What the barrier reduces: two p × p bit-matrices (row i: the processes
+/// i has puts or messages for, and those it asks gets of), everyone's
+/// outgoing bytes, and the checks.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reduction {
     pub p: u32,
     words: Vec<u64>,
+    asks: Vec<u64>,
     /// Bytes each process will send over the network in this superstep.
     pub out_bytes: Vec<u64>,
     /// 1 for `bsp_end`, 0 for `bsp_sync`.
@@ -91,6 +93,7 @@ impl Reduction {
         let mut r = Reduction {
             p,
             words: vec![0; (p as usize * p as usize).div_ceil(64)],
+            asks: vec![0; (p as usize * p as usize).div_ceil(64)],
             out_bytes: vec![0; p as usize],
             ending: Extremes::of(u64::from(ending), pid, 0),
             registrations: Extremes::of(
@@ -101,25 +104,46 @@ impl Reduction {
             tagsize: Extremes::of(tagsize, pid, 0),
         };
         for to in (0..p).filter(|&to| sends_to(to)) {
-            r.set(pid, to);
+            let bit = r.bit(pid, to);
+            r.words[bit / 64] |= 1 << (bit % 64);
         }
         r.out_bytes[pid as usize] = out_bytes;
         r
     }
 
-    fn set(&mut self, from: u32, to: u32) {
-        let bit = from as usize * self.p as usize + to as usize;
-        self.words[bit / 64] |= 1 << (bit % 64);
+    /// Process `pid`'s row of the second matrix: whom it asks gets of.
+    pub fn asking(mut self, pid: u32, asks_of: impl Fn(u32) -> bool) -> Reduction {
+        for to in (0..self.p).filter(|&to| asks_of(to)) {
+            let bit = self.bit(pid, to);
+            self.asks[bit / 64] |= 1 << (bit % 64);
+        }
+        self
     }
 
-    /// Whether `from` sends to `to` in this superstep.
+    fn bit(&self, from: u32, to: u32) -> usize {
+        from as usize * self.p as usize + to as usize
+    }
+
+    /// Whether `from` has puts or messages for `to` in this superstep.
     pub fn talks(&self, from: u32, to: u32) -> bool {
-        let bit = from as usize * self.p as usize + to as usize;
+        let bit = self.bit(from, to);
         self.words[bit / 64] >> (bit % 64) & 1 == 1
     }
 
+    /// Whether `from` asks gets of `to` in this superstep.
+    pub fn asks(&self, from: u32, to: u32) -> bool {
+        let bit = self.bit(from, to);
+        self.asks[bit / 64] >> (bit % 64) & 1 == 1
+    }
+
+    /// Whether a data stream goes from `from` to `to`: its puts and
+    /// messages, or replies to the gets `to` asked of it.
+    pub fn streams(&self, from: u32, to: u32) -> bool {
+        self.talks(from, to) || self.asks(to, from)
+    }
+
     pub fn merge(&mut self, o: &Reduction) {
-        for (w, x) in self.words.iter_mut().zip(&o.words) {
+        for (w, x) in self.words.iter_mut().zip(&o.words).chain(self.asks.iter_mut().zip(&o.asks)) {
             *w |= x;
         }
         for (b, x) in self.out_bytes.iter_mut().zip(&o.out_bytes) {
@@ -131,9 +155,9 @@ impl Reduction {
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(4 + 8 * (self.words.len() + self.out_bytes.len()) + 3 * 40);
+        let mut out = Vec::with_capacity(4 + 8 * (2 * self.words.len() + self.out_bytes.len()) + 3 * 40);
         out.extend_from_slice(&self.p.to_le_bytes());
-        for w in self.words.iter().chain(&self.out_bytes) {
+        for w in self.words.iter().chain(&self.asks).chain(&self.out_bytes) {
             out.extend_from_slice(&w.to_le_bytes());
         }
         for e in [&self.ending, &self.registrations, &self.tagsize] {
@@ -152,7 +176,9 @@ impl Reduction {
         if r.u32()? != p {
             return Err("reduction for another number of processes".into());
         }
-        let words = (0..(p as usize * p as usize).div_ceil(64)).map(|_| r.u64()).collect::<Result<_, _>>()?;
+        let n = (p as usize * p as usize).div_ceil(64);
+        let words = (0..n).map(|_| r.u64()).collect::<Result<_, _>>()?;
+        let asks = (0..n).map(|_| r.u64()).collect::<Result<_, _>>()?;
         let out_bytes = (0..p).map(|_| r.u64()).collect::<Result<_, _>>()?;
         let mut extremes = [Extremes::of(0, 0, 0); 3];
         for e in &mut extremes {
@@ -164,7 +190,7 @@ impl Reduction {
             return Err("trailing bytes after a reduction".into());
         }
         let [ending, registrations, tagsize] = extremes;
-        Ok(Reduction { p, words, out_bytes, ending, registrations, tagsize })
+        Ok(Reduction { p, words, asks, out_bytes, ending, registrations, tagsize })
     }
 
     /// The first disagreement, as every process sees it after the reduction.
@@ -318,13 +344,18 @@ mod tests {
             // Process i sends to i+1 and to i*i mod p: an irregular pattern.
             let sends = |i: u32, j: u32| j == (i + 1) % p || j == (i * i) % p;
             let local: Vec<Reduction> = (0..p)
-                .map(|i| Reduction::local(p, i, |j| sends(i, j), u64::from(i) * 10, false, (5, 1, 0), 4))
+                .map(|i| {
+                    Reduction::local(p, i, |j| sends(i, j), u64::from(i) * 10, false, (5, 1, 0), 4)
+                        .asking(i, |j| j == (i + 2) % p)
+                })
                 .collect();
             for fanout in [1, 2, 3, 7, 40] {
                 for r in disseminate(local.clone(), fanout) {
                     for i in 0..p {
                         for j in 0..p {
                             assert_eq!(r.talks(i, j), sends(i, j), "p={p} {i}->{j}");
+                            assert_eq!(r.asks(i, j), j == (i + 2) % p, "p={p} {i} asks {j}");
+                            assert_eq!(r.streams(j, i), sends(j, i) || j == (i + 2) % p);
                         }
                         assert_eq!(r.out_bytes[i as usize], u64::from(i) * 10);
                     }

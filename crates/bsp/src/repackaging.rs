@@ -118,17 +118,16 @@ pub struct GetRequest {
     pub len: u64,
 }
 
-/// Phase 2's message from one process to another: how many bytes of puts
-/// and sends its stream will carry, and the gets it asks the receiver to serve.
+/// Phase 2's message from one process to another: the gets it asks the
+/// receiver to serve. (How many bytes each process sends travels with the
+/// barrier; each stream marks its own last piece.)
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
-    pub stream_bytes: u64,
     pub requests: Vec<GetRequest>,
 }
 
 impl Counts {
     pub fn encode(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.stream_bytes.to_le_bytes());
         out.extend_from_slice(&(self.requests.len() as u32).to_le_bytes());
         for q in &self.requests {
             out.extend_from_slice(&q.slot.to_le_bytes());
@@ -139,7 +138,6 @@ impl Counts {
 
     pub fn decode(bytes: &[u8]) -> Result<Counts, String> {
         let mut r = Reader(bytes);
-        let stream_bytes = r.u64()?;
         let n = r.u32()? as usize;
         if n > r.0.len() / 20 {
             return Err(format!("{n} get requests announced in {} bytes", r.0.len()));
@@ -150,7 +148,7 @@ impl Counts {
         if !r.0.is_empty() {
             return Err("trailing bytes after the counts".into());
         }
-        Ok(Counts { stream_bytes, requests })
+        Ok(Counts { requests })
     }
 }
 
@@ -199,13 +197,13 @@ mod tests {
 
     #[test]
     fn counts_round_trip() {
-        let c = Counts { stream_bytes: 77, requests: vec![GetRequest { slot: 1, offset: 2, len: 3 }] };
+        let c = Counts { requests: vec![GetRequest { slot: 1, offset: 2, len: 3 }] };
         let mut b = Vec::new();
         c.encode(&mut b);
         assert_eq!(Counts::decode(&b).unwrap(), c);
         assert!(Counts::decode(&b[..b.len() - 1]).is_err());
         let mut lie = b.clone();
-        lie[8] = 200;
+        lie[0] = 200;
         assert!(Counts::decode(&lie).is_err());
     }
 }

@@ -8,7 +8,7 @@
 //! | kind | after the header (kind u8, superstep u64) |
 //! | --- | --- |
 //! | reduce | round u32, the [`Reduction`] so far |
-//! | counts | the sender's [`Counts`]: stream bytes and get requests |
+//! | counts | the sender's [`Counts`]: its get requests (sent only by askers) |
 //! | data | last u8 (1 on the stream's last piece), a piece of the stream |
 
 use std::collections::{HashMap, VecDeque};
@@ -201,13 +201,13 @@ impl Bsp {
         // consumed all it was sent. The marks below are where this
         // superstep's packets begin (the coarse-grained acknowledgement of
         // §4.4, applied after phase 1).
-        // The counts go out now, before the barrier: the processes that
-        // talk learn their sizes while the barrier runs, not in a round of
-        // their own after it (phase 2 only collects them).
-        for j in (0..p).filter(|&j| j != me && self.outboxes[j as usize].talks()) {
+        // The counts go out now, before the barrier, to the processes asked
+        // for gets: they learn the requests while the barrier runs, not in
+        // a round of their own after it (phase 2 only collects them).
+        for j in (0..p).filter(|&j| j != me && !self.outboxes[j as usize].requests.is_empty()) {
             let o = &self.outboxes[j as usize];
             let mut m = header(COUNTS, s, 64);
-            Counts { stream_bytes: o.stream.len() as u64, requests: o.requests.clone() }.encode(&mut m);
+            Counts { requests: o.requests.clone() }.encode(&mut m);
             self.net.outgoing.push_back((j, m));
         }
         let net = &mut self.net;
@@ -229,12 +229,13 @@ impl Bsp {
         let local = Reduction::local(
             p,
             me,
-            |to| to != me && self.outboxes[to as usize].talks(),
+            |to| to != me && !self.outboxes[to as usize].stream.is_empty(),
             out_bytes,
             call == Call::End,
             self.registry.digest(),
             self.next_tagsize as u64,
-        );
+        )
+        .asking(me, |to| to != me && !self.outboxes[to as usize].requests.is_empty());
         let global = self.reduce(local).map_err(fail)?;
         rt_with(&self.rt, |e| {
             let now = e.now();
@@ -247,10 +248,12 @@ impl Bsp {
             return Err(fail(reason));
         }
 
-        // Phase 2: a total exchange of counts among the processes that
-        // communicate; get requests ride along and are served at once, so
-        // they read the values of the end of the computation, before any
-        // put lands.
+        // Phase 2: the exchange of counts. The bytes every process sends
+        // came with the barrier (the global load), and each stream marks
+        // its last piece, so what is left to exchange is the get requests,
+        // between the processes that ask and those asked. They are served
+        // at once, so they read the values of the end of the computation,
+        // before any put lands.
         let counts = self.exchange_counts(&global).map_err(fail)?;
         self.serve_gets(&counts).map_err(fail)?;
 
@@ -263,7 +266,7 @@ impl Bsp {
             if from == me {
                 !self.outboxes[to as usize].stream.is_empty()
             } else {
-                global.talks(from, to)
+                global.streams(from, to)
             }
         };
         let visits = schedule::schedule(self.order, me, p, s, sends);
@@ -277,13 +280,7 @@ impl Bsp {
         // Phase 6: the transfer. The protocol acknowledges by buffer pressure
         // (fine-grained), and the last piece to each destination, or the one
         // that fills the pacing window, asks for an acknowledgement at once.
-        let expected: Vec<bool> = (0..p)
-            .map(|j| {
-                j != me
-                    && (counts[j as usize].as_ref().is_some_and(|c| c.stream_bytes > 0)
-                        || !self.outboxes[j as usize].requests.is_empty())
-            })
-            .collect();
+        let expected: Vec<bool> = (0..p).map(|j| j != me && global.streams(j, me)).collect();
         self.transfer(&plan, packet, &expected).map_err(fail)?;
         let h_in: u64 = self.net.streams.iter().map(|s| s.len() as u64).sum();
         let h_out: u64 = plan.iter().map(|&(to, _)| self.outboxes[to as usize].stream.len() as u64).sum();
@@ -375,8 +372,8 @@ impl Bsp {
         let (me, p, s) = (self.pid, self.nprocs, self.superstep);
         let mut got: Vec<Option<Counts>> = vec![None; p as usize];
         let mine = &self.outboxes[me as usize];
-        got[me as usize] = Some(Counts { stream_bytes: mine.stream.len() as u64, requests: mine.requests.clone() });
-        let senders: Vec<u32> = (0..p).filter(|&j| j != me && global.talks(j, me)).collect();
+        got[me as usize] = Some(Counts { requests: mine.requests.clone() });
+        let senders: Vec<u32> = (0..p).filter(|&j| j != me && global.asks(j, me)).collect();
         if senders.is_empty() && self.net.outgoing.is_empty() {
             return Ok(got);
         }
@@ -586,12 +583,5 @@ fn write_area(owned: &mut [Option<Box<dyn crate::OwnedArea>>], area: Area, offse
         }
         // SAFETY: as in `read_area`, and nothing else touches the area during the sync.
         None => unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), (area.addr + offset) as *mut u8, data.len()) },
-    }
-}
-
-impl crate::Outbox {
-    /// Whether this process has anything for the destination this superstep.
-    fn talks(&self) -> bool {
-        !self.stream.is_empty() || !self.requests.is_empty()
     }
 }
