@@ -195,12 +195,6 @@ impl Bsp {
 
         // hpput sources may be read at any time until the sync ends: now.
         self.read_hpputs();
-        // Packets of this superstep carry its colour. Everything sent before
-        // it (in the last sync) is proven delivered once this barrier
-        // completes: every process has then finished that sync, having
-        // consumed all it was sent. The marks below are where this
-        // superstep's packets begin (the coarse-grained acknowledgement of
-        // §4.4, applied after phase 1).
         // The counts go out now, before the barrier, to the processes asked
         // for gets: they learn the requests while the barrier runs, not in
         // a round of their own after it (phase 2 only collects them).
@@ -210,6 +204,12 @@ impl Bsp {
             Counts { requests: o.requests.clone() }.encode(&mut m);
             self.net.outgoing.push_back((j, m));
         }
+        // Packets of this superstep carry its colour. Everything sent before
+        // it (in the last sync) is proven delivered once this barrier
+        // completes: every process has then finished that sync, having
+        // consumed all it was sent. The marks below are where this
+        // superstep's packets begin (the coarse-grained acknowledgement of
+        // §4.4, applied after phase 1).
         let net = &mut self.net;
         let rt = self.rt.as_ref().expect("the runtime is there until end");
         let marks = rt
