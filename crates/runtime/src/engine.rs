@@ -450,18 +450,9 @@ impl Runtime {
             }
             e.progress_spinning(round);
             round = round.wrapping_add(1);
-            match f(&mut e) {
-                Ok(Some(r)) => {
-                    let now = e.now();
-                    e.flush(now);
-                    self.kick(&e);
-                    break Ok(Some(r));
-                }
-                Ok(None) => {
-                    // What `f` queued goes out now, not after the yield below.
-                    let now = e.now();
-                    e.flush(now);
-                }
+            match self.step(&mut e, &mut f) {
+                Ok(Some(r)) => break Ok(Some(r)),
+                Ok(None) => {}
                 Err(err) => break Err(err),
             }
             drop(e);
@@ -510,14 +501,10 @@ impl Runtime {
                 e.progress();
                 // Other threads of the application may wait on what arrived.
                 self.inner.changed.notify_all();
-                if let Some(r) = f(&mut e)? {
-                    let now = e.now();
-                    e.flush(now);
-                    self.kick(&e);
+                if let Some(r) = self.step(&mut e, f)? {
                     return Ok(r);
                 }
                 let now = e.now();
-                e.flush(now);
                 // Timers are this thread's too; and a stop ordered by the
                 // launcher (read by the progress thread) is seen within
                 // POLL_AT_MOST.
@@ -539,16 +526,28 @@ impl Runtime {
         let mut e = self.inner.lock();
         loop {
             check(&e)?;
-            if let Some(r) = f(&mut e)? {
-                let now = e.now();
-                e.flush(now);
-                self.kick(&e);
+            if let Some(r) = self.step(&mut e, f)? {
                 return Ok(r);
             }
-            let now = e.now();
-            e.flush(now);
             e = self.inner.changed.wait_timeout(e, Duration::from_millis(20)).unwrap_or_else(|p| p.into_inner()).0;
         }
+    }
+
+    /// One try of a wait's `f`. What it queued goes out at once, whether or
+    /// not the wait is over (not after the next yield or sleep); a wait
+    /// that is over leaves the call.
+    fn step<R>(
+        &self,
+        e: &mut Engine,
+        f: &mut impl FnMut(&mut Engine) -> Result<Option<R>, RuntimeError>,
+    ) -> Result<Option<R>, RuntimeError> {
+        let result = f(e)?;
+        let now = e.now();
+        e.flush(now);
+        if result.is_some() {
+            self.kick(e);
+        }
+        Ok(result)
     }
 
     /// Called as the application leaves a call: notes the time, and wakes
