@@ -9,6 +9,7 @@
 mod bw;
 mod echo;
 mod incast;
+mod mpi;
 mod pingpong;
 mod reference;
 mod total_exchange;
@@ -76,6 +77,11 @@ pub struct Placement {
 
 pub fn run(bench: &Bench, placement: &Placement) -> Result<i32, String> {
     bench.check()?;
+    let mut bench = bench.clone();
+    if let Bench::TotalExchange(a) = &mut bench {
+        a.measure_reference(placement.hosts.is_some());
+    }
+    let bench = &bench;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let spec = serde_json::to_string(bench).map_err(|e| e.to_string())?;
     let command = vec![exe.to_string_lossy().into_owned(), "__bench-rank".into(), spec];

@@ -2,11 +2,14 @@
 //! every other in one superstep (a p-relation of (p - 1) · size bytes), timed
 //! for each destination order of the sync (seed 002 Table 1: latin square
 //! against pid order), with pacing on and off, beside the cost of an empty
-//! sync (the BSP l) in the same run.
+//! sync (the BSP l) in the same run; and, where Open MPI is installed, the
+//! same exchange with `MPI_Alltoall` over TCP and an empty `MPI_Barrier`
+//! (see [`super::mpi`]).
 
 use bulkwire_bsp::{Bsp, BspError, Order, Reason};
 use serde::{Deserialize, Serialize};
 
+use super::mpi::Reference;
 use super::{mb_per_s, median_us, opt};
 
 #[derive(clap::Args, Debug, Clone, Serialize, Deserialize)]
@@ -23,6 +26,35 @@ pub struct Args {
     /// Timed exchanges per order (after two to warm up).
     #[arg(long, default_value_t = 30)]
     pub repetitions: u32,
+    /// Leave out the Open MPI reference (MPI_Alltoall and MPI_Barrier over TCP).
+    #[arg(long)]
+    pub no_mpi: bool,
+    /// The Open MPI reference, measured by the launcher before the job.
+    #[arg(skip)]
+    #[serde(default)]
+    pub mpi: Option<Reference>,
+    /// Why there is no Open MPI reference, when it was wanted.
+    #[arg(skip)]
+    #[serde(default)]
+    pub mpi_missing: Option<String>,
+}
+
+impl Args {
+    /// Measures the Open MPI reference into these arguments, unless it was
+    /// left out or the ranks run on other hosts (the reference runs here).
+    pub fn measure_reference(&mut self, remote: bool) {
+        if self.no_mpi {
+            return;
+        }
+        if remote {
+            self.mpi_missing = Some("the ranks run on other hosts; the Open MPI reference runs on this one".into());
+            return;
+        }
+        match super::mpi::total_exchange(self.ranks, self.size, self.repetitions) {
+            Ok(r) => self.mpi = Some(r),
+            Err(why) => self.mpi_missing = Some(why),
+        }
+    }
 }
 
 /// One configuration, timed on process 0 (the sync is a barrier, so every
@@ -30,14 +62,16 @@ pub struct Args {
 #[derive(Debug, Serialize)]
 struct Row {
     what: String,
+    /// Who measured it: "bulkwire", or "open-mpi" for the reference.
+    source: &'static str,
     order: Option<Order>,
     pacing: Option<bool>,
     median_us: f64,
-    min_us: f64,
+    min_us: Option<f64>,
     /// Bytes each process sent, per second of the median exchange.
     mb_per_s_per_process: Option<f64>,
     /// Retransmissions on process 0 during the timed exchanges.
-    retransmissions: u64,
+    retransmissions: Option<u64>,
 }
 
 pub fn rank(args: &Args) -> Result<(), BspError> {
@@ -87,6 +121,11 @@ pub fn rank(args: &Args) -> Result<(), BspError> {
         rows.push(row(what, Some(order), Some(pacing), times.split_off(2), Some(sent), retransmissions));
     }
 
+    if let Some(r) = &args.mpi {
+        let sent = (size * (p as usize - 1)) as u64;
+        rows.push(reference("MPI_Barrier, Open MPI over TCP".into(), r.barrier_us, None));
+        rows.push(reference("MPI_Alltoall, Open MPI over TCP".into(), r.alltoall_us, Some(sent)));
+    }
     if me == 0 {
         if args.json {
             println!("{}", serde_json::to_string_pretty(&rows).expect("rows serialise"));
@@ -95,13 +134,22 @@ pub fn rank(args: &Args) -> Result<(), BspError> {
             println!("{:<44} {:>12} {:>12} {:>14} {:>8}", "", "median us", "min us", "MB/s/process", "resent");
             for r in &rows {
                 println!(
-                    "{:<44} {:>12.1} {:>12.1} {:>14} {:>8}",
+                    "{:<44} {:>12.1} {:>12} {:>14} {:>8}",
                     r.what,
                     r.median_us,
-                    r.min_us,
+                    opt(r.min_us, 1),
                     opt(r.mb_per_s_per_process, 1),
-                    r.retransmissions
+                    r.retransmissions.map_or("-".into(), |n| n.to_string())
                 );
+            }
+            if args.mpi.is_some() {
+                println!(
+                    "# MPI rows: median of the slowest process's time, each operation started by a barrier \
+                     (scripts/ompi/bench.c)"
+                );
+            }
+            if let Some(why) = &args.mpi_missing {
+                println!("# no Open MPI reference: {why}");
             }
         }
     }
@@ -120,11 +168,26 @@ fn row(
     let median = median_us(seconds);
     Row {
         what,
+        source: "bulkwire",
         order,
         pacing,
         median_us: median,
-        min_us,
+        min_us: Some(min_us),
         mb_per_s_per_process: bytes.map(|b| mb_per_s(b, median / 1e6)),
-        retransmissions,
+        retransmissions: Some(retransmissions),
+    }
+}
+
+/// A row of the Open MPI reference (`bytes`: what each process sent).
+fn reference(what: String, median_us: f64, bytes: Option<u64>) -> Row {
+    Row {
+        what,
+        source: "open-mpi",
+        order: None,
+        pacing: None,
+        median_us,
+        min_us: None,
+        mb_per_s_per_process: bytes.map(|b| mb_per_s(b, median_us / 1e6)),
+        retransmissions: None,
     }
 }
