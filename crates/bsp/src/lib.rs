@@ -296,8 +296,16 @@ impl Bsp {
             })?),
             _ => None,
         };
+        // Every process knows from each barrier whom it waits for, and asks
+        // (prods) for what is late: the receiver drives recovery (seed 002
+        // §4.2), and the last packet of a superstep needs no acknowledgement.
         let (max_payload, receiver_packets) = rt
-            .with(|e| Ok((e.endpoint.config().max_payload(), e.endpoint.config().send_buffers())))
+            .with(|e| {
+                for peer in (0..nprocs).filter(|&q| q != env.rank) {
+                    e.endpoint.set_receiver_driven(peer, sync::CHANNEL, true);
+                }
+                Ok((e.endpoint.config().max_payload(), e.endpoint.config().send_buffers()))
+            })
             .map_err(|e| fail(Reason::Runtime(e.to_string())))?;
         let now = Instant::now();
         Ok(Bsp {

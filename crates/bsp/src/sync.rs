@@ -177,6 +177,16 @@ fn rt_with(rt: &Option<Runtime>, f: impl FnOnce(&mut Engine)) -> Result<(), Reas
     .map_err(|e| Reason::Runtime(e.to_string()))
 }
 
+/// Called while this process waits for `peer`: fails if the peer has left
+/// the job, and otherwise tells the protocol that more is awaited from it,
+/// so that a lost last packet is prodded for (seed 002 §4.3).
+fn waiting_for(e: &mut Engine, peer: u32, superstep: u64, phase: &'static str) -> Result<(), Reason> {
+    gone(e, peer, superstep, phase)?;
+    let now = e.now();
+    e.endpoint.awaiting(now, peer, CHANNEL);
+    Ok(())
+}
+
 fn gone(e: &Engine, peer: u32, superstep: u64, phase: &'static str) -> Result<(), Reason> {
     match e.finished.get(peer as usize) {
         Some(true) => Err(Reason::PeerGone { peer, superstep, phase }),
@@ -278,10 +288,13 @@ impl Bsp {
             visits.iter().map(|v| (v.to, pacing::window(receiver_packets, v.contention, self.pacing))).collect();
 
         // Phase 6: the transfer. The protocol acknowledges by buffer pressure
-        // (fine-grained), and the last piece to each destination, or the one
-        // that fills the pacing window, asks for an acknowledgement at once.
+        // (fine-grained): the piece that fills the pacing window asks for an
+        // acknowledgement at once. The last piece to each destination does
+        // not: the receiver knows it waits for it and prods if it is lost,
+        // and the next superstep's barrier acknowledges it (coarse-grained).
+        // Only in the last superstep, which no barrier follows, does it ask.
         let expected: Vec<bool> = (0..p).map(|j| j != me && global.streams(j, me)).collect();
-        self.transfer(&plan, packet, &expected).map_err(fail)?;
+        self.transfer(&plan, packet, &expected, call == Call::End).map_err(fail)?;
         let h_in: u64 = self.net.streams.iter().map(|s| s.len() as u64).sum();
         let h_out: u64 = plan.iter().map(|&(to, _)| self.outboxes[to as usize].stream.len() as u64).sum();
 
@@ -351,7 +364,7 @@ impl Bsp {
                 for (slot, &(_, from)) in heard.iter_mut().zip(&partners).filter(|(h, _)| h.is_none()) {
                     *slot = net.reduce.remove(&(s, round, from));
                     if slot.is_none() {
-                        gone(e, from, s, "the barrier")?;
+                        waiting_for(e, from, s, "the barrier")?;
                         all = false;
                     }
                 }
@@ -390,7 +403,7 @@ impl Bsp {
                         got[j as usize] = Some(c);
                     }
                     None => {
-                        gone(e, j, s, "the exchange of counts")?;
+                        waiting_for(e, j, s, "the exchange of counts")?;
                         missing = true;
                     }
                 }
@@ -435,7 +448,15 @@ impl Bsp {
 
     /// Phase 6: sends the streams in schedule order, at most a window of
     /// packets in flight, and waits until every expected stream is whole.
-    fn transfer(&mut self, plan: &[(u32, usize)], packet: usize, expected: &[bool]) -> Result<(), Reason> {
+    /// With `ask_last`, the last piece to each destination asks for an
+    /// acknowledgement at once.
+    fn transfer(
+        &mut self,
+        plan: &[(u32, usize)],
+        packet: usize,
+        expected: &[bool],
+        ask_last: bool,
+    ) -> Result<(), Reason> {
         let s = self.superstep;
         if plan.is_empty() && !expected.contains(&true) {
             return Ok(());
@@ -465,13 +486,13 @@ impl Bsp {
                     break;
                 }
                 offset = end;
-                if last || in_flight + 1 >= window {
+                if (last && ask_last) || in_flight + 1 >= window {
                     e.endpoint.end_phase(to, CHANNEL);
                 }
             }
             let mut whole = true;
             for (j, _) in expected.iter().enumerate().filter(|&(j, &x)| x && !net.complete[j]) {
-                gone(e, j as u32, s, "the data transfer")?;
+                waiting_for(e, j as u32, s, "the data transfer")?;
                 whole = false;
             }
             if !whole {

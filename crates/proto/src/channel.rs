@@ -30,6 +30,10 @@ use crate::time::Time;
 /// further bounded by `max_rto`).
 const MAX_BACKOFF: u32 = 16;
 
+/// On a receiver-driven channel the tail probe is a last resort, for a
+/// receiver that does not wait: it starts at 2^4 retransmission timeouts.
+const RECEIVER_DRIVEN_BACKOFF: u32 = 4;
+
 /// What the channel borrows from its endpoint while it works.
 pub(crate) struct Shared<'a> {
     pub cfg: &'a Config,
@@ -150,6 +154,10 @@ pub(crate) struct Channel {
     waiting_since: Time,
     rto_backoff: u32,
     probe_due: bool,
+    /// The receiver prods for what it waits for (seed 002 §4.2: recovery
+    /// decided by the receiver's needs, not the sender's timeouts), so the
+    /// tail probe waits [`RECEIVER_DRIVEN_BACKOFF`] more doublings.
+    pub receiver_driven: bool,
 
     // Receiver half.
     next_expected: u64,
@@ -165,6 +173,9 @@ pub(crate) struct Channel {
     prod_at: Option<Time>,
     prod_backoff: u32,
     prod_due: bool,
+    /// The layer above waits for more from the peer ([`Channel::awaiting`])
+    /// and has said so since the last prod or arrival.
+    awaited: bool,
     /// A mode decision of ours to send to the peer in an LSTAT, with our status.
     lstat_due: Option<Decision>,
 }
@@ -191,6 +202,7 @@ impl Channel {
             waiting_since: Time::ZERO,
             rto_backoff: 0,
             probe_due: false,
+            receiver_driven: false,
             next_expected: 0,
             known_sent: 0,
             arrived_beyond: 0,
@@ -202,6 +214,7 @@ impl Channel {
             prod_at: None,
             prod_backoff: 0,
             prod_due: false,
+            awaited: false,
             lstat_due: None,
         }
     }
@@ -234,6 +247,33 @@ impl Channel {
         self.stats.bytes_sent += data.len() as u64;
         self.pending.push_back(OutMessage { data, offset: 0 });
         self.phase_closed = false;
+    }
+
+    /// The layer above waits for more from the peer (it knows more is
+    /// coming, for example from a barrier's communication matrix). Unless
+    /// something arrives first, the peer is prodded one retransmission
+    /// timeout from now, then with exponential back-off while the wait
+    /// lasts: a lost last packet is asked for by the one who misses it, and
+    /// a peer that is merely late answers with an acknowledgement (seed 002
+    /// §4.3). Call it on every turn of the wait; it is cheap.
+    pub(crate) fn awaiting(&mut self, now: Time) {
+        if self.failed {
+            return;
+        }
+        self.awaited = true;
+        if self.prod_at.is_none() {
+            self.prod_at = Some(now + self.backoff(self.prod_backoff));
+        }
+    }
+
+    /// Asks for an acknowledgement of what is unacknowledged now, at once
+    /// (a tail probe without waiting for its timeout). Returns whether
+    /// there is a probe to send.
+    pub(crate) fn request_acknowledgement(&mut self) -> bool {
+        if !self.failed && !self.unacked.is_empty() {
+            self.probe_due = true;
+        }
+        self.probe_due
     }
 
     pub(crate) fn end_phase(&mut self) {
@@ -650,9 +690,16 @@ impl Channel {
 
     /// Arms, re-arms or cancels the prod timer after the receive state changed.
     fn update_hole(&mut self, now: Time, progressed: bool) {
+        if progressed {
+            // What the layer above waited for may have come: it says again
+            // if it still waits.
+            self.awaited = false;
+        }
         if self.known_sent <= self.next_expected {
-            self.prod_at = None;
-            self.prod_backoff = 0;
+            if !self.awaited {
+                self.prod_at = None;
+                self.prod_backoff = 0;
+            }
             return;
         }
         if progressed {
@@ -671,8 +718,7 @@ impl Channel {
         if self.failed {
             return None;
         }
-        let rto =
-            (!self.unacked.is_empty() && !self.probe_due).then(|| self.last_progress + self.backoff(self.rto_backoff));
+        let rto = (!self.unacked.is_empty() && !self.probe_due).then(|| self.last_progress + self.probe_backoff());
         match (rto, self.prod_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -683,20 +729,34 @@ impl Channel {
         (self.rtt.rto() * (1u32 << exponent.min(MAX_BACKOFF))).min(self.rtt.max_rto())
     }
 
+    /// How long after the last progress the tail probe goes.
+    fn probe_backoff(&self) -> Duration {
+        let extra = if self.receiver_driven { RECEIVER_DRIVEN_BACKOFF } else { 0 };
+        self.backoff(self.rto_backoff + extra)
+    }
+
     pub(crate) fn handle_timeout(&mut self, now: Time) {
         if self.failed {
             return;
         }
-        if !self.unacked.is_empty() && !self.probe_due && now >= self.last_progress + self.backoff(self.rto_backoff) {
+        if !self.unacked.is_empty() && !self.probe_due && now >= self.last_progress + self.probe_backoff() {
             self.probe_due = true;
             self.rto_backoff = (self.rto_backoff + 1).min(MAX_BACKOFF);
             // The next probe waits a longer back-off from this one.
             self.last_progress = now;
         }
         if self.prod_at.is_some_and(|at| now >= at) {
-            self.prod_due = true;
-            self.prod_backoff = (self.prod_backoff + 1).min(MAX_BACKOFF);
-            self.prod_at = Some(now + self.backoff(self.prod_backoff));
+            let hole = self.known_sent > self.next_expected;
+            if hole || self.awaited {
+                self.prod_due = true;
+                self.prod_backoff = (self.prod_backoff + 1).min(MAX_BACKOFF);
+                self.prod_at = Some(now + self.backoff(self.prod_backoff));
+                // A wait must be renewed to be prodded for again.
+                self.awaited = false;
+            } else {
+                self.prod_at = None;
+                self.prod_backoff = 0;
+            }
         }
     }
 

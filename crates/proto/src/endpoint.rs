@@ -219,6 +219,42 @@ impl Endpoint {
         }
     }
 
+    /// The application waits for more from `peer` on `channel`: it knows
+    /// more is coming (a barrier told it who sends to it). Unless something
+    /// arrives first, the peer is prodded a retransmission timeout from now
+    /// and with exponential back-off while the wait is renewed: a receiver
+    /// that misses the last packet of a phase asks for it, so the sender
+    /// need not ask for an acknowledgement of it (seed 002 §4.2-4.3). Call
+    /// it on every turn of the wait.
+    pub fn awaiting(&mut self, now: Time, peer: u32, channel: u16) {
+        if peer < self.cfg.ranks && peer != self.cfg.rank && channel < self.cfg.channels {
+            let index = self.index(peer, channel);
+            self.channels[index].awaiting(now);
+        }
+    }
+
+    /// Makes the receiver of `channel` to `peer` responsible for recovery
+    /// (it calls [`Endpoint::awaiting`] when it waits): the sender's tail
+    /// probe, the recovery of a last packet that nobody waits for, then
+    /// starts only after 16 retransmission timeouts instead of one.
+    pub fn set_receiver_driven(&mut self, peer: u32, channel: u16, on: bool) {
+        if peer < self.cfg.ranks && peer != self.cfg.rank && channel < self.cfg.channels {
+            let index = self.index(peer, channel);
+            self.channels[index].receiver_driven = on;
+        }
+    }
+
+    /// Asks every peer holding unacknowledged packets of ours to
+    /// acknowledge them now, without waiting for a timeout (before leaving
+    /// a job, for instance).
+    pub fn request_acknowledgements(&mut self) {
+        for index in 0..self.channels.len() {
+            if self.channels[index].request_acknowledgement() {
+                self.mark_ready(index);
+            }
+        }
+    }
+
     /// Chooses the loss-recovery strategy of one channel; both ends must
     /// choose the same, before the channel carries anything.
     pub fn set_strategy(&mut self, peer: u32, channel: u16, strategy: Strategy) -> Result<(), SendError> {

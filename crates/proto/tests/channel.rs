@@ -474,3 +474,97 @@ fn a_barrier_acknowledges_by_colour_what_no_ack_did() {
     assert_eq!(s.retransmissions, 1, "{s:?}");
     assert_eq!(s.colour_acks, 5);
 }
+
+/// Runs until `wanted` messages have arrived at end 1 or `limit` has
+/// passed, end 1 waiting for more from end 0 on channel 0 all along.
+fn run_awaiting(p: &mut Pair, wanted: usize, limit: Duration) {
+    let end = p.now + limit;
+    while p.now < end && p.received[1].len() < wanted {
+        p.ends[1].awaiting(p.now, 0, 0);
+        if !p.step() {
+            break;
+        }
+    }
+}
+
+fn receiver_driven_pair() -> Pair {
+    let mut p = Pair::default();
+    p.ends[0].set_receiver_driven(1, 0, true);
+    p.ends[1].set_receiver_driven(0, 0, true);
+    p
+}
+
+/// A receiver-driven pair after end 0 sent three packets to end 1, the
+/// last of which was lost.
+fn three_packets_the_last_lost() -> Pair {
+    let mut p = receiver_driven_pair();
+    p.drop = Box::new(|s| s.from == 0 && s.packet_type == 1 && !s.retransmission && s.sequence == 2);
+    for i in 0..3 {
+        p.ends[0].send(1, 0, &msg(i, 1000)).unwrap();
+        p.flush();
+    }
+    p
+}
+
+#[test]
+fn a_receiver_that_waits_prods_for_a_lost_last_packet() {
+    // The last packet of the phase is lost, and nobody asked for an ack.
+    let mut p = three_packets_the_last_lost();
+    let start = p.now;
+    run_awaiting(&mut p, 3, Duration::from_millis(2));
+    assert_eq!(p.received[1], (0..3).map(|i| msg(i, 1000)).collect::<Vec<_>>());
+    let (sender, receiver) = (p.ends[0].channel_stats(1, 0).unwrap(), p.ends[1].channel_stats(0, 0).unwrap());
+    assert!(receiver.prods_sent >= 1, "{receiver:?}");
+    assert_eq!(sender.timeouts, 0, "the receiver asked; the sender's timer did not have to: {sender:?}");
+    assert_eq!(sender.retransmissions, 1, "{sender:?}");
+    assert!(p.now.since(start) < Duration::from_millis(2));
+}
+
+#[test]
+fn without_a_waiting_receiver_the_long_tail_probe_still_recovers() {
+    let mut p = three_packets_the_last_lost();
+    let start = p.now;
+    p.run(Duration::from_secs(1));
+    assert_eq!(p.received[1].len(), 3);
+    let sender = p.ends[0].channel_stats(1, 0).unwrap();
+    assert!(sender.timeouts >= 1, "{sender:?}");
+    // 16 retransmission timeouts of at least the 200 us minimum.
+    assert!(p.now.since(start) >= Duration::from_micros(16 * 200), "{:?}", p.now.since(start));
+    assert!(p.ends[0].is_idle() && p.ends[1].is_idle());
+}
+
+#[test]
+fn a_receiver_that_runs_ahead_is_answered_and_backs_off() {
+    let mut p = receiver_driven_pair();
+    // The receiver waits 50 ms for a sender that has sent nothing yet.
+    run_awaiting(&mut p, 1, Duration::from_millis(50));
+    let prods = p.ends[1].channel_stats(0, 0).unwrap().prods_sent;
+    assert!((3..=12).contains(&prods), "exponential back-off, not one prod per timeout: {prods}");
+    let answers = p.ends[0].channel_stats(1, 0).unwrap().explicit_acks_sent;
+    assert!(answers + 1 >= prods && answers <= prods, "each prod is answered: {answers} answers, {prods} prods");
+    // Then the data comes, and the wait ends without a prod more.
+    p.ends[0].send(1, 0, &msg(0, 10)).unwrap();
+    run_awaiting(&mut p, 1, Duration::from_millis(50));
+    assert_eq!(p.received[1], vec![msg(0, 10)]);
+    assert!(p.ends[1].channel_stats(0, 0).unwrap().prods_sent <= prods + 1);
+    // A wait that is over is not prodded for.
+    let before = p.ends[1].channel_stats(0, 0).unwrap().prods_sent;
+    p.run(Duration::from_millis(100));
+    assert_eq!(p.ends[1].channel_stats(0, 0).unwrap().prods_sent, before);
+}
+
+#[test]
+fn acknowledgements_asked_for_come_at_once() {
+    let mut p = receiver_driven_pair();
+    p.ends[0].send(1, 0, &msg(0, 1000)).unwrap();
+    p.step();
+    p.step();
+    assert_eq!(p.received[1].len(), 1);
+    assert!(!p.ends[0].is_idle(), "nothing asked for an acknowledgement yet");
+    let start = p.now;
+    p.ends[0].request_acknowledgements();
+    p.run(Duration::from_secs(1));
+    assert!(p.ends[0].is_idle());
+    assert!(p.now.since(start) <= DELAY * 3, "one round trip, not a timeout: {:?}", p.now.since(start));
+    assert_eq!(p.received[1].len(), 1, "the probe's resend is not delivered twice");
+}

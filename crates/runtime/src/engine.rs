@@ -578,6 +578,13 @@ impl Runtime {
             return Ok(());
         }
         self.finished = true;
+        // What peers have not acknowledged yet they are asked to now, rather
+        // than at the next timeout (long on a channel whose receivers drive
+        // recovery).
+        self.with(|e| {
+            e.endpoint.request_acknowledgements();
+            Ok(())
+        })?;
         self.wait(|e| Ok(e.endpoint.is_idle().then_some(())))?;
         self.inner.report(&ToLauncher::Finished);
         while !self.inner.released.load(Ordering::SeqCst) {
