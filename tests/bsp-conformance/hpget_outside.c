@@ -1,7 +1,7 @@
-/* expect: abort "get" "outside"
+/* expect: abort "bsp_hpget" "outside"
  * bsp_hpget checks the registered size like bsp_get. The destination finds
- * the access outside its area when it applies it at the sync, and names it
- * bsp_get there: it cannot tell the hp variant. */
+ * the access outside its area when it applies it at the sync, and names
+ * the call: the record says it was bsp_hpget. */
 #include "check.h"
 
 int main(void)

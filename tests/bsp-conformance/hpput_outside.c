@@ -1,7 +1,7 @@
-/* expect: abort "put" "outside"
+/* expect: abort "bsp_hpput" "outside"
  * bsp_hpput checks the registered size like bsp_put. The destination finds
- * the access outside its area when it applies it at the sync, and names it
- * bsp_put there: it cannot tell the hp variant. */
+ * the access outside its area when it applies it at the sync, and names
+ * the call: the record says it was bsp_hpput. */
 #include "check.h"
 
 int main(void)

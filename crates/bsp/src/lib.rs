@@ -48,6 +48,9 @@
 //!
 //! - `BULKWIRE_BSP_ORDER=latin|pid|random`: destination order (default latin);
 //! - `BULKWIRE_BSP_PACING=0`: no pacing (for comparison);
+//! - `BULKWIRE_BSP_RATE=RATE`: the link rate of every process (`100mbit`,
+//!   `1gbit`, bits per second as tc writes them); with it, pacing also
+//!   limits the injection rate to each receiver's share of its port;
 //! - `BULKWIRE_BSP_FANOUT=K`: partners per round of the barrier (default 7,
 //!   one round up to 8 processes, or 2 where processes outnumber cores; 1
 //!   is the classic dissemination barrier), process 0's value for the job;
@@ -71,6 +74,7 @@ use std::time::Instant;
 use bulkwire_runtime::{JobEnv, Runtime, RuntimeError};
 
 pub use error::{BspError, Call, Reason};
+pub use pacing::parse_rate;
 pub use queue::{Message, Messages, Queue};
 pub use schedule::Order;
 pub use stats::{PacketStats, SuperstepProfile};
@@ -85,6 +89,8 @@ pub const FANOUT_ENV: &str = "BULKWIRE_BSP_FANOUT";
 pub const ORDER_ENV: &str = "BULKWIRE_BSP_ORDER";
 /// Environment variable turning pacing off (`0`).
 pub const PACING_ENV: &str = "BULKWIRE_BSP_PACING";
+/// Environment variable giving the link rate that pacing keeps under.
+pub const RATE_ENV: &str = "BULKWIRE_BSP_RATE";
 /// Environment variable asking for packet statistics at `end` (`1`).
 pub const STATS_ENV: &str = "BULKWIRE_BSP_STATS";
 /// Environment variable naming the profile: one file `FILE.<pid>` per process.
@@ -217,6 +223,8 @@ pub struct Bsp {
     next_tagsize: usize,
     order: Order,
     pacing: bool,
+    /// Link rate in bits per second, if known: pacing then limits the rate.
+    rate: Option<f64>,
     /// Partners per round of the barrier (process 0's choice).
     fanout: u32,
     net: sync::Net,
@@ -284,10 +292,16 @@ impl Bsp {
             std::process::exit(code);
         }
         let order = match std::env::var(ORDER_ENV) {
-            Ok(v) => v.parse().map_err(|e: String| early(Reason::Invalid(format!("{ORDER_ENV}: {e}"))))?,
+            Ok(v) => v.parse().map_err(|e: String| fail(Reason::Invalid(format!("{ORDER_ENV}: {e}"))))?,
             Err(_) => Order::default(),
         };
         let pacing = std::env::var(PACING_ENV).map_or(true, |v| v.trim() != "0");
+        let rate = match std::env::var(RATE_ENV) {
+            Ok(v) if !v.trim().is_empty() => {
+                Some(pacing::parse_rate(&v).map_err(|e| fail(Reason::Invalid(format!("{RATE_ENV}: {e}"))))?)
+            }
+            _ => None,
+        };
         let profile = match std::env::var(PROFILE_ENV) {
             Ok(prefix) if !prefix.is_empty() => Some(Profiler::create(&prefix, env.rank).map_err(|e| BspError {
                 pid: env.rank,
@@ -323,6 +337,7 @@ impl Bsp {
             next_tagsize: 0,
             order,
             pacing,
+            rate,
             fanout,
             net: sync::Net::new(nprocs, max_payload, receiver_packets),
             packet_stats: PacketStats::default(),
@@ -391,6 +406,26 @@ impl Bsp {
     /// Turns pacing on or off (on by default; off only to compare).
     pub fn set_pacing(&mut self, on: bool) {
         self.pacing = on;
+    }
+
+    /// The link rate of every process, bits per second: with pacing on,
+    /// each process injects at most its share of the receiving port (the
+    /// rate divided by the senders the schedule aims at it at once).
+    /// `None` (the default unless `BULKWIRE_BSP_RATE` is set) limits only
+    /// the packets in flight. Every process should give the same.
+    pub fn set_rate(&mut self, bits_per_s: Option<f64>) -> Result<(), BspError> {
+        if let Some(r) = bits_per_s {
+            if !r.is_finite() || r < 1e3 {
+                let why = format!("set_rate: a link rate of {r} bit/s (at least 1 kbit/s is needed)");
+                return Err(self.error(Call::Sync, Reason::Invalid(why)));
+            }
+        }
+        self.rate = bits_per_s;
+        Ok(())
+    }
+
+    pub fn rate(&self) -> Option<f64> {
+        self.rate
     }
 
     /// Packet counters of bsp's channel so far (Table 5).
@@ -590,6 +625,7 @@ impl Bsp {
             return Err(self.error(Call::Get, reason));
         }
         let request = GetRequest {
+            hp: false,
             slot: src.slot,
             offset: (offset as u64).saturating_mul(size as u64),
             len: (len * size) as u64,
@@ -692,7 +728,7 @@ impl Bsp {
         self.check_pid(call, pid)?;
         let slot = self.registered(call, src as usize)?;
         let outbox = &mut self.outboxes[pid as usize];
-        outbox.requests.push(GetRequest { slot, offset: offset as u64, len: len as u64 });
+        outbox.requests.push(GetRequest { hp: call == Call::HpGet, slot, offset: offset as u64, len: len as u64 });
         outbox.targets.push(GetTarget::Raw(dst as usize));
         Ok(())
     }

@@ -12,6 +12,7 @@
 //! | put | `1`, slot u32, offset u64, len u64, data |
 //! | send | `2`, tag length u32, payload length u64, tag, payload |
 //! | get reply | `3`, len u64, data (replies come in the order of the requests) |
+//! | hpput | `4`, as put (an error at the receiver then names `bsp_hpput`) |
 //!
 //! Get requests travel earlier, in phase 2, so that they are served before
 //! any put lands: [`Counts`].
@@ -23,13 +24,15 @@ use crate::reduction::Reader;
 const PUT: u8 = 1;
 const SEND: u8 = 2;
 const REPLY: u8 = 3;
+const HPPUT: u8 = 4;
 
 pub const PUT_HEADER: usize = 1 + 4 + 8 + 8;
 pub const SEND_HEADER: usize = 1 + 4 + 8;
 
-/// Appends a put record of `len` bytes; the caller appends the data.
-pub fn put_header(stream: &mut Vec<u8>, slot: u32, offset: u64, len: u64) {
-    stream.push(PUT);
+/// Appends a put record of `len` bytes (of `bsp_hpput` if `hp`); the
+/// caller appends the data.
+pub fn put_header(stream: &mut Vec<u8>, hp: bool, slot: u32, offset: u64, len: u64) {
+    stream.push(if hp { HPPUT } else { PUT });
     stream.extend_from_slice(&slot.to_le_bytes());
     stream.extend_from_slice(&offset.to_le_bytes());
     stream.extend_from_slice(&len.to_le_bytes());
@@ -37,7 +40,7 @@ pub fn put_header(stream: &mut Vec<u8>, slot: u32, offset: u64, len: u64) {
 
 pub fn put(stream: &mut Vec<u8>, slot: u32, offset: u64, data: &[u8]) {
     stream.reserve(PUT_HEADER + data.len());
-    put_header(stream, slot, offset, data.len() as u64);
+    put_header(stream, false, slot, offset, data.len() as u64);
     stream.extend_from_slice(data);
 }
 
@@ -59,9 +62,20 @@ pub fn reply_header(stream: &mut Vec<u8>, len: u64) {
 /// A record of a received stream, as ranges of the stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record {
-    Put { slot: u32, offset: u64, data: Range<usize> },
-    Send { tag: Range<usize>, payload: Range<usize> },
-    Reply { data: Range<usize> },
+    /// A put (`hp`: made with `bsp_hpput`).
+    Put {
+        hp: bool,
+        slot: u32,
+        offset: u64,
+        data: Range<usize>,
+    },
+    Send {
+        tag: Range<usize>,
+        payload: Range<usize>,
+    },
+    Reply {
+        data: Range<usize>,
+    },
 }
 
 /// Splits a stream into its records.
@@ -71,13 +85,13 @@ pub fn parse(stream: &[u8]) -> Result<Vec<Record>, String> {
     let at = |r: &Reader<'_>| stream.len() - r.0.len();
     while !r.0.is_empty() {
         let record = match r.u8()? {
-            PUT => {
+            kind @ (PUT | HPPUT) => {
                 let slot = r.u32()?;
                 let offset = r.u64()?;
                 let len = length(r.u64()?)?;
                 let start = at(&r);
                 r.bytes(len)?;
-                Record::Put { slot, offset, data: start..start + len }
+                Record::Put { hp: kind == HPPUT, slot, offset, data: start..start + len }
             }
             SEND => {
                 let tag_len = r.u32()? as usize;
@@ -110,13 +124,18 @@ pub fn piece(offset: usize, len: usize, packet: usize) -> Range<usize> {
     offset..(offset + packet.max(1)).min(len)
 }
 
-/// A get request: `len` bytes at `offset` of registration `slot`.
+/// A get request: `len` bytes at `offset` of registration `slot` (made
+/// with `bsp_hpget` if `hp`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GetRequest {
+    pub hp: bool,
     pub slot: u32,
     pub offset: u64,
     pub len: u64,
 }
+
+/// Bytes of one encoded get request.
+const REQUEST_LEN: usize = 1 + 4 + 8 + 8;
 
 /// Phase 2's message from one process to another: the gets it asks the
 /// receiver to serve. (How many bytes each process sends travels with the
@@ -130,6 +149,7 @@ impl Counts {
     pub fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&(self.requests.len() as u32).to_le_bytes());
         for q in &self.requests {
+            out.push(u8::from(q.hp));
             out.extend_from_slice(&q.slot.to_le_bytes());
             out.extend_from_slice(&q.offset.to_le_bytes());
             out.extend_from_slice(&q.len.to_le_bytes());
@@ -139,11 +159,18 @@ impl Counts {
     pub fn decode(bytes: &[u8]) -> Result<Counts, String> {
         let mut r = Reader(bytes);
         let n = r.u32()? as usize;
-        if n > r.0.len() / 20 {
+        if n > r.0.len() / REQUEST_LEN {
             return Err(format!("{n} get requests announced in {} bytes", r.0.len()));
         }
         let requests = (0..n)
-            .map(|_| Ok(GetRequest { slot: r.u32()?, offset: r.u64()?, len: r.u64()? }))
+            .map(|_| {
+                let hp = match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    other => return Err(format!("a get request of kind {other}")),
+                };
+                Ok(GetRequest { hp, slot: r.u32()?, offset: r.u64()?, len: r.u64()? })
+            })
             .collect::<Result<_, String>>()?;
         if !r.0.is_empty() {
             return Err("trailing bytes after the counts".into());
@@ -164,9 +191,13 @@ mod tests {
         reply_header(&mut s, 2);
         s.extend_from_slice(b"xy");
         put(&mut s, 0, 0, b"");
+        let hp_at = s.len();
+        put_header(&mut s, true, 5, 1, 2);
+        s.extend_from_slice(b"hp");
         let records = parse(&s).unwrap();
-        assert_eq!(records.len(), 4);
-        assert_eq!(records[0], Record::Put { slot: 3, offset: 16, data: PUT_HEADER..PUT_HEADER + 4 });
+        assert_eq!(records.len(), 5);
+        assert_eq!(records[0], Record::Put { hp: false, slot: 3, offset: 16, data: PUT_HEADER..PUT_HEADER + 4 });
+        assert_eq!(records[4], Record::Put { hp: true, slot: 5, offset: 1, data: hp_at + PUT_HEADER..s.len() });
         let Record::Send { tag, payload } = &records[1] else { panic!() };
         assert_eq!((&s[tag.clone()], &s[payload.clone()]), (&b"tg"[..], &b"payload"[..]));
         let Record::Reply { data } = &records[2] else { panic!() };
@@ -178,7 +209,7 @@ mod tests {
         assert!(parse(&s[..s.len() - 1]).is_err());
         assert!(parse(&[9]).is_err());
         let mut huge = Vec::new();
-        put_header(&mut huge, 0, 0, u64::MAX);
+        put_header(&mut huge, false, 0, 0, u64::MAX);
         assert!(parse(&huge).is_err());
     }
 
@@ -197,7 +228,12 @@ mod tests {
 
     #[test]
     fn counts_round_trip() {
-        let c = Counts { requests: vec![GetRequest { slot: 1, offset: 2, len: 3 }] };
+        let c = Counts {
+            requests: vec![
+                GetRequest { hp: false, slot: 1, offset: 2, len: 3 },
+                GetRequest { hp: true, slot: 4, offset: 5, len: 6 },
+            ],
+        };
         let mut b = Vec::new();
         c.encode(&mut b);
         assert_eq!(Counts::decode(&b).unwrap(), c);
@@ -205,5 +241,8 @@ mod tests {
         let mut lie = b.clone();
         lie[0] = 200;
         assert!(Counts::decode(&lie).is_err());
+        let mut kind = b.clone();
+        kind[4] = 2;
+        assert!(Counts::decode(&kind).unwrap_err().contains("kind 2"));
     }
 }

@@ -18,6 +18,7 @@ use bulkwire_proto::SendError;
 use bulkwire_runtime::{Engine, Runtime};
 
 use crate::error::{BspError, Call, Reason};
+use crate::pacing::Pacer;
 use crate::reduction::{Dissemination, Reduction};
 use crate::registry::Area;
 use crate::repackaging::{self, Counts, Record};
@@ -115,6 +116,16 @@ impl Net {
         }
         Ok(())
     }
+}
+
+/// One destination of the transfer as phases 4 and 5 planned it: where,
+/// how many packets may be in flight, and at what rate (bits per second)
+/// if the rate is paced.
+#[derive(Clone, Copy, Debug)]
+struct Visit {
+    to: u32,
+    window: usize,
+    rate: Option<f64>,
 }
 
 fn header(kind: u8, superstep: u64, capacity: usize) -> Vec<u8> {
@@ -282,10 +293,18 @@ impl Bsp {
         let visits = schedule::schedule(self.order, me, p, s, sends);
 
         // Phase 5: pacing. Each visit may keep its share of the receiver's
-        // buffer in flight, its share being 1 / (senders at it at once).
+        // buffer in flight and, where the link rate is known, inject at its
+        // share of the receiver's port, its share being 1 / (senders at it
+        // at once).
         let receiver_packets = self.net.receiver_packets;
-        let plan: Vec<(u32, usize)> =
-            visits.iter().map(|v| (v.to, pacing::window(receiver_packets, v.contention, self.pacing))).collect();
+        let plan: Vec<Visit> = visits
+            .iter()
+            .map(|v| Visit {
+                to: v.to,
+                window: pacing::window(receiver_packets, v.contention, self.pacing),
+                rate: self.rate.filter(|_| self.pacing).map(|link| pacing::share(link, v.contention)),
+            })
+            .collect();
 
         // Phase 6: the transfer. The protocol acknowledges by buffer pressure
         // (fine-grained): the piece that fills the pacing window asks for an
@@ -296,7 +315,7 @@ impl Bsp {
         let expected: Vec<bool> = (0..p).map(|j| j != me && global.streams(j, me)).collect();
         self.transfer(&plan, packet, &expected, call == Call::End).map_err(fail)?;
         let h_in: u64 = self.net.streams.iter().map(|s| s.len() as u64).sum();
-        let h_out: u64 = plan.iter().map(|&(to, _)| self.outboxes[to as usize].stream.len() as u64).sum();
+        let h_out: u64 = plan.iter().map(|v| self.outboxes[v.to as usize].stream.len() as u64).sum();
 
         // Then the data lands: get replies, puts, sends; registrations take
         // effect; the new tag size applies.
@@ -335,7 +354,7 @@ impl Bsp {
     fn read_hpputs(&mut self) {
         for h in std::mem::take(&mut self.hpputs) {
             let stream = &mut self.outboxes[h.to as usize].stream;
-            repackaging::put_header(stream, h.slot, h.offset, h.len as u64);
+            repackaging::put_header(stream, true, h.slot, h.offset, h.len as u64);
             if h.len > 0 {
                 // SAFETY: the caller of hpput_raw promised `len` readable
                 // bytes at `src` until the sync ends.
@@ -421,8 +440,9 @@ impl Bsp {
             for q in &c.requests {
                 let area =
                     self.registry.area(q.slot).ok_or(Reason::UnknownRegistration { slot: q.slot, owner: self.pid })?;
-                let (offset, len) =
-                    self.check_access(area, q.slot, q.offset, q.len, || format!("bsp_get by process {j}"))?;
+                let (offset, len) = self.check_access(area, q.slot, q.offset, q.len, || {
+                    format!("{} by process {j}", if q.hp { "bsp_hpget" } else { "bsp_get" })
+                })?;
                 let stream = &mut self.outboxes[j].stream;
                 repackaging::reply_header(stream, len as u64);
                 stream.extend_from_slice(read_area(&self.owned, area, offset, len));
@@ -450,13 +470,7 @@ impl Bsp {
     /// packets in flight, and waits until every expected stream is whole.
     /// With `ask_last`, the last piece to each destination asks for an
     /// acknowledgement at once.
-    fn transfer(
-        &mut self,
-        plan: &[(u32, usize)],
-        packet: usize,
-        expected: &[bool],
-        ask_last: bool,
-    ) -> Result<(), Reason> {
+    fn transfer(&mut self, plan: &[Visit], packet: usize, expected: &[bool], ask_last: bool) -> Result<(), Reason> {
         let s = self.superstep;
         if plan.is_empty() && !expected.contains(&true) {
             return Ok(());
@@ -464,8 +478,9 @@ impl Bsp {
         let rt = self.rt.as_ref().expect("the runtime is there until end");
         let outboxes = &self.outboxes;
         let (mut visit, mut offset) = (0, 0);
+        let mut pacer: Option<Pacer> = None;
         wait(rt, &mut self.net, s, |e, net| {
-            while let Some(&(to, window)) = plan.get(visit) {
+            while let Some(&Visit { to, window, rate }) = plan.get(visit) {
                 let stream = &outboxes[to as usize].stream;
                 if offset == stream.len() {
                     (visit, offset) = (visit + 1, 0);
@@ -477,6 +492,19 @@ impl Bsp {
                     break;
                 }
                 let piece = repackaging::piece(offset, stream.len(), packet);
+                if let Some(rate) = rate {
+                    let now = Instant::now();
+                    let pacer = pacer.get_or_insert_with(|| Pacer::new(rate, packet, now));
+                    pacer.set_rate(rate, now);
+                    // What the piece costs on the wire: its headers, the
+                    // protocol's, and IP's and UDP's.
+                    let wire =
+                        DATA_HEADER + piece.len() + bulkwire_wire::RECORD_HEADER_LEN + bulkwire_wire::OVERHEAD + 28;
+                    if let Err(wait) = pacer.take(wire, now) {
+                        e.wake_within(wait);
+                        break;
+                    }
+                }
                 let end = piece.end;
                 let last = end == stream.len();
                 let mut m = header(DATA, s, 1 + piece.len());
@@ -541,13 +569,13 @@ impl Bsp {
         for (j, recs) in records.iter().enumerate() {
             for r in recs {
                 match r {
-                    Record::Put { slot, offset, data } => {
+                    Record::Put { hp, slot, offset, data } => {
                         let area = self
                             .registry
                             .area(*slot)
                             .ok_or(Reason::UnknownRegistration { slot: *slot, owner: me as u32 })?;
                         let (at, len) = self.check_access(area, *slot, *offset, data.len() as u64, || {
-                            format!("bsp_put from process {j}")
+                            format!("{} from process {j}", if *hp { "bsp_hpput" } else { "bsp_put" })
                         })?;
                         write_area(&mut self.owned, area, at, &streams[j][data.start..data.start + len]);
                     }

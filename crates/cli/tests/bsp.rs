@@ -155,6 +155,20 @@ fn semantics_for_every_order_and_under_loss() {
         let out = launch(n, "semantics_for_every_order_and_under_loss", &lossy);
         expect_ok(&out, n, "5% loss");
     }
+    // Pacing by rate changes when the data goes, not what arrives, with
+    // loss as without.
+    let paced = [("BULKWIRE_BSP_RATE", "50mbit"), ("BULKWIRE_TEST_DROP", "0.05"), ("BULKWIRE_TEST_DROP_SEED", "7")];
+    for n in [2, 8] {
+        let out = launch(n, "semantics_for_every_order_and_under_loss", &paced[..1]);
+        expect_ok(&out, n, "paced at 50 Mbit/s");
+        let out = launch(n, "semantics_for_every_order_and_under_loss", &paced);
+        expect_ok(&out, n, "paced at 50 Mbit/s, 5% loss");
+    }
+    // A rate that is not one stops the job at bsp_begin, naming it.
+    let out = launch(2, "semantics_for_every_order_and_under_loss", &[("BULKWIRE_BSP_RATE", "fast")]);
+    let all = text(&out);
+    assert!(!out.status.success(), "{all}");
+    assert!(all.contains("BULKWIRE_BSP_RATE") && all.contains("unknown unit"), "{all}");
 }
 
 /// Misuse that only the sync can see: each scenario must end the job with
@@ -255,6 +269,7 @@ fn examples_check_their_results_for_every_order_and_under_loss() {
         }
         jobs.push((4, lossy.to_vec()));
         jobs.push((8, lossy.to_vec()));
+        jobs.push((4, vec![("BULKWIRE_BSP_RATE", "100mbit")]));
         for (n, env) in jobs {
             let out = Command::new(env!("CARGO_BIN_EXE_bulkwire"))
                 .arg("run")

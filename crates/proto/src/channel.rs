@@ -34,6 +34,12 @@ const MAX_BACKOFF: u32 = 16;
 /// receiver that does not wait: it starts at 2^4 retransmission timeouts.
 const RECEIVER_DRIVEN_BACKOFF: u32 = 4;
 
+/// A receiver that waits with no hole known ([`Channel::awaiting`]) first
+/// prods after 2^2 retransmission timeouts: the data may be on its way,
+/// paced or queued behind other traffic, and a prod too early only makes
+/// the sender answer (or resend what was not lost).
+const AWAIT_BACKOFF: u32 = 1;
+
 /// What the channel borrows from its endpoint while it works.
 pub(crate) struct Shared<'a> {
     pub cfg: &'a Config,
@@ -262,7 +268,8 @@ impl Channel {
         }
         self.awaited = true;
         if self.prod_at.is_none() {
-            self.prod_at = Some(now + self.backoff(self.prod_backoff));
+            let patience = if self.is_waiting() { self.prod_backoff } else { self.prod_backoff + AWAIT_BACKOFF };
+            self.prod_at = Some(now + self.backoff(patience));
         }
     }
 
@@ -436,7 +443,9 @@ impl Channel {
         if end_of_hole == ack {
             let cutoff = match info {
                 Info::Reply { echo } => Some(echo),
-                Info::Prod => Some(now - self.rtt.srtt()),
+                // A prod may have waited in our socket: what left less
+                // than a timeout ago may still be on its way.
+                Info::Prod => Some(now - self.rtt.rto()),
                 Info::Piggyback | Info::Status => None,
             };
             if let Some(cutoff) = cutoff {

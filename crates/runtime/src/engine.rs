@@ -94,11 +94,22 @@ pub struct Engine {
     pub failure: Option<String>,
     /// Injected receive loss (`BULKWIRE_TEST_DROP`, tests only).
     loss: Option<LossInjector>,
+    /// When the step of the current wait wants another try even if nothing
+    /// arrives (a pacer's next send), set by [`Engine::wake_within`].
+    wake_at: Option<Time>,
 }
 
 impl Engine {
     pub fn now(&self) -> Time {
         Time::from_nanos(self.start.elapsed().as_nanos() as u64)
+    }
+
+    /// Called from a wait's step: try the step again within `d` even if
+    /// nothing arrives meanwhile (for example when a pacer lets the next
+    /// packet go only then). Holds for the current try only.
+    pub fn wake_within(&mut self, d: Duration) {
+        let at = self.now() + d;
+        self.wake_at = Some(self.wake_at.map_or(at, |w| w.min(at)));
     }
 
     /// Reads what arrived, fires due timers, sends what is ready and collects
@@ -348,6 +359,7 @@ impl Runtime {
             finished: vec![false; env.size as usize],
             failure: None,
             loss: LossInjector::from_env(env.rank)?,
+            wake_at: None,
         };
         // Spinning pays only when every process of the job here has a core.
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
@@ -509,6 +521,7 @@ impl Runtime {
                 // launcher (read by the progress thread) is seen within
                 // POLL_AT_MOST.
                 let timeout = e.endpoint.poll_timeout().map_or(POLL_AT_MOST, |t| t.since(now)).min(POLL_AT_MOST);
+                let timeout = e.wake_at.map_or(timeout, |t| timeout.min(t.since(now)));
                 (e.fds(), timeout)
             };
             let mut polls = [
@@ -529,7 +542,9 @@ impl Runtime {
             if let Some(r) = self.step(&mut e, f)? {
                 return Ok(r);
             }
-            e = self.inner.changed.wait_timeout(e, Duration::from_millis(20)).unwrap_or_else(|p| p.into_inner()).0;
+            let now = e.now();
+            let timeout = e.wake_at.map_or(POLL_AT_MOST, |t| t.since(now).min(POLL_AT_MOST));
+            e = self.inner.changed.wait_timeout(e, timeout).unwrap_or_else(|p| p.into_inner()).0;
         }
     }
 
@@ -541,6 +556,7 @@ impl Runtime {
         e: &mut Engine,
         f: &mut impl FnMut(&mut Engine) -> Result<Option<R>, RuntimeError>,
     ) -> Result<Option<R>, RuntimeError> {
+        e.wake_at = None;
         let result = f(e)?;
         let now = e.now();
         e.flush(now);

@@ -6,7 +6,7 @@
 //! same exchange with `MPI_Alltoall` over TCP and an empty `MPI_Barrier`
 //! (see [`super::mpi`]).
 
-use bulkwire_bsp::{Bsp, BspError, Order, Reason};
+use bulkwire_bsp::{parse_rate, Bsp, BspError, Order, Reason};
 use serde::{Deserialize, Serialize};
 
 use super::mpi::Reference;
@@ -26,6 +26,12 @@ pub struct Args {
     /// Timed exchanges per order (after two to warm up).
     #[arg(long, default_value_t = 30)]
     pub repetitions: u32,
+    /// The link rate of every process (as tc writes it: 100mbit, 1gbit):
+    /// with pacing on, each process then injects at its share of the
+    /// receiving port. Without it (or BULKWIRE_BSP_RATE), pacing limits
+    /// only the packets in flight.
+    #[arg(long, value_parser = parse_rate)]
+    pub rate: Option<f64>,
     /// Leave out the Open MPI reference (MPI_Alltoall and MPI_Barrier over TCP).
     #[arg(long)]
     pub no_mpi: bool,
@@ -77,6 +83,9 @@ struct Row {
 pub fn rank(args: &Args) -> Result<(), BspError> {
     let mut bsp = Bsp::begin()?;
     let (me, p) = (bsp.pid(), bsp.nprocs());
+    if args.rate.is_some() {
+        bsp.set_rate(args.rate)?;
+    }
     let size = args.size;
     let inbox = bsp.register::<u8>(size * p as usize)?;
     bsp.sync()?;
@@ -130,7 +139,11 @@ pub fn rank(args: &Args) -> Result<(), BspError> {
         if args.json {
             println!("{}", serde_json::to_string_pretty(&rows).expect("rows serialise"));
         } else {
-            println!("total exchange: {p} processes, {size} bytes per pair, median of {reps} (process 0)");
+            let paced = match bsp.rate() {
+                Some(r) => format!("; pacing keeps to {} Mbit/s links", r / 1e6),
+                None => String::new(),
+            };
+            println!("total exchange: {p} processes, {size} bytes per pair, median of {reps} (process 0){paced}");
             println!("{:<44} {:>12} {:>12} {:>14} {:>8}", "", "median us", "min us", "MB/s/process", "resent");
             for r in &rows {
                 println!(
