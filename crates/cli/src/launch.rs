@@ -268,6 +268,12 @@ fn ssh_command(args: &Args, host: &str, remote: &RemoteRank) -> Result<Command, 
         size = args.ranks,
         local = remote.local_size,
     );
+    // The job's settings (BULKWIRE_BSP_ORDER, BULKWIRE_PROFILE, …) go
+    // along, as they do to local ranks; what the launcher sets per rank,
+    // and the key, do not.
+    for (name, value) in forwarded_settings(std::env::vars()) {
+        script.push_str(&format!(" {name}={}", shell_quote(&value)));
+    }
     for word in &args.command {
         script.push(' ');
         script.push_str(&shell_quote(word));
@@ -279,6 +285,19 @@ fn ssh_command(args: &Args, host: &str, remote: &RemoteRank) -> Result<Command, 
         .stderr(Stdio::piped())
         .stdin(Stdio::piped());
     Ok(cmd)
+}
+
+/// The `BULKWIRE_*` variables of `vars` that a rank started over ssh should
+/// see as a local rank would: all but the launcher's own per-rank ones and
+/// the key (which travels on the standard input).
+fn forwarded_settings(vars: impl Iterator<Item = (String, String)>) -> Vec<(String, String)> {
+    const OWN: [&str; 8] = [JOB, KEY, RENDEZVOUS, RANK, SIZE, LOCAL_SIZE, "BULKWIRE_PARENT_DEATH", "BULKWIRE_SSH"];
+    vars.filter(|(name, _)| {
+        name.starts_with("BULKWIRE_")
+            && !OWN.contains(&name.as_str())
+            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    })
+    .collect()
 }
 
 fn rank_command(args: &Args, rank: u32) -> Command {
@@ -588,4 +607,27 @@ fn supervise(
         }
     }
     failure.map_or(0, |f| f.code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_go_to_ranks_over_ssh_but_not_the_key_nor_per_rank_values() {
+        let vars = [
+            ("BULKWIRE_BSP_ORDER", "pid"),
+            ("BULKWIRE_PROFILE", "/tmp/a b"),
+            (KEY, "secret"),
+            (RANK, "3"),
+            (JOB, "1f"),
+            ("BULKWIRE_SSH", "ssh -p 22"),
+            ("BULKWIRE_BAD-NAME", "x"),
+            ("HOME", "/root"),
+        ];
+        let got = forwarded_settings(vars.iter().map(|(n, v)| (n.to_string(), v.to_string())));
+        let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["BULKWIRE_BSP_ORDER", "BULKWIRE_PROFILE"]);
+        assert_eq!(got[1].1, "/tmp/a b");
+    }
 }
