@@ -66,13 +66,15 @@ fn main() -> Result<(), BspError> {
         bsp.abort(&format!("implausible parameters g={g} l={l}"));
     }
     if pid == 0 {
-        println!(
-            "p = {p}: l = {:.1} us (empty sync), g = {:.3} ns/byte ({:.0} MB/s per process), fitted l = {:.1} us",
-            l * 1e6,
-            g * 1e9,
-            1e-6 / g.max(1e-12),
-            fitted_l * 1e6
-        );
+        // One size gives no slope, and noise can make a small one negative.
+        let g_text = if points.len() < 2 {
+            "g not measured (one h; give a larger max_h)".to_string()
+        } else if g <= 0.0 {
+            "g not resolved (the times do not grow with h)".to_string()
+        } else {
+            format!("g = {:.3} ns/byte ({:.0} MB/s per process)", g * 1e9, 1e-6 / g)
+        };
+        println!("p = {p}: l = {:.1} us (empty sync), {g_text}, fitted l = {:.1} us", l * 1e6, fitted_l * 1e6);
         for (h, t) in &points {
             println!("  h = {:>9} bytes: {:>9.1} us", h, t * 1e6);
         }
