@@ -35,7 +35,7 @@ const MAX_BACKOFF: u32 = 16;
 const RECEIVER_DRIVEN_BACKOFF: u32 = 4;
 
 /// A receiver that waits with no hole known ([`Channel::awaiting`]) first
-/// prods after 2^2 retransmission timeouts: the data may be on its way,
+/// prods after 2^1 retransmission timeouts: the data may be on its way,
 /// paced or queued behind other traffic, and a prod too early only makes
 /// the sender answer (or resend what was not lost).
 const AWAIT_BACKOFF: u32 = 1;
@@ -257,9 +257,9 @@ impl Channel {
 
     /// The layer above waits for more from the peer (it knows more is
     /// coming, for example from a barrier's communication matrix). Unless
-    /// something arrives first, the peer is prodded one retransmission
-    /// timeout from now, then with exponential back-off while the wait
-    /// lasts: a lost last packet is asked for by the one who misses it, and
+    /// something arrives first, the peer is prodded two retransmission
+    /// timeouts from now (one if a hole is known), then with exponential
+    /// back-off while the wait lasts: a lost last packet is asked for by the one who misses it, and
     /// a peer that is merely late answers with an acknowledgement (seed 002
     /// §4.3). Call it on every turn of the wait; it is cheap.
     pub(crate) fn awaiting(&mut self, now: Time) {

@@ -221,8 +221,8 @@ impl Endpoint {
 
     /// The application waits for more from `peer` on `channel`: it knows
     /// more is coming (a barrier told it who sends to it). Unless something
-    /// arrives first, the peer is prodded a retransmission timeout from now
-    /// and with exponential back-off while the wait is renewed: a receiver
+    /// arrives first, the peer is prodded two retransmission timeouts from
+    /// now and with exponential back-off while the wait is renewed: a receiver
     /// that misses the last packet of a phase asks for it, so the sender
     /// need not ask for an acknowledgement of it (seed 002 §4.2-4.3). Call
     /// it on every turn of the wait.
