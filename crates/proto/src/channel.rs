@@ -91,8 +91,10 @@ enum Info {
     Piggyback,
     /// An explicit acknowledgement answering our packet sent at `echo`.
     Reply { echo: Time },
-    /// A prod: the peer waits for a hole.
-    Prod,
+    /// A prod: the peer waits for a hole. `seen`, when the prod says it:
+    /// the time (our clock) before which what we sent should have arrived
+    /// when the peer wrote the prod.
+    Prod { seen: Option<Time> },
     /// An LSTAT: its missing ranges say more than the hole fields.
     Status,
 }
@@ -182,6 +184,10 @@ pub(crate) struct Channel {
     /// The layer above waits for more from the peer ([`Channel::awaiting`])
     /// and has said so since the last prod or arrival.
     awaited: bool,
+    /// The newest data packet that arrived: when the peer sent it (its
+    /// clock) and when it arrived (ours). A prod echoes it, so the peer can
+    /// tell what should have arrived by then from what may be on its way.
+    newest_data: Option<(u64, Time)>,
     /// A mode decision of ours to send to the peer in an LSTAT, with our status.
     lstat_due: Option<Decision>,
 }
@@ -221,6 +227,7 @@ impl Channel {
             prod_backoff: 0,
             prod_due: false,
             awaited: false,
+            newest_data: None,
             lstat_due: None,
         }
     }
@@ -359,8 +366,18 @@ impl Channel {
             }
             PacketType::Prod => {
                 self.stats.prods_received += 1;
+                // The newest of our packets the peer had, and how long before
+                // the prod it came: what we sent until then should be there.
+                let seen = match payload.len() {
+                    0 => None,
+                    _ => {
+                        let echo = AckPayload::read(payload).map_err(|_| "malformed prod")?;
+                        let seen = Time::from_nanos(echo.echo_timestamp.saturating_add(echo.delay as u64));
+                        (seen <= now).then_some(seen)
+                    }
+                };
                 self.learn_sent(now, header.sequence);
-                let resent = self.on_peer_info(now, header.ack, header.end_of_hole, Info::Prod, sh)?;
+                let resent = self.on_peer_info(now, header.ack, header.end_of_hole, Info::Prod { seen }, sh)?;
                 if !resent && self.retransmit.is_empty() {
                     // Nothing is missing: say so, and the prodder backs off.
                     self.ack_due = Some(AckDue { echo: header.timestamp, arrived: now, reply: true });
@@ -444,8 +461,14 @@ impl Channel {
             let cutoff = match info {
                 Info::Reply { echo } => Some(echo),
                 // A prod may have waited in our socket: what left less
-                // than a timeout ago may still be on its way.
-                Info::Prod => Some(now - self.rtt.rto()),
+                // than a timeout ago may still be on its way, and so may
+                // what left after the newest packet the peer had, less the
+                // time it then waited (a paced stream queued behind a slow
+                // port takes longer than a control packet's round trip).
+                Info::Prod { seen } => {
+                    let recent = now - self.rtt.rto();
+                    Some(seen.map_or(recent, |seen| seen.min(recent)))
+                }
                 Info::Piggyback | Info::Status => None,
             };
             if let Some(cutoff) = cutoff {
@@ -542,6 +565,9 @@ impl Channel {
         }
         Records::validate(payload).map_err(|_| "malformed data payload")?;
         self.arrivals_since_ack += 1;
+        if self.newest_data.is_none_or(|(sent, _)| header.timestamp > sent) {
+            self.newest_data = Some((header.timestamp, now));
+        }
         if header.flags.contains(Flags::ACK_REQUESTED) {
             self.ack_asked = true;
         }
@@ -796,10 +822,20 @@ impl Channel {
         }
         if self.prod_due {
             self.prod_due = false;
+            // The newest packet we have and how long ago it came, unless
+            // that is too long ago to say (then the sender goes by its
+            // timeout alone).
+            let since = self.newest_data.map(|(sent, arrived)| (sent, now.since(arrived).as_nanos()));
+            let len = match since {
+                Some((sent, delay)) if delay <= u32::MAX as u128 => {
+                    AckPayload { echo_timestamp: sent, delay: delay as u32 }.write(&mut buf[HEADER_LEN..])
+                }
+                _ => 0,
+            };
             let header = self.header(PacketType::Prod, Flags::empty(), self.next_seq, now, sh.cfg);
             self.stats.prods_sent += 1;
             self.after_reporting(now);
-            return Some((Path::Premium, self.seal(&header, 0, buf, sh.cfg)));
+            return Some((Path::Premium, self.seal(&header, len, buf, sh.cfg)));
         }
         if self.probe_due {
             // Tail probe: resend the newest packet and ask for an answer at

@@ -30,6 +30,8 @@ struct Pair {
     now: Time,
     in_flight: Vec<(Time, usize, Vec<u8>)>,
     drop: Box<dyn FnMut(&Seen) -> bool>,
+    /// One-way delay of each datagram (DELAY unless a test says otherwise).
+    delay: Box<dyn FnMut(&Seen) -> Duration>,
     received: [Vec<Vec<u8>>; 2],
     violations: Vec<&'static str>,
 }
@@ -41,6 +43,7 @@ impl Pair {
             now: Time::ZERO,
             in_flight: Vec::new(),
             drop: Box::new(|_| false),
+            delay: Box::new(|_| DELAY),
             received: [Vec::new(), Vec::new()],
             violations: Vec::new(),
         }
@@ -62,7 +65,8 @@ impl Pair {
                     retransmission: bytes[3] & 4 != 0,
                 };
                 if !(self.drop)(&seen) {
-                    self.in_flight.push((self.now + DELAY, 1 - i, bytes));
+                    let delay = (self.delay)(&seen);
+                    self.in_flight.push((self.now + delay, 1 - i, bytes));
                 }
             }
             while let Some(e) = self.ends[i].poll_event() {
@@ -567,4 +571,46 @@ fn acknowledgements_asked_for_come_at_once() {
     assert!(p.ends[0].is_idle());
     assert!(p.now.since(start) <= DELAY * 3, "one round trip, not a timeout: {:?}", p.now.since(start));
     assert_eq!(p.received[1].len(), 1, "the probe's resend is not delivered twice");
+}
+
+#[test]
+fn a_prod_does_not_resend_what_is_still_on_its_way() {
+    // A port becomes slow: data takes 3 ms one way, control packets still
+    // 50 us, and the sender's round-trip estimate is a control packet's.
+    // A paced stream: a packet every millisecond. The receiver waits, so it
+    // prods between arrivals. Once a packet of the stream has come, the
+    // prods say so, and the sender must not take what it sent after it for
+    // lost. (Before that, a prod cannot tell slow from lost.)
+    let mut p = receiver_driven_pair();
+    p.ends[0].send(1, 0, &msg(99, 10)).unwrap();
+    p.ends[0].end_phase(1, 0);
+    p.run(Duration::from_millis(20));
+    assert_eq!(p.received[1].len(), 1);
+    p.received[1].clear();
+    p.now = p.now + Duration::from_millis(5);
+    p.delay = Box::new(|s| if s.packet_type == 1 { Duration::from_millis(3) } else { DELAY });
+    let resent = |p: &Pair| p.ends[0].channel_stats(1, 0).unwrap().retransmissions;
+    let mut resent_before_first = None;
+    for i in 0..8 {
+        p.ends[0].send(1, 0, &msg(i, 1000)).unwrap();
+        p.flush();
+        let next = p.now + Duration::from_millis(1);
+        while p.now < next {
+            if resent_before_first.is_none() && !p.received[1].is_empty() {
+                resent_before_first = Some(resent(&p));
+            }
+            p.ends[1].awaiting(p.now, 0, 0);
+            if !p.step() {
+                break;
+            }
+            p.now = p.now.min(next);
+        }
+        p.now = next;
+    }
+    run_awaiting(&mut p, 8, Duration::from_millis(50));
+    assert_eq!(p.received[1], (0..8).map(|i| msg(i, 1000)).collect::<Vec<_>>());
+    let receiver = p.ends[1].channel_stats(0, 0).unwrap();
+    assert!(receiver.prods_sent >= 3, "the receiver prodded while it waited: {receiver:?}");
+    let before = resent_before_first.expect("the stream's first packet came within 8 ms");
+    assert_eq!(resent(&p), before, "after the first packet came, nothing was resent");
 }

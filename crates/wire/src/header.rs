@@ -15,7 +15,9 @@ pub enum PacketType {
     Data = 1,
     /// Explicit acknowledgement (payload: [`crate::AckPayload`]).
     Ack = 2,
-    /// A receiver waiting for a hole asks the sender what is missing.
+    /// A receiver waiting for a hole asks the sender what is missing
+    /// (payload: empty, or an [`crate::AckPayload`] echoing the newest data
+    /// packet it has and how long ago that came).
     Prod = 3,
     /// Timestamped latency probe on the ordinary path (payload:
     /// [`crate::ProbePayload`]).
