@@ -561,12 +561,21 @@ fn a_receiver_that_runs_ahead_is_answered_and_backs_off() {
 fn acknowledgements_asked_for_come_at_once() {
     let mut p = receiver_driven_pair();
     p.ends[0].send(1, 0, &msg(0, 1000)).unwrap();
-    p.step();
-    p.step();
+    p.flush();
+    // Deliver what is on the way, well before any timer.
+    for _ in 0..10 {
+        if p.in_flight.is_empty() {
+            break;
+        }
+        p.step();
+    }
+    assert!(p.in_flight.is_empty(), "nothing else on the way that could wake the sender");
     assert_eq!(p.received[1].len(), 1);
     assert!(!p.ends[0].is_idle(), "nothing asked for an acknowledgement yet");
     let start = p.now;
     p.ends[0].request_acknowledgements();
+    p.flush();
+    assert!(p.in_flight.iter().any(|&(_, to, _)| to == 1), "the request goes out at once, unprompted");
     p.run(Duration::from_secs(1));
     assert!(p.ends[0].is_idle());
     assert!(p.now.since(start) <= DELAY * 3, "one round trip, not a timeout: {:?}", p.now.since(start));
