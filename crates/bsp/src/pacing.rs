@@ -64,16 +64,12 @@ impl Pacer {
         Pacer { bytes_per_s, burst, tokens: burst, last: now }
     }
 
-    /// Changes the rate (another destination, another share of its port).
-    pub fn set_rate(&mut self, bits_per_s: f64, now: Instant) {
+    /// Takes `bytes` if the bucket allows them now; otherwise says how long
+    /// until it does. From now on the bucket fills at `bits_per_s` (the
+    /// share of the port of the destination these bytes are for).
+    pub fn take(&mut self, bytes: usize, bits_per_s: f64, now: Instant) -> Result<(), Duration> {
         self.refill(now);
         self.bytes_per_s = bits_per_s / 8.0;
-    }
-
-    /// Takes `bytes` if the bucket allows them now; otherwise says how long
-    /// until it does.
-    pub fn take(&mut self, bytes: usize, now: Instant) -> Result<(), Duration> {
-        self.refill(now);
         if self.tokens < 0.0 {
             return Err(Duration::from_secs_f64(-self.tokens / self.bytes_per_s));
         }
@@ -144,29 +140,28 @@ mod tests {
         let t0 = Instant::now();
         // 8 Mbit/s is 1 MB/s: a burst of 2 packets of 1000 bytes (1 ms is less).
         let mut p = Pacer::new(8e6, 1000, t0);
-        assert_eq!(p.take(1000, t0), Ok(()));
-        assert_eq!(p.take(1000, t0), Ok(()));
-        assert_eq!(p.take(1000, t0), Ok(()), "the bucket is empty, not in debt: one more goes");
-        let wait = p.take(1000, t0).unwrap_err();
+        assert_eq!(p.take(1000, 8e6, t0), Ok(()));
+        assert_eq!(p.take(1000, 8e6, t0), Ok(()));
+        assert_eq!(p.take(1000, 8e6, t0), Ok(()), "the bucket is empty, not in debt: one more goes");
+        let wait = p.take(1000, 8e6, t0).unwrap_err();
         assert_eq!(wait, Duration::from_millis(1), "1000 bytes of debt at 1 MB/s");
         let later = t0 + wait;
-        assert_eq!(p.take(1000, later), Ok(()));
-        assert!(p.take(1000, later).is_err());
+        assert_eq!(p.take(1000, 8e6, later), Ok(()));
+        assert!(p.take(1000, 8e6, later).is_err());
         // Over a second, about a second's worth goes (plus the burst).
         let mut sent = 0;
         let mut now = later;
         while now < later + Duration::from_secs(1) {
-            match p.take(1000, now) {
+            match p.take(1000, 8e6, now) {
                 Ok(()) => sent += 1000,
                 Err(w) => now += w,
             }
         }
         assert!((998_000..=1_003_000).contains(&sent), "{sent}");
         // Half the rate: half the bytes.
-        p.set_rate(4e6, now);
         let (start, mut sent) = (now, 0);
         while now < start + Duration::from_secs(1) {
-            match p.take(1000, now) {
+            match p.take(1000, 4e6, now) {
                 Ok(()) => sent += 1000,
                 Err(w) => now += w,
             }

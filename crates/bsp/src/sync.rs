@@ -495,12 +495,11 @@ impl Bsp {
                 if let Some(rate) = rate {
                     let now = Instant::now();
                     let pacer = pacer.get_or_insert_with(|| Pacer::new(rate, packet, now));
-                    pacer.set_rate(rate, now);
                     // What the piece costs on the wire: its headers, the
                     // protocol's, and IP's and UDP's.
                     let wire =
                         DATA_HEADER + piece.len() + bulkwire_wire::RECORD_HEADER_LEN + bulkwire_wire::OVERHEAD + 28;
-                    if let Err(wait) = pacer.take(wire, now) {
+                    if let Err(wait) = pacer.take(wire, rate, now) {
                         e.wake_within(wait);
                         break;
                     }
