@@ -9,7 +9,12 @@
 //! | --- | --- |
 //! | reduce | round u32, the [`Reduction`] so far |
 //! | counts | the sender's [`Counts`]: its get requests (sent only by askers) |
-//! | data | last u8 (1 on the stream's last piece), a piece of the stream |
+//! | data | last u8 (below), a piece of the stream |
+//!
+//! A data piece's `last` is 0 when more of the stream follows, [`LAST`] on
+//! its last piece, and [`EAGER_LAST`] on the last piece of a stream sent
+//! before the barrier (on one host, see [`Bsp::eager`]): whole unless the
+//! receiver asked for gets, whose replies follow after the barrier.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
@@ -32,6 +37,11 @@ pub(crate) const CHANNEL: u16 = 2;
 const REDUCE: u8 = 1;
 const COUNTS: u8 = 2;
 const DATA: u8 = 3;
+/// A data piece ends its stream.
+const LAST: u8 = 1;
+/// A data piece sent before the barrier ends its stream, unless the
+/// receiver asked the sender for gets: their replies follow.
+const EAGER_LAST: u8 = 2;
 const HEADER: usize = 1 + 8;
 const DATA_HEADER: usize = HEADER + 1;
 
@@ -42,9 +52,14 @@ pub(crate) struct Net {
     /// be in the next superstep's barrier.
     reduce: HashMap<(u64, u32, u32), Vec<u8>>,
     counts: HashMap<(u64, u32), Vec<u8>>,
-    /// The current superstep's streams by sender, and whether each is whole.
+    /// The current superstep's streams by sender, and the `last` of each
+    /// one's latest piece.
     streams: Vec<Vec<u8>>,
-    complete: Vec<bool>,
+    ends: Vec<u8>,
+    /// The same for the next superstep: a process that has finished this
+    /// sync may send its next stream eagerly while this one still waits.
+    next_streams: Vec<Vec<u8>>,
+    next_ends: Vec<u8>,
     /// A malformed message: the sync fails with it.
     broken: Option<Reason>,
     /// Messages to send as soon as the runtime has room, in order: every
@@ -62,7 +77,9 @@ impl Net {
             reduce: HashMap::new(),
             counts: HashMap::new(),
             streams: vec![Vec::new(); p as usize],
-            complete: vec![false; p as usize],
+            ends: vec![0; p as usize],
+            next_streams: vec![Vec::new(); p as usize],
+            next_ends: vec![0; p as usize],
             broken: None,
             outgoing: VecDeque::new(),
             max_payload,
@@ -91,6 +108,21 @@ impl Net {
         }
     }
 
+    /// Whether the stream from `from` is whole; `asked`: this process asked
+    /// `from` for gets, whose replies end it.
+    fn whole(&self, from: usize, asked: bool) -> bool {
+        self.ends[from] == LAST || (self.ends[from] == EAGER_LAST && !asked)
+    }
+
+    /// Takes this superstep's streams, making the next superstep's the
+    /// current ones.
+    fn take_streams(&mut self) -> Vec<Vec<u8>> {
+        let p = self.streams.len();
+        self.ends = std::mem::replace(&mut self.next_ends, vec![0; p]);
+        let next = std::mem::replace(&mut self.next_streams, vec![Vec::new(); p]);
+        std::mem::replace(&mut self.streams, next)
+    }
+
     fn sort(&mut self, from: u32, data: Vec<u8>, superstep: u64) -> Result<(), String> {
         if data.len() < HEADER || from as usize >= self.streams.len() {
             return Err("a message too short for its header".into());
@@ -104,12 +136,21 @@ impl Net {
             COUNTS => {
                 self.counts.insert((step, from), data[HEADER..].to_vec());
             }
-            DATA if data.len() >= DATA_HEADER && step == superstep => {
-                if self.complete[from as usize] {
+            DATA if data.len() >= DATA_HEADER && (step == superstep || step == superstep + 1) => {
+                let (streams, ends) = if step == superstep {
+                    (&mut self.streams, &mut self.ends)
+                } else {
+                    (&mut self.next_streams, &mut self.next_ends)
+                };
+                let last = data[HEADER];
+                if last > EAGER_LAST {
+                    return Err(format!("a data piece marked {last}"));
+                }
+                if ends[from as usize] == LAST {
                     return Err("data after the last piece of its stream".into());
                 }
-                self.complete[from as usize] = data[HEADER] == 1;
-                self.streams[from as usize].extend_from_slice(&data[DATA_HEADER..]);
+                ends[from as usize] = last;
+                streams[from as usize].extend_from_slice(&data[DATA_HEADER..]);
             }
             DATA => return Err(format!("data of superstep {step} in superstep {superstep}")),
             other => return Err(format!("unknown message kind {other}")),
@@ -257,7 +298,8 @@ impl Bsp {
             self.next_tagsize as u64,
         )
         .asking(me, |to| to != me && !self.outboxes[to as usize].requests.is_empty());
-        let global = self.reduce(local).map_err(fail)?;
+        let eager = self.eager_streams(call);
+        let global = self.reduce(local, &eager).map_err(fail)?;
         rt_with(&self.rt, |e| {
             let now = e.now();
             for peer in (0..p).filter(|&q| q != me) {
@@ -313,7 +355,7 @@ impl Bsp {
         // and the next superstep's barrier acknowledges it (coarse-grained).
         // Only in the last superstep, which no barrier follows, does it ask.
         let expected: Vec<bool> = (0..p).map(|j| j != me && global.streams(j, me)).collect();
-        self.transfer(&plan, packet, &expected, call == Call::End).map_err(fail)?;
+        self.transfer(&plan, packet, &expected, &eager, call == Call::End).map_err(fail)?;
         let h_in: u64 = self.net.streams.iter().map(|s| s.len() as u64).sum();
         let h_out: u64 = plan.iter().map(|v| self.outboxes[v.to as usize].stream.len() as u64).sum();
 
@@ -363,8 +405,30 @@ impl Bsp {
         }
     }
 
-    /// Phase 1: the rounds of the dissemination reduction.
-    fn reduce(&mut self, mut acc: Reduction) -> Result<Reduction, Reason> {
+    /// The bytes of each destination's stream that go before the barrier
+    /// (all of it or none): streams of at most [`Bsp::eager`] bytes, and
+    /// no more than the receiver's buffer can take from every other
+    /// process at once; none in the last superstep (whose last pieces ask
+    /// for acknowledgements), nor when pacing keeps to a link rate.
+    fn eager_streams(&self, call: Call) -> Vec<usize> {
+        let room = self.net.receiver_packets * self.net.max_payload / (self.nprocs as usize).saturating_sub(1).max(1);
+        let limit = match call {
+            Call::End => 0,
+            _ if self.pacing && self.rate.is_some() => 0,
+            _ => self.eager.min(room),
+        };
+        (0..self.nprocs as usize)
+            .map(|j| match self.outboxes[j].stream.len() {
+                len if j != self.pid as usize && len <= limit => len,
+                _ => 0,
+            })
+            .collect()
+    }
+
+    /// Phase 1: the rounds of the dissemination reduction. The streams
+    /// sent `eager`ly (bytes per destination) leave after the first
+    /// round's messages, in the destination order.
+    fn reduce(&mut self, mut acc: Reduction, eager: &[usize]) -> Result<Reduction, Reason> {
         let (me, p, s) = (self.pid, self.nprocs, self.superstep);
         let rt = self.rt.as_ref().expect("the runtime is there until end");
         let shape = Dissemination::new(p, self.fanout);
@@ -376,6 +440,21 @@ impl Bsp {
             message.extend_from_slice(&encoded);
             for &(to, _) in &partners {
                 self.net.outgoing.push_back((to, message.clone()));
+            }
+            if round == 0 {
+                let packet = self.net.max_payload - bulkwire_wire::RECORD_HEADER_LEN - DATA_HEADER;
+                for to in schedule::rounds(self.order, me, p, s).into_iter().filter(|&to| eager[to as usize] > 0) {
+                    let stream = &self.outboxes[to as usize].stream;
+                    let mut offset = 0;
+                    while offset < stream.len() {
+                        let piece = repackaging::piece(offset, stream.len(), packet);
+                        offset = piece.end;
+                        let mut m = header(DATA, s, 1 + piece.len());
+                        m.push(if offset == stream.len() { EAGER_LAST } else { 0 });
+                        m.extend_from_slice(&stream[piece]);
+                        self.net.outgoing.push_back((to, m));
+                    }
+                }
             }
             let mut heard: Vec<Option<Vec<u8>>> = vec![None; partners.len()];
             wait(rt, &mut self.net, s, |e, net| {
@@ -468,22 +547,32 @@ impl Bsp {
 
     /// Phase 6: sends the streams in schedule order, at most a window of
     /// packets in flight, and waits until every expected stream is whole.
-    /// With `ask_last`, the last piece to each destination asks for an
+    /// What went `eager`ly (bytes per destination) is not sent again. With
+    /// `ask_last`, the last piece to each destination asks for an
     /// acknowledgement at once.
-    fn transfer(&mut self, plan: &[Visit], packet: usize, expected: &[bool], ask_last: bool) -> Result<(), Reason> {
+    fn transfer(
+        &mut self,
+        plan: &[Visit],
+        packet: usize,
+        expected: &[bool],
+        eager: &[usize],
+        ask_last: bool,
+    ) -> Result<(), Reason> {
         let s = self.superstep;
         if plan.is_empty() && !expected.contains(&true) {
             return Ok(());
         }
         let rt = self.rt.as_ref().expect("the runtime is there until end");
         let outboxes = &self.outboxes;
-        let (mut visit, mut offset) = (0, 0);
+        let asked: Vec<bool> = outboxes.iter().map(|o| !o.requests.is_empty()).collect();
+        let (mut visit, mut offset) = (0, plan.first().map_or(0, |v| eager[v.to as usize]));
         let mut pacer: Option<Pacer> = None;
         wait(rt, &mut self.net, s, |e, net| {
             while let Some(&Visit { to, window, rate }) = plan.get(visit) {
                 let stream = &outboxes[to as usize].stream;
                 if offset == stream.len() {
-                    (visit, offset) = (visit + 1, 0);
+                    visit += 1;
+                    offset = plan.get(visit).map_or(0, |v| eager[v.to as usize]);
                     continue;
                 }
                 let memory = e.endpoint.memory();
@@ -507,7 +596,7 @@ impl Bsp {
                 let end = piece.end;
                 let last = end == stream.len();
                 let mut m = header(DATA, s, 1 + piece.len());
-                m.push(u8::from(last));
+                m.push(if last { LAST } else { 0 });
                 m.extend_from_slice(&stream[piece]);
                 if try_send(e, to, m)?.is_some() {
                     break;
@@ -518,7 +607,7 @@ impl Bsp {
                 }
             }
             let mut whole = true;
-            for (j, _) in expected.iter().enumerate().filter(|&(j, &x)| x && !net.complete[j]) {
+            for (j, _) in expected.iter().enumerate().filter(|&(j, &x)| x && !net.whole(j, asked[j])) {
                 waiting_for(e, j as u32, s, "the data transfer")?;
                 whole = false;
             }
@@ -535,8 +624,7 @@ impl Bsp {
     /// make the new queue.
     fn land(&mut self) -> Result<(), Reason> {
         let (me, p) = (self.pid as usize, self.nprocs as usize);
-        let mut streams = std::mem::replace(&mut self.net.streams, vec![Vec::new(); p]);
-        self.net.complete = vec![false; p];
+        let mut streams = self.net.take_streams();
         streams[me] = std::mem::take(&mut self.outboxes[me].stream);
         let outboxes: Vec<crate::Outbox> = (0..p).map(|_| crate::Outbox::default()).collect();
         let outboxes = std::mem::replace(&mut self.outboxes, outboxes);
@@ -631,5 +719,57 @@ fn write_area(owned: &mut [Option<Box<dyn crate::OwnedArea>>], area: Area, offse
         }
         // SAFETY: as in `read_area`, and nothing else touches the area during the sync.
         None => unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), (area.addr + offset) as *mut u8, data.len()) },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn piece(superstep: u64, last: u8, bytes: &[u8]) -> Vec<u8> {
+        let mut m = header(DATA, superstep, 1 + bytes.len());
+        m.push(last);
+        m.extend_from_slice(bytes);
+        m
+    }
+
+    #[test]
+    fn an_eager_stream_is_whole_unless_its_receiver_asked_for_gets() {
+        let mut net = Net::new(3, 1000, 8);
+        net.sort(1, piece(4, 0, b"ab"), 4).unwrap();
+        assert!(!net.whole(1, false));
+        net.sort(1, piece(4, EAGER_LAST, b"cd"), 4).unwrap();
+        assert!(net.whole(1, false), "nobody asked: the eager piece ends it");
+        assert!(!net.whole(1, true), "the replies to our gets are still to come");
+        net.sort(1, piece(4, 0, b"ef"), 4).unwrap();
+        net.sort(1, piece(4, LAST, b"gh"), 4).unwrap();
+        assert!(net.whole(1, true));
+        assert_eq!(net.take_streams()[1], b"abcdefgh");
+    }
+
+    #[test]
+    fn the_next_supersteps_stream_waits_for_it() {
+        let mut net = Net::new(3, 1000, 8);
+        net.sort(2, piece(4, LAST, b"now"), 4).unwrap();
+        // Process 2 finished this sync and sends its next stream early.
+        net.sort(2, piece(5, EAGER_LAST, b"next"), 4).unwrap();
+        assert!(net.whole(2, false));
+        assert_eq!(net.take_streams()[2], b"now");
+        assert!(net.whole(2, false), "superstep 5's stream is whole as it becomes the current one");
+        assert!(!net.whole(1, false));
+        assert_eq!(net.take_streams()[2], b"next");
+        assert!(!net.whole(2, false));
+    }
+
+    #[test]
+    fn misplaced_data_is_refused() {
+        let mut net = Net::new(3, 1000, 8);
+        assert!(net.sort(1, piece(6, LAST, b"x"), 4).unwrap_err().contains("superstep 6 in superstep 4"));
+        assert!(net.sort(1, piece(3, LAST, b"x"), 4).unwrap_err().contains("superstep 3 in superstep 4"));
+        assert!(net.sort(1, piece(4, 9, b"x"), 4).unwrap_err().contains("marked 9"));
+        net.sort(1, piece(4, LAST, b"x"), 4).unwrap();
+        assert!(net.sort(1, piece(4, 0, b"y"), 4).unwrap_err().contains("after the last piece"));
+        net.sort(1, piece(5, LAST, b"x"), 4).unwrap();
+        assert!(net.sort(1, piece(5, 0, b"y"), 4).unwrap_err().contains("after the last piece"));
     }
 }

@@ -140,17 +140,24 @@ fn bad_layouts_are_refused() {
 
 /// The rows of `bench total-exchange`: the empty sync, then every order
 /// with pacing on and off (each checks at its end that every byte arrived),
-/// then, when `mpi` is true, the Open MPI reference.
-fn check_total_exchange(v: &Value, mpi: bool) {
+/// on one host once more with nothing sent before the barrier, then, when
+/// `mpi` is true, the Open MPI reference.
+fn check_total_exchange(v: &Value, mpi: bool, one_host: bool) {
     let rows = rows(v);
     let (ours, reference): (Vec<&Value>, Vec<&Value>) = rows.iter().partition(|r| r["source"] == "bulkwire");
-    assert_eq!(ours.len(), 6, "{v}");
     assert_eq!(ours[0]["what"], "empty sync (l)", "{v}");
     for row in &ours[1..] {
         assert!(num(row, "median_us") > 0.0 && num(row, "mb_per_s_per_process") > 0.0, "{row}");
     }
     let orders: Vec<&str> = ours[1..].iter().map(|r| r["order"].as_str().expect("order")).collect();
-    assert_eq!(orders, ["latin", "pid", "random", "latin", "pid"]);
+    let eager: Vec<f64> = ours[1..].iter().map(|r| num(r, "eager")).collect();
+    if one_host {
+        assert_eq!(orders, ["latin", "pid", "random", "latin", "pid", "latin"]);
+        assert_eq!(eager, [65536.0, 65536.0, 65536.0, 65536.0, 65536.0, 0.0], "{v}");
+    } else {
+        assert_eq!(orders, ["latin", "pid", "random", "latin", "pid"]);
+        assert_eq!(eager, [0.0; 5], "across hosts every byte keeps to the schedule: {v}");
+    }
     if !mpi {
         assert!(reference.is_empty(), "{v}");
         return;
@@ -177,9 +184,9 @@ fn total_exchange_runs_every_order() {
     if !mpi {
         eprintln!("Open MPI is not installed: the reference rows are not checked");
     }
-    check_total_exchange(&bench(&["total-exchange", "-n", "3", "--repetitions", "2", "--size", "4096"]), mpi);
+    check_total_exchange(&bench(&["total-exchange", "-n", "3", "--repetitions", "2", "--size", "4096"]), mpi, true);
     let without = bench(&["total-exchange", "-n", "2", "--repetitions", "2", "--size", "64", "--no-mpi"]);
-    check_total_exchange(&without, false);
+    check_total_exchange(&without, false, true);
 }
 
 /// The network-namespace test bed of scripts/netns-testbed.sh, with
@@ -215,5 +222,5 @@ fn total_exchange_on_the_namespace_test_bed() {
         ])
     });
     let _ = Command::new(&testbed).args(["down", "4"]).status();
-    check_total_exchange(&result.unwrap_or_else(|e| std::panic::resume_unwind(e)), false);
+    check_total_exchange(&result.unwrap_or_else(|e| std::panic::resume_unwind(e)), false, false);
 }

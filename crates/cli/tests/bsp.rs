@@ -144,16 +144,23 @@ fn semantics_for_every_order_and_under_loss() {
         println!("ok pid {pid}");
         return;
     }
+    // On one host streams go before the barrier (eager) by default; with
+    // BULKWIRE_BSP_EAGER=0 every byte keeps to the schedule.
     for n in [1, 2, 3, 4, 8] {
         for order in Order::ALL {
-            let out = launch(n, "semantics_for_every_order_and_under_loss", &[("BULKWIRE_BSP_ORDER", order.name())]);
-            expect_ok(&out, n, order.name());
+            for eager in ["65536", "0"] {
+                let env = [("BULKWIRE_BSP_ORDER", order.name()), ("BULKWIRE_BSP_EAGER", eager)];
+                let out = launch(n, "semantics_for_every_order_and_under_loss", &env);
+                expect_ok(&out, n, &format!("{order}, eager up to {eager} bytes"));
+            }
         }
     }
-    let lossy = [("BULKWIRE_TEST_DROP", "0.05"), ("BULKWIRE_TEST_DROP_SEED", "11")];
+    let lossy = [("BULKWIRE_TEST_DROP", "0.05"), ("BULKWIRE_TEST_DROP_SEED", "11"), ("BULKWIRE_BSP_EAGER", "0")];
     for n in [3, 8] {
-        let out = launch(n, "semantics_for_every_order_and_under_loss", &lossy);
+        let out = launch(n, "semantics_for_every_order_and_under_loss", &lossy[..2]);
         expect_ok(&out, n, "5% loss");
+        let out = launch(n, "semantics_for_every_order_and_under_loss", &lossy);
+        expect_ok(&out, n, "5% loss, nothing eager");
     }
     // Pacing by rate changes when the data goes, not what arrives, with
     // loss as without.
@@ -164,11 +171,16 @@ fn semantics_for_every_order_and_under_loss() {
         let out = launch(n, "semantics_for_every_order_and_under_loss", &paced);
         expect_ok(&out, n, "paced at 50 Mbit/s, 5% loss");
     }
-    // A rate that is not one stops the job at bsp_begin, naming it.
+    // A rate that is not one stops the job at bsp_begin, naming it; so
+    // does an eager limit that is not a number.
     let out = launch(2, "semantics_for_every_order_and_under_loss", &[("BULKWIRE_BSP_RATE", "fast")]);
     let all = text(&out);
     assert!(!out.status.success(), "{all}");
     assert!(all.contains("BULKWIRE_BSP_RATE") && all.contains("unknown unit"), "{all}");
+    let out = launch(2, "semantics_for_every_order_and_under_loss", &[("BULKWIRE_BSP_EAGER", "lots")]);
+    let all = text(&out);
+    assert!(!out.status.success(), "{all}");
+    assert!(all.contains("BULKWIRE_BSP_EAGER=lots") && all.contains("not a number of bytes"), "{all}");
 }
 
 /// Misuse that only the sync can see: each scenario must end the job with
@@ -266,6 +278,7 @@ fn examples_check_their_results_for_every_order_and_under_loss() {
             for order in Order::ALL {
                 jobs.push((n, vec![("BULKWIRE_BSP_ORDER", order.name())]));
             }
+            jobs.push((n, vec![("BULKWIRE_BSP_EAGER", "0")]));
         }
         jobs.push((4, lossy.to_vec()));
         jobs.push((8, lossy.to_vec()));

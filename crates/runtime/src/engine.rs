@@ -285,6 +285,8 @@ pub struct Runtime {
     inner: Arc<Inner>,
     thread: Option<JoinHandle<()>>,
     size: u32,
+    /// The job runs on one host, over loopback.
+    loopback: bool,
     finished: bool,
 }
 
@@ -401,7 +403,13 @@ impl Runtime {
         let thread = std::thread::Builder::new()
             .name("bulkwire-progress".into())
             .spawn(move || progress_thread(&thread_inner))?;
-        Ok(Runtime { inner, thread: Some(thread), size: env.size, finished: false })
+        Ok(Runtime { inner, thread: Some(thread), size: env.size, loopback: ip.is_loopback(), finished: false })
+    }
+
+    /// Whether the job runs on one host, over loopback: no link nor switch
+    /// port lies between its processes.
+    pub fn on_loopback(&self) -> bool {
+        self.loopback
     }
 
     pub fn rank(&self) -> u32 {

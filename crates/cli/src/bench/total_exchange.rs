@@ -2,7 +2,9 @@
 //! every other in one superstep (a p-relation of (p - 1) · size bytes), timed
 //! for each destination order of the sync (seed 002 Table 1: latin square
 //! against pid order), with pacing on and off, beside the cost of an empty
-//! sync (the BSP l) in the same run; and, where Open MPI is installed, the
+//! sync (the BSP l) in the same run, and, where streams go before the
+//! barrier (on one host), once more with every byte after it; and, where
+//! Open MPI is installed, the
 //! same exchange with `MPI_Alltoall` over TCP and an empty `MPI_Barrier`
 //! (see [`super::mpi`]).
 
@@ -72,6 +74,8 @@ struct Row {
     source: &'static str,
     order: Option<Order>,
     pacing: Option<bool>,
+    /// Streams of at most this many bytes left before the barrier.
+    eager: Option<usize>,
     median_us: f64,
     min_us: Option<f64>,
     /// Bytes each process sent, per second of the median exchange.
@@ -101,11 +105,19 @@ pub fn rank(args: &Args) -> Result<(), BspError> {
     }
     rows.push(row("empty sync (l)".into(), None, None, empty.split_off(2), None, 0));
 
-    let configurations =
-        [(Order::Latin, true), (Order::Pid, true), (Order::Random, true), (Order::Latin, false), (Order::Pid, false)];
-    for (order, pacing) in configurations {
+    let eager = bsp.eager();
+    let mut configurations: Vec<(Order, bool, usize)> =
+        [(Order::Latin, true), (Order::Pid, true), (Order::Random, true), (Order::Latin, false), (Order::Pid, false)]
+            .into_iter()
+            .map(|(order, pacing)| (order, pacing, eager))
+            .collect();
+    if eager > 0 {
+        configurations.push((Order::Latin, true, 0));
+    }
+    for (order, pacing, eager_bytes) in configurations {
         bsp.set_order(order);
         bsp.set_pacing(pacing);
+        bsp.set_eager(eager_bytes);
         bsp.area_mut(&inbox).fill(0);
         let mut times = Vec::new();
         let before = bsp.packet_stats().retransmissions;
@@ -126,9 +138,16 @@ pub fn rank(args: &Args) -> Result<(), BspError> {
             return Err(bsp.error(bulkwire_bsp::Call::Sync, reason));
         }
         let sent = (size * (p as usize - 1)) as u64;
-        let what = format!("total exchange, {order} order, pacing {}", if pacing { "on" } else { "off" });
-        rows.push(row(what, Some(order), Some(pacing), times.split_off(2), Some(sent), retransmissions));
+        let what = format!(
+            "total exchange, {order} order, pacing {}{}",
+            if pacing { "on" } else { "off" },
+            if eager_bytes == 0 && eager > 0 { ", none eager" } else { "" }
+        );
+        let mut r = row(what, Some(order), Some(pacing), times.split_off(2), Some(sent), retransmissions);
+        r.eager = Some(eager_bytes);
+        rows.push(r);
     }
+    bsp.set_eager(eager);
 
     if let Some(r) = &args.mpi {
         let sent = (size * (p as usize - 1)) as u64;
@@ -144,15 +163,21 @@ pub fn rank(args: &Args) -> Result<(), BspError> {
                 None => String::new(),
             };
             println!("total exchange: {p} processes, {size} bytes per pair, median of {reps} (process 0){paced}");
-            println!("{:<44} {:>12} {:>12} {:>14} {:>8}", "", "median us", "min us", "MB/s/process", "resent");
+            println!("{:<52} {:>12} {:>12} {:>14} {:>8}", "", "median us", "min us", "MB/s/process", "resent");
             for r in &rows {
                 println!(
-                    "{:<44} {:>12.1} {:>12} {:>14} {:>8}",
+                    "{:<52} {:>12.1} {:>12} {:>14} {:>8}",
                     r.what,
                     r.median_us,
                     opt(r.min_us, 1),
                     opt(r.mb_per_s_per_process, 1),
                     r.retransmissions.map_or("-".into(), |n| n.to_string())
+                );
+            }
+            if eager > 0 {
+                println!(
+                    "# streams of up to {eager} bytes to one destination leave before the barrier (one host; \
+                     BULKWIRE_BSP_EAGER), except in the row marked none eager"
                 );
             }
             if args.mpi.is_some() {
@@ -184,6 +209,7 @@ fn row(
         source: "bulkwire",
         order,
         pacing,
+        eager: None,
         median_us: median,
         min_us: Some(min_us),
         mb_per_s_per_process: bytes.map(|b| mb_per_s(b, median / 1e6)),
@@ -198,6 +224,7 @@ fn reference(what: String, median_us: f64, bytes: Option<u64>) -> Row {
         source: "open-mpi",
         order: None,
         pacing: None,
+        eager: None,
         median_us,
         min_us: None,
         mb_per_s_per_process: bytes.map(|b| mb_per_s(b, median_us / 1e6)),
