@@ -187,6 +187,11 @@ fn total_exchange_runs_every_order() {
     check_total_exchange(&bench(&["total-exchange", "-n", "3", "--repetitions", "2", "--size", "4096"]), mpi, true);
     let without = bench(&["total-exchange", "-n", "2", "--repetitions", "2", "--size", "64", "--no-mpi"]);
     check_total_exchange(&without, false, true);
+    // Pacing to a link rate sends nothing early, so there is no row without it.
+    let paced =
+        bench(&["total-exchange", "-n", "2", "--repetitions", "2", "--size", "64", "--no-mpi", "--rate", "1gbit"]);
+    let eager: Vec<f64> = rows(&paced)[1..].iter().map(|r| num(r, "eager")).collect();
+    assert_eq!(eager, [0.0, 0.0, 0.0, 65536.0, 65536.0], "{paced}");
 }
 
 /// The network-namespace test bed of scripts/netns-testbed.sh, with

@@ -114,7 +114,8 @@ pub fn rank(args: &Args) -> Result<(), BspError> {
             .into_iter()
             .map(|(order, pacing)| (order, pacing, eager))
             .collect();
-    if eager > 0 {
+    // Pacing to a link rate sends nothing early: the row would repeat the first.
+    if eager > 0 && bsp.rate().is_none() {
         configurations.push((Order::Latin, true, 0));
     }
     for (order, pacing, eager_bytes) in configurations {
@@ -147,7 +148,8 @@ pub fn rank(args: &Args) -> Result<(), BspError> {
             if eager_bytes == 0 && eager > 0 { ", none eager" } else { "" }
         );
         let mut r = row(what, Some(order), Some(pacing), times.split_off(warm), Some(sent), retransmissions);
-        r.eager = Some(eager_bytes);
+        // What went early: nothing while pacing keeps to a link rate.
+        r.eager = Some(if pacing && bsp.rate().is_some() { 0 } else { eager_bytes });
         rows.push(r);
     }
     bsp.set_eager(eager);
@@ -177,7 +179,7 @@ pub fn rank(args: &Args) -> Result<(), BspError> {
                     r.retransmissions.map_or("-".into(), |n| n.to_string())
                 );
             }
-            if eager > 0 {
+            if eager > 0 && bsp.rate().is_none() {
                 println!(
                     "# streams of up to {eager} bytes to one destination leave before the barrier (one host; \
                      BULKWIRE_BSP_EAGER), except in the row marked none eager"
