@@ -42,9 +42,10 @@ const SPIN_NAP: Duration = Duration::from_micros(200);
 /// processes' next barrier, and prods after a loss, whose senders wait in
 /// the sync anyway. Where processes share cores, the thread waking every
 /// 200 us found the application busy and only competed with the others:
-/// with 8 processes on 2 cores it made a third of the context switches, an
-/// empty sync took 170-290 us against 135-200 us napping this long, and a
-/// total exchange of 16 KiB per pair 880-1,490 us against 590-800 us.
+/// with 8 processes on 2 cores it made more than half of the context
+/// switches, an empty sync took 157-241 us against 132-172 us napping this
+/// long, and a total exchange of 16 KiB per pair 860-1,560 us against
+/// 580-800 us (alternating runs).
 const COLLECTIVE_NAP: Duration = Duration::from_millis(5);
 /// How long it naps while an application thread blocks in poll(2) on the
 /// sockets; also the longest a datagram waits once that thread has left.
