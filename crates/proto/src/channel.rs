@@ -188,6 +188,11 @@ pub(crate) struct Channel {
     /// clock) and when it arrived (ours). A prod echoes it, so the peer can
     /// tell what should have arrived by then from what may be on its way.
     newest_data: Option<(u64, Time)>,
+    /// The sequence number and sender's timestamp of the newest data packet
+    /// that came on its first transmission, and the sender's gap between
+    /// the last two consecutive ones: the pace of a paced stream.
+    newest_fresh: Option<(u64, u64)>,
+    send_gap: Duration,
     /// A mode decision of ours to send to the peer in an LSTAT, with our status.
     lstat_due: Option<Decision>,
 }
@@ -228,6 +233,8 @@ impl Channel {
             prod_due: false,
             awaited: false,
             newest_data: None,
+            newest_fresh: None,
+            send_gap: Duration::ZERO,
             lstat_due: None,
         }
     }
@@ -265,7 +272,9 @@ impl Channel {
     /// The layer above waits for more from the peer (it knows more is
     /// coming, for example from a barrier's communication matrix). Unless
     /// something arrives first, the peer is prodded two retransmission
-    /// timeouts from now (one if a hole is known), then with exponential
+    /// timeouts from now (one if a hole is known; with no hole known, at
+    /// least two of the gaps at which the peer sent its last packets, so
+    /// that a paced stream is not prodded for between packets), then with exponential
     /// back-off while the wait lasts: a lost last packet is asked for by the one who misses it, and
     /// a peer that is merely late answers with an acknowledgement (seed 002
     /// §4.3). Call it on every turn of the wait; it is cheap.
@@ -275,8 +284,17 @@ impl Channel {
         }
         self.awaited = true;
         if self.prod_at.is_none() {
-            let patience = if self.is_waiting() { self.prod_backoff } else { self.prod_backoff + AWAIT_BACKOFF };
-            self.prod_at = Some(now + self.backoff(patience));
+            let patience = if self.is_waiting() {
+                self.backoff(self.prod_backoff)
+            } else {
+                // A stream paced slower than that (seed 002 §3's pacing, a
+                // slow link) would be prodded for between every two of its
+                // packets: wait two of the sender's last gaps, at most as
+                // long as the sender's own tail probe.
+                let pace = (self.send_gap * 2).min(self.backoff(RECEIVER_DRIVEN_BACKOFF));
+                self.backoff(self.prod_backoff + AWAIT_BACKOFF).max(pace)
+            };
+            self.prod_at = Some(now + patience);
         }
     }
 
@@ -367,12 +385,16 @@ impl Channel {
             PacketType::Prod => {
                 self.stats.prods_received += 1;
                 // The newest of our packets the peer had, and how long before
-                // the prod it came: what we sent until then should be there.
+                // the prod it came: what we sent until then, and in the first
+                // half of the time since, should be there. (The second half
+                // is slack for a transit that varies, as behind a paced and
+                // shared port; the receiver waits at least two of our gaps
+                // between packets, so a lost last packet is within the first.)
                 let seen = match payload.len() {
                     0 => None,
                     _ => {
                         let echo = AckPayload::read(payload).map_err(|_| "malformed prod")?;
-                        let seen = Time::from_nanos(echo.echo_timestamp.saturating_add(echo.delay as u64));
+                        let seen = Time::from_nanos(echo.echo_timestamp.saturating_add(u64::from(echo.delay) / 2));
                         (seen <= now).then_some(seen)
                     }
                 };
@@ -567,6 +589,21 @@ impl Channel {
         self.arrivals_since_ack += 1;
         if self.newest_data.is_none_or(|(sent, _)| header.timestamp > sent) {
             self.newest_data = Some((header.timestamp, now));
+        }
+        if !header.flags.contains(Flags::RETRANSMISSION) {
+            if let Some((last, sent)) = self.newest_fresh {
+                if seq == last + 1 && header.timestamp > sent {
+                    // A pause longer than the longest patience is one between
+                    // phases (the sender computed), not the stream's pace.
+                    let gap = Duration::from_nanos(header.timestamp - sent);
+                    if gap <= self.backoff(RECEIVER_DRIVEN_BACKOFF) {
+                        self.send_gap = gap;
+                    }
+                }
+            }
+            if self.newest_fresh.is_none_or(|(last, _)| seq > last) {
+                self.newest_fresh = Some((seq, header.timestamp));
+            }
         }
         if header.flags.contains(Flags::ACK_REQUESTED) {
             self.ack_asked = true;

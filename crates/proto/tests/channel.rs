@@ -80,6 +80,12 @@ impl Pair {
 
     /// Advances to the next arrival or timer; false when nothing is left.
     fn step(&mut self) -> bool {
+        self.step_until(None)
+    }
+
+    /// [`Pair::step`], but no later than `limit` (then it only moves the
+    /// clock there).
+    fn step_until(&mut self, limit: Option<Time>) -> bool {
         self.flush();
         let arrival = self.in_flight.iter().map(|p| p.0).min();
         let timer = self.ends.iter().filter_map(|e| e.poll_timeout()).min();
@@ -90,6 +96,10 @@ impl Pair {
                 None => return false,
             },
         };
+        if let Some(limit) = limit.filter(|&l| next > l) {
+            self.now = self.now.max(limit);
+            return true;
+        }
         self.now = self.now.max(next);
         let (due, later): (Vec<_>, Vec<_>) =
             std::mem::take(&mut self.in_flight).into_iter().partition(|p| p.0 <= self.now);
@@ -557,6 +567,49 @@ fn a_receiver_that_runs_ahead_is_answered_and_backs_off() {
     assert_eq!(p.ends[1].channel_stats(0, 0).unwrap().prods_sent, before);
 }
 
+/// End 0 sends `n` packets to end 1, one every `gap`; end 1 waits for
+/// them all along. Returns a gap after the last was sent.
+fn paced_stream(p: &mut Pair, n: usize, gap: Duration) {
+    for i in 0..n {
+        p.ends[0].send(1, 0, &msg(i, 1000)).unwrap();
+        p.flush();
+        let next = p.now + gap;
+        while p.now < next {
+            p.ends[1].awaiting(p.now, 0, 0);
+            if !p.step_until(Some(next)) {
+                p.now = next;
+            }
+        }
+    }
+}
+
+#[test]
+fn a_paced_stream_is_not_prodded_for_between_its_packets() {
+    // A packet every 2 ms, ten times the retransmission timeout: a receiver
+    // that waits two timeouts after each arrival would prod before each.
+    let mut p = receiver_driven_pair();
+    let gap = Duration::from_millis(2);
+    paced_stream(&mut p, 12, gap);
+    run_awaiting(&mut p, 12, Duration::from_millis(50));
+    assert_eq!(p.received[1], (0..12).map(|i| msg(i, 1000)).collect::<Vec<_>>());
+    let receiver = p.ends[1].channel_stats(0, 0).unwrap();
+    // Before the second packet the pace is not known.
+    assert!(receiver.prods_sent <= 3, "prods between paced packets: {receiver:?}");
+    assert_eq!(p.ends[0].channel_stats(1, 0).unwrap().retransmissions, 0);
+
+    // The last packet of the next paced stream is lost: the receiver still
+    // asks for it, within about two gaps.
+    p.drop = Box::new(|s| s.from == 0 && s.packet_type == 1 && !s.retransmission && s.sequence == 17);
+    p.received[1].clear();
+    paced_stream(&mut p, 6, gap);
+    let sent_last = p.now - gap;
+    run_awaiting(&mut p, 6, Duration::from_millis(50));
+    assert_eq!(p.received[1], (0..6).map(|i| msg(i, 1000)).collect::<Vec<_>>());
+    assert_eq!(p.ends[0].channel_stats(1, 0).unwrap().retransmissions, 1);
+    let took = p.now.since(sent_last);
+    assert!(took < gap * 3, "recovered {took:?} after the lost packet left");
+}
+
 #[test]
 fn acknowledgements_asked_for_come_at_once() {
     let mut p = receiver_driven_pair();
@@ -586,10 +639,11 @@ fn acknowledgements_asked_for_come_at_once() {
 fn a_prod_does_not_resend_what_is_still_on_its_way() {
     // A port becomes slow: data takes 3 ms one way, control packets still
     // 50 us, and the sender's round-trip estimate is a control packet's.
-    // A paced stream: a packet every millisecond. The receiver waits, so it
-    // prods between arrivals. Once a packet of the stream has come, the
-    // prods say so, and the sender must not take what it sent after it for
-    // lost. (Before that, a prod cannot tell slow from lost.)
+    // A paced stream: a packet every 250 us, then every millisecond. The
+    // receiver waits, so once the pace slows it prods between arrivals (its
+    // patience follows the sender's last gap). Once a packet of the stream
+    // has come, the prods say so, and the sender must not take what it sent
+    // after it for lost. (Before that, a prod cannot tell slow from lost.)
     let mut p = receiver_driven_pair();
     p.ends[0].send(1, 0, &msg(99, 10)).unwrap();
     p.ends[0].end_phase(1, 0);
@@ -599,27 +653,26 @@ fn a_prod_does_not_resend_what_is_still_on_its_way() {
     p.now = p.now + Duration::from_millis(5);
     p.delay = Box::new(|s| if s.packet_type == 1 { Duration::from_millis(3) } else { DELAY });
     let resent = |p: &Pair| p.ends[0].channel_stats(1, 0).unwrap().retransmissions;
-    let mut resent_before_first = None;
+    let prods = |p: &Pair| p.ends[1].channel_stats(0, 0).unwrap().prods_sent;
+    let mut before_first = None;
     for i in 0..8 {
         p.ends[0].send(1, 0, &msg(i, 1000)).unwrap();
         p.flush();
-        let next = p.now + Duration::from_millis(1);
+        let next = p.now + if i < 4 { Duration::from_micros(250) } else { Duration::from_millis(1) };
         while p.now < next {
-            if resent_before_first.is_none() && !p.received[1].is_empty() {
-                resent_before_first = Some(resent(&p));
+            if before_first.is_none() && !p.received[1].is_empty() {
+                before_first = Some((resent(&p), prods(&p)));
             }
             p.ends[1].awaiting(p.now, 0, 0);
-            if !p.step() {
-                break;
+            if !p.step_until(Some(next)) {
+                p.now = next;
             }
-            p.now = p.now.min(next);
         }
-        p.now = next;
     }
     run_awaiting(&mut p, 8, Duration::from_millis(50));
     assert_eq!(p.received[1], (0..8).map(|i| msg(i, 1000)).collect::<Vec<_>>());
-    let receiver = p.ends[1].channel_stats(0, 0).unwrap();
-    assert!(receiver.prods_sent >= 3, "the receiver prodded while it waited: {receiver:?}");
-    let before = resent_before_first.expect("the stream's first packet came within 8 ms");
-    assert_eq!(resent(&p), before, "after the first packet came, nothing was resent");
+    let (resent_before, prods_before) = before_first.expect("the stream's first packet came");
+    assert_eq!(resent(&p), resent_before, "after the first packet came, nothing was resent");
+    let (after, before) = (prods(&p), prods_before);
+    assert!(after >= before + 2, "the receiver prodded between arrivals: {before} prods, then {after}");
 }
