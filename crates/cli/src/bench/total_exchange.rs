@@ -181,8 +181,8 @@ pub fn rank(args: &Args) -> Result<(), BspError> {
             }
             if eager > 0 && bsp.rate().is_none() {
                 println!(
-                    "# streams of up to {eager} bytes to one destination leave before the barrier (one host; \
-                     BULKWIRE_BSP_EAGER), except in the row marked none eager"
+                    "# streams of up to {eager} bytes to one destination leave before the barrier \
+                     (BULKWIRE_BSP_EAGER, by default on one host), except in the row marked none eager"
                 );
             }
             if args.mpi.is_some() {
