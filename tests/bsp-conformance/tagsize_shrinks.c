@@ -1,7 +1,7 @@
 /* expect: ok
  * A message sent with 8-byte tags is read after the tag size went down to
- * 4: bsp_get_tag writes no more than the 4 bytes now in effect (the room a
- * program makes for a tag), and the payload is intact. */
+ * 4: the queue's tags have the size of the superstep they were sent in, so
+ * bsp_get_tag writes all 8 bytes and no more, and the payload is intact. */
 #include "check.h"
 
 int main(void)
@@ -21,7 +21,8 @@ int main(void)
     int status;
     bsp_get_tag(&status, room);
     CHECK_INT(status, sizeof(int));
-    for (int i = 4; i < 12; i++)
+    CHECK(memcmp(room, tag, 8) == 0);
+    for (int i = 8; i < 12; i++)
         CHECK(room[i] == '#');
     int got = -1;
     bsp_move(&got, sizeof got);

@@ -446,10 +446,12 @@ pub unsafe extern "C" fn bsp_get_tag(status: *mut c_int, tag: *mut c_void) {
             return Err(null_argument(bsp, Call::GetTag, "status"));
         }
         let (len, tag_bytes) = match bsp.get_tag() {
-            // A message sent before a change of tag size carries the old
-            // size; never write more than the size in effect, which is what
-            // the program made room for.
-            Some(m) => (clamp(m.payload.len()), m.tag[..m.tag.len().min(bsp.tagsize())].to_vec()),
+            // The tag has the size in effect when it was sent, in the last
+            // superstep, which is the size the queue's tags have (the
+            // Oxford toolset's bsp_set_tagsize: "the tag size of messages in
+            // the system queue is prescribed by the tag size that was valid
+            // in the previous superstep").
+            Some(m) => (clamp(m.payload.len()), m.tag.to_vec()),
             None => (-1, Vec::new()),
         };
         not_null(bsp, Call::GetTag, "the tag", tag.cast_const(), tag_bytes.len())?;

@@ -81,6 +81,11 @@ pub enum Reason {
     RegistrationsDiffer { detail: String },
     #[error("tag sizes differ between processes: process {a} asks for {a_size} bytes, process {b} for {b_size}")]
     TagSizesDiffer { a: u32, a_size: u64, b: u32, b_size: u64 },
+    #[error(
+        "every process must call bsp_set_tagsize alike in a superstep: process {a} called it {a_calls} times, \
+         process {b} {b_calls}"
+    )]
+    TagSizeCallsDiffer { a: u32, a_calls: u32, b: u32, b_calls: u32 },
     #[error("the tag has {len} bytes but the tag size is {tagsize}")]
     TagLength { len: usize, tagsize: usize },
     #[error("the message queue is empty")]

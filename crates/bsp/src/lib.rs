@@ -230,6 +230,8 @@ pub struct Bsp {
     queue: Queue,
     tagsize: usize,
     next_tagsize: usize,
+    /// Calls of `set_tagsize` in this superstep (all processes must agree).
+    tagsize_calls: u32,
     order: Order,
     pacing: bool,
     /// Link rate in bits per second, if known: pacing then limits the rate.
@@ -353,6 +355,7 @@ impl Bsp {
             queue: Queue::default(),
             tagsize: 0,
             next_tagsize: 0,
+            tagsize_calls: 0,
             order,
             pacing,
             rate,
@@ -782,6 +785,7 @@ impl Bsp {
     pub fn set_tagsize(&mut self, size: usize) -> Result<usize, BspError> {
         self.usable(Call::SetTagsize)?;
         self.next_tagsize = size;
+        self.tagsize_calls = self.tagsize_calls.saturating_add(1);
         Ok(self.tagsize)
     }
 

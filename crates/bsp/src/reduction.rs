@@ -75,7 +75,8 @@ pub struct Reduction {
     pub ending: Extremes,
     /// Digest of the superstep's `push_reg`/`pop_reg` sequence.
     pub registrations: Extremes,
-    /// Tag size in effect in the next superstep.
+    /// Tag size in effect in the next superstep (the low 48 bits) and how
+    /// many times the process called `bsp_set_tagsize` in this one (above).
     pub tagsize: Extremes,
 }
 
@@ -88,7 +89,7 @@ impl Reduction {
         out_bytes: u64,
         ending: bool,
         registrations: (u64, u32, u32),
-        tagsize: u64,
+        tagsize: (u64, u32),
     ) -> Reduction {
         let mut r = Reduction {
             p,
@@ -101,7 +102,11 @@ impl Reduction {
                 pid,
                 u64::from(registrations.1) << 32 | u64::from(registrations.2),
             ),
-            tagsize: Extremes::of(tagsize, pid, 0),
+            tagsize: Extremes::of(
+                u64::from(tagsize.1.min(0xffff)) << TAGSIZE_CALLS_SHIFT | tagsize.0.min(TAGSIZE_MAX),
+                pid,
+                0,
+            ),
         };
         for to in (0..p).filter(|&to| sends_to(to)) {
             let bit = r.bit(pid, to);
@@ -221,11 +226,21 @@ impl Reduction {
         }
         if !self.tagsize.agree() {
             let (a, b) = (self.tagsize.min, self.tagsize.max);
-            return Some(Reason::TagSizesDiffer { a: a.pid, a_size: a.value, b: b.pid, b_size: b.value });
+            let (a_size, b_size) = (a.value & TAGSIZE_MAX, b.value & TAGSIZE_MAX);
+            if a_size != b_size {
+                return Some(Reason::TagSizesDiffer { a: a.pid, a_size, b: b.pid, b_size });
+            }
+            let calls = |w: &Witness| (w.value >> TAGSIZE_CALLS_SHIFT) as u32;
+            return Some(Reason::TagSizeCallsDiffer { a: a.pid, a_calls: calls(&a), b: b.pid, b_calls: calls(&b) });
         }
         None
     }
 }
+
+/// Where the count of `bsp_set_tagsize` calls sits in the tag size's
+/// witness value, above the size itself.
+const TAGSIZE_CALLS_SHIFT: u32 = 48;
+const TAGSIZE_MAX: u64 = (1 << TAGSIZE_CALLS_SHIFT) - 1;
 
 /// Partners per round unless `BULKWIRE_BSP_FANOUT` says otherwise.
 pub const DEFAULT_FANOUT: u32 = 7;
@@ -345,7 +360,7 @@ mod tests {
             let sends = |i: u32, j: u32| j == (i + 1) % p || j == (i * i) % p;
             let local: Vec<Reduction> = (0..p)
                 .map(|i| {
-                    Reduction::local(p, i, |j| sends(i, j), u64::from(i) * 10, false, (5, 1, 0), 4)
+                    Reduction::local(p, i, |j| sends(i, j), u64::from(i) * 10, false, (5, 1, 0), (4, 1))
                         .asking(i, |j| j == (i + 2) % p)
                 })
                 .collect();
@@ -369,19 +384,27 @@ mod tests {
     fn disagreements_are_seen_by_all_and_named() {
         let p = 5;
         let local: Vec<Reduction> = (0..p)
-            .map(|i| Reduction::local(p, i, |_| false, 0, i == 3, (if i == 1 { 9 } else { 5 }, 1, 0), 0))
+            .map(|i| Reduction::local(p, i, |_| false, 0, i == 3, (if i == 1 { 9 } else { 5 }, 1, 0), (0, 0)))
             .collect();
         for r in disseminate(local, 2) {
             assert_eq!(r.disagreement(7), Some(Reason::SyncMismatch { ended: 3, synced: 0, superstep: 7 }));
         }
         let local: Vec<Reduction> = (0..p)
-            .map(|i| Reduction::local(p, i, |_| false, 0, false, (5, 1, 0), if i == 2 { 8 } else { 4 }))
+            .map(|i| Reduction::local(p, i, |_| false, 0, false, (5, 1, 0), (if i == 2 { 8 } else { 4 }, 1)))
             .collect();
         for r in disseminate(local, 2) {
             assert_eq!(r.disagreement(0), Some(Reason::TagSizesDiffer { a: 0, a_size: 4, b: 2, b_size: 8 }));
         }
+        // The same size, but process 3 did not call bsp_set_tagsize.
+        let local: Vec<Reduction> =
+            (0..p).map(|i| Reduction::local(p, i, |_| false, 0, false, (5, 1, 0), (0, u32::from(i != 3)))).collect();
+        for r in disseminate(local, 2) {
+            let Some(Reason::TagSizeCallsDiffer { a: 3, a_calls: 0, b_calls: 1, .. }) = r.disagreement(0) else {
+                panic!("{:?}", r.disagreement(0))
+            };
+        }
         let local: Vec<Reduction> = (0..p)
-            .map(|i| Reduction::local(p, i, |_| false, 0, false, (u64::from(i == 4), 2 - u32::from(i == 4), 0), 0))
+            .map(|i| Reduction::local(p, i, |_| false, 0, false, (u64::from(i == 4), 2 - u32::from(i == 4), 0), (0, 0)))
             .collect();
         for r in disseminate(local, 2) {
             let Some(Reason::RegistrationsDiffer { detail }) = r.disagreement(2) else { panic!() };
@@ -391,7 +414,7 @@ mod tests {
 
     #[test]
     fn malformed_reductions_are_errors() {
-        let r = Reduction::local(3, 0, |_| true, 1, false, (0, 0, 0), 0);
+        let r = Reduction::local(3, 0, |_| true, 1, false, (0, 0, 0), (4, 2));
         let bytes = r.encode();
         assert!(Reduction::decode(&bytes, 4).is_err());
         assert!(Reduction::decode(&bytes[..bytes.len() - 1], 3).is_err());

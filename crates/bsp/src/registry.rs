@@ -19,6 +19,8 @@ enum State {
     Free,
     /// Pushed in this superstep: in effect from the next sync.
     Pushed,
+    /// Pushed and popped in this superstep: never in effect.
+    PushedPopped,
     Active,
     /// Popped in this superstep: still usable until the next sync.
     Popped,
@@ -71,27 +73,32 @@ impl Registry {
         slot
     }
 
-    /// Marks the most recent registration of `addr` in effect for removal at
-    /// the next sync.
+    /// Marks the most recent registration of `addr` for removal at the next
+    /// sync. Pushes and pops take effect there in the order they were made,
+    /// so the most recent may be one pushed in this superstep: then it is
+    /// never in effect.
     pub fn pop(&mut self, addr: usize) -> Result<Slot, Reason> {
-        let slot = self.most_recent(addr, |s| s == State::Active)?;
-        self.slots[slot as usize].0 = State::Popped;
-        self.ops.push(Op::Pop(slot));
+        let slot = self.most_recent(addr, |s| matches!(s, State::Active | State::Pushed))?;
+        self.mark_popped(slot);
         Ok(slot)
     }
 
     /// Marks registration `slot` for removal at the next sync.
     pub fn pop_slot(&mut self, slot: Slot) -> Result<(), Reason> {
-        match self.slots.get_mut(slot as usize) {
-            Some((state @ State::Active, _)) => {
-                *state = State::Popped;
-                self.ops.push(Op::Pop(slot));
+        match self.slots.get(slot as usize) {
+            Some((State::Active | State::Pushed, _)) => {
+                self.mark_popped(slot);
                 Ok(())
             }
-            Some((State::Pushed, area)) => Err(Reason::NotRegistered { addr: area.addr, pending: true }),
             Some((_, area)) => Err(Reason::NotRegistered { addr: area.addr, pending: false }),
             None => Err(Reason::NotRegistered { addr: 0, pending: false }),
         }
+    }
+
+    fn mark_popped(&mut self, slot: Slot) {
+        let state = &mut self.slots[slot as usize].0;
+        *state = if *state == State::Pushed { State::PushedPopped } else { State::Popped };
+        self.ops.push(Op::Pop(slot));
     }
 
     /// The registration a put or get at `addr` names.
@@ -196,6 +203,31 @@ mod tests {
         assert_eq!(r.resolve(100), Ok(a));
         assert_eq!(r.pop(100), Ok(a));
         assert_eq!(r.pop(100), Err(Reason::NotRegistered { addr: 100, pending: false }));
+    }
+
+    #[test]
+    fn a_pop_may_name_a_push_of_the_same_superstep() {
+        let mut r = Registry::default();
+        let old = r.push(area(100, 8));
+        r.apply();
+        // Pushes and pops take effect at the sync in the order they were
+        // made: the new registration of 100 is the most recent, and the pop
+        // removes it before it is ever in effect.
+        let new = r.push(area(100, 16));
+        let other = r.push(area(200, 4));
+        assert_eq!(r.pop(100), Ok(new));
+        assert_eq!(r.resolve(100), Ok(old), "still the old one in this superstep");
+        r.apply();
+        assert_eq!(r.resolve(100), Ok(old));
+        assert_eq!(r.area(old).unwrap().len, 8);
+        assert_eq!(r.resolve(200), Ok(other));
+        // A push and its pop alone leave nothing behind.
+        let gone = r.push(area(300, 4));
+        assert_eq!(r.pop(300), Ok(gone));
+        assert_eq!(r.pop(300), Err(Reason::NotRegistered { addr: 300, pending: false }));
+        r.apply();
+        assert_eq!(r.resolve(300), Err(Reason::NotRegistered { addr: 300, pending: false }));
+        assert_eq!(r.pop_slot(gone), Err(Reason::NotRegistered { addr: 300, pending: false }));
     }
 
     #[test]

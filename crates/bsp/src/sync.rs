@@ -295,7 +295,7 @@ impl Bsp {
             out_bytes,
             call == Call::End,
             self.registry.digest(),
-            self.next_tagsize as u64,
+            (self.next_tagsize as u64, self.tagsize_calls),
         )
         .asking(me, |to| to != me && !self.outboxes[to as usize].requests.is_empty());
         let eager = self.eager_streams(call);
@@ -366,6 +366,7 @@ impl Bsp {
             self.owned[index] = None;
         }
         self.tagsize = self.next_tagsize;
+        self.tagsize_calls = 0;
         self.superstep += 1;
 
         // Phase 7: statistics (Table 5 at the end, the profile per superstep).
