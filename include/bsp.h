@@ -66,8 +66,8 @@ void bsp_sync(void);
 
 /* --- direct remote memory access --------------------------------------- */
 
-/* Collective: takes effect at the next bsp_sync; the most recent
- * registration of an address wins. */
+/* Collective: takes effect at the next bsp_sync, pushes and pops in the
+ * order they were made; the most recent registration of an address wins. */
 void bsp_push_reg(const void *ident, int size);
 void bsp_pop_reg(const void *ident);
 
@@ -88,7 +88,8 @@ void bsp_set_tagsize(int *tag_nbytes);
 void bsp_send(int pid, const void *tag, const void *payload, int payload_nbytes);
 /* Messages and payload bytes still in this superstep's queue. */
 void bsp_qsize(int *nmessages, int *accum_nbytes);
-/* Payload size of the first message (-1 if none) and its tag. */
+/* Payload size of the first message (-1 if none) and its tag, at the tag
+ * size in effect when it was sent (the last superstep's). */
 void bsp_get_tag(int *status, void *tag);
 /* Copies at most reception_nbytes of the first payload and dequeues it. */
 void bsp_move(void *payload, int reception_nbytes);
