@@ -176,6 +176,14 @@ fn header(kind: u8, superstep: u64, capacity: usize) -> Vec<u8> {
     m
 }
 
+/// A data message: a piece of a stream, marked 0, [`LAST`] or [`EAGER_LAST`].
+fn data_message(superstep: u64, last: u8, piece: &[u8]) -> Vec<u8> {
+    let mut m = header(DATA, superstep, 1 + piece.len());
+    m.push(last);
+    m.extend_from_slice(piece);
+    m
+}
+
 /// Waits in the runtime until `step` returns `Some`, sorting what arrives
 /// before each try. Whoever waits for a process that has left the job
 /// learns it here instead of waiting forever.
@@ -450,10 +458,8 @@ impl Bsp {
                     while offset < stream.len() {
                         let piece = repackaging::piece(offset, stream.len(), packet);
                         offset = piece.end;
-                        let mut m = header(DATA, s, 1 + piece.len());
-                        m.push(if offset == stream.len() { EAGER_LAST } else { 0 });
-                        m.extend_from_slice(&stream[piece]);
-                        self.net.outgoing.push_back((to, m));
+                        let last = if offset == stream.len() { EAGER_LAST } else { 0 };
+                        self.net.outgoing.push_back((to, data_message(s, last, &stream[piece])));
                     }
                 }
             }
@@ -566,14 +572,16 @@ impl Bsp {
         let rt = self.rt.as_ref().expect("the runtime is there until end");
         let outboxes = &self.outboxes;
         let asked: Vec<bool> = outboxes.iter().map(|o| !o.requests.is_empty()).collect();
-        let (mut visit, mut offset) = (0, plan.first().map_or(0, |v| eager[v.to as usize]));
+        // Each visit starts after what went eagerly.
+        let start = |visit: usize| plan.get(visit).map_or(0, |v| eager[v.to as usize]);
+        let (mut visit, mut offset) = (0, start(0));
         let mut pacer: Option<Pacer> = None;
         wait(rt, &mut self.net, s, |e, net| {
             while let Some(&Visit { to, window, rate }) = plan.get(visit) {
                 let stream = &outboxes[to as usize].stream;
                 if offset == stream.len() {
                     visit += 1;
-                    offset = plan.get(visit).map_or(0, |v| eager[v.to as usize]);
+                    offset = start(visit);
                     continue;
                 }
                 let memory = e.endpoint.memory();
@@ -596,10 +604,7 @@ impl Bsp {
                 }
                 let end = piece.end;
                 let last = end == stream.len();
-                let mut m = header(DATA, s, 1 + piece.len());
-                m.push(if last { LAST } else { 0 });
-                m.extend_from_slice(&stream[piece]);
-                if try_send(e, to, m)?.is_some() {
+                if try_send(e, to, data_message(s, if last { LAST } else { 0 }, &stream[piece]))?.is_some() {
                     break;
                 }
                 offset = end;
@@ -728,10 +733,7 @@ mod tests {
     use super::*;
 
     fn piece(superstep: u64, last: u8, bytes: &[u8]) -> Vec<u8> {
-        let mut m = header(DATA, superstep, 1 + bytes.len());
-        m.push(last);
-        m.extend_from_slice(bytes);
-        m
+        data_message(superstep, last, bytes)
     }
 
     #[test]

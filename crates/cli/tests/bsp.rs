@@ -155,32 +155,34 @@ fn semantics_for_every_order_and_under_loss() {
             }
         }
     }
+    // Loss, with and without eager streams; pacing by rate changes when the
+    // data goes, not what arrives, with loss as without.
     let lossy = [("BULKWIRE_TEST_DROP", "0.05"), ("BULKWIRE_TEST_DROP_SEED", "11"), ("BULKWIRE_BSP_EAGER", "0")];
-    for n in [3, 8] {
-        let out = launch(n, "semantics_for_every_order_and_under_loss", &lossy[..2]);
-        expect_ok(&out, n, "5% loss");
-        let out = launch(n, "semantics_for_every_order_and_under_loss", &lossy);
-        expect_ok(&out, n, "5% loss, nothing eager");
-    }
-    // Pacing by rate changes when the data goes, not what arrives, with
-    // loss as without.
     let paced = [("BULKWIRE_BSP_RATE", "50mbit"), ("BULKWIRE_TEST_DROP", "0.05"), ("BULKWIRE_TEST_DROP_SEED", "7")];
-    for n in [2, 8] {
-        let out = launch(n, "semantics_for_every_order_and_under_loss", &paced[..1]);
-        expect_ok(&out, n, "paced at 50 Mbit/s");
-        let out = launch(n, "semantics_for_every_order_and_under_loss", &paced);
-        expect_ok(&out, n, "paced at 50 Mbit/s, 5% loss");
+    type Env<'a> = &'a [(&'a str, &'a str)];
+    let runs: [(&[u32], Env, &str); 4] = [
+        (&[3, 8], &lossy[..2], "5% loss"),
+        (&[3, 8], &lossy, "5% loss, nothing eager"),
+        (&[2, 8], &paced[..1], "paced at 50 Mbit/s"),
+        (&[2, 8], &paced, "paced at 50 Mbit/s, 5% loss"),
+    ];
+    for (ns, env, what) in runs {
+        for &n in ns {
+            expect_ok(&launch(n, "semantics_for_every_order_and_under_loss", env), n, what);
+        }
     }
     // A rate that is not one stops the job at bsp_begin, naming it; so
     // does an eager limit that is not a number.
-    let out = launch(2, "semantics_for_every_order_and_under_loss", &[("BULKWIRE_BSP_RATE", "fast")]);
-    let all = text(&out);
-    assert!(!out.status.success(), "{all}");
-    assert!(all.contains("BULKWIRE_BSP_RATE") && all.contains("unknown unit"), "{all}");
-    let out = launch(2, "semantics_for_every_order_and_under_loss", &[("BULKWIRE_BSP_EAGER", "lots")]);
-    let all = text(&out);
-    assert!(!out.status.success(), "{all}");
-    assert!(all.contains("BULKWIRE_BSP_EAGER=lots") && all.contains("not a number of bytes"), "{all}");
+    let bad = [
+        ("BULKWIRE_BSP_RATE", "fast", "BULKWIRE_BSP_RATE", "unknown unit"),
+        ("BULKWIRE_BSP_EAGER", "lots", "BULKWIRE_BSP_EAGER=lots", "not a number of bytes"),
+    ];
+    for (name, value, named, why) in bad {
+        let out = launch(2, "semantics_for_every_order_and_under_loss", &[(name, value)]);
+        let all = text(&out);
+        assert!(!out.status.success(), "{all}");
+        assert!(all.contains(named) && all.contains(why), "{all}");
+    }
 }
 
 /// Misuse that only the sync can see: each scenario must end the job with
