@@ -18,9 +18,14 @@ fn is_rank() -> bool {
 
 /// Runs this test as a job of `n` ranks.
 fn launch(n: u32, test: &str, extra: &[&str]) -> (Output, Duration) {
+    launch_with_env(n, test, extra, &[])
+}
+
+fn launch_with_env(n: u32, test: &str, extra: &[&str], env: &[(&str, &str)]) -> (Output, Duration) {
     let exe = std::env::current_exe().expect("test binary");
     let start = Instant::now();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_bulkwire"));
+    cmd.envs(env.iter().copied());
     cmd.arg("run").arg("-n").arg(n.to_string()).args(extra);
     cmd.arg(exe).args(["--exact", test, "--nocapture", "--test-threads=1"]);
     let out = cmd.stdin(Stdio::null()).output().expect("run bulkwire");
@@ -177,7 +182,12 @@ fn rogue_traffic_is_dropped_and_counted() {
             // A rogue socket sprays rank 1 with noise, forgeries, datagrams of
             // another job and replays of packets it has already had.
             let (ordinary, premium) = world.runtime().peer_addrs(1).unwrap();
-            let key = JobKey::from_hex(&std::env::var("BULKWIRE_KEY").unwrap()).unwrap();
+            // The job's own key, sealing as the job does (header only on
+            // loopback): replays and other-job datagrams must be caught by
+            // more than the MAC.
+            let key = JobKey::from_hex(&std::env::var("BULKWIRE_KEY").unwrap())
+                .unwrap()
+                .covering(world.runtime().mac_coverage());
             let job = u64::from_str_radix(&std::env::var("BULKWIRE_JOB").unwrap(), 16).unwrap();
             // The genuine packets 0 to 2 arrive first: what follows replays them.
             for i in 0..300u32 {
@@ -232,7 +242,8 @@ fn rogue_traffic_is_dropped_and_counted() {
             world.barrier().unwrap();
             let s = world.runtime().stats();
             println!(
-                "rogue: rejected {} (bad mac {}, wrong job {}, truncated {}), duplicates {}",
+                "rogue: MAC over {:?}, rejected {} (bad mac {}, wrong job {}, truncated {}), duplicates {}",
+                world.runtime().mac_coverage(),
                 s.rejected.total(),
                 s.rejected.bad_mac,
                 s.rejected.wrong_job,
@@ -245,10 +256,13 @@ fn rogue_traffic_is_dropped_and_counted() {
         world.finalize().unwrap();
         return;
     }
-    let (out, _) = launch(2, "rogue_traffic_is_dropped_and_counted", &[]);
-    let (stdout, stderr) = text(&out);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert!(stdout.contains("rogue: rejected"), "{stdout}");
+    // On loopback the MAC covers headers unless asked to cover everything.
+    for (env, coverage) in [(&[][..], "Header"), (&[("BULKWIRE_MAC_COVERAGE", "datagram")][..], "Datagram")] {
+        let (out, _) = launch_with_env(2, "rogue_traffic_is_dropped_and_counted", &[], env);
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        assert!(stdout.contains(&format!("rogue: MAC over {coverage}, rejected")), "{stdout}");
+    }
 }
 
 #[test]

@@ -10,6 +10,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bulkwire_proto::{Config, Endpoint, Event, Path, Time};
+use bulkwire_wire::Coverage;
 
 use crate::env::JobEnv;
 use crate::loss::LossInjector;
@@ -341,7 +342,8 @@ impl Runtime {
             other => return Err(RuntimeError::Rendezvous(format!("unexpected answer from the launcher: {other:?}"))),
         };
 
-        let mut config = Config::new(env.job, env.key.clone(), env.rank, env.size);
+        let coverage = mac_coverage(&peers)?;
+        let mut config = Config::new(env.job, env.key.clone().covering(coverage), env.rank, env.size);
         // 0: comm's messages, 1: comm's collectives, 2: bsp's supersteps.
         config.channels = 3;
         config.max_message_size = 16 << 20;
@@ -429,6 +431,12 @@ impl Runtime {
     /// The addresses of `rank`'s sockets.
     pub fn peer_addrs(&self, rank: u32) -> Option<(SocketAddr, SocketAddr)> {
         self.inner.lock().peer_addrs(rank)
+    }
+
+    /// What the MACs of this job's datagrams cover (the header alone on
+    /// loopback, see [`Coverage::Header`]).
+    pub fn mac_coverage(&self) -> Coverage {
+        self.inner.lock().endpoint.config().key.coverage()
     }
 
     /// The largest datagram this process sends (chosen from the interface's MTU).
@@ -676,6 +684,24 @@ fn die_with_parent() -> Result<(), RuntimeError> {
         return Err(RuntimeError::Stopped("the process that started this rank is gone".into()));
     }
     Ok(())
+}
+
+/// What datagram MACs cover: the header alone when every socket of the job
+/// is on loopback (see [`Coverage::Header`] for why that is safe), unless
+/// `BULKWIRE_MAC_COVERAGE=datagram` asks for the whole datagram. Every rank
+/// decides alike from the same peer table and environment.
+fn mac_coverage(peers: &[(SocketAddr, SocketAddr)]) -> Result<Coverage, RuntimeError> {
+    let all_loopback = peers.iter().all(|(o, p)| o.ip().is_loopback() && p.ip().is_loopback());
+    let setting = std::env::var("BULKWIRE_MAC_COVERAGE").ok();
+    match setting.as_deref().map(str::trim) {
+        None | Some("" | "auto") => Ok(if all_loopback { Coverage::Header } else { Coverage::Datagram }),
+        Some("datagram") => Ok(Coverage::Datagram),
+        Some(other) => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("BULKWIRE_MAC_COVERAGE={other:?}: expected auto or datagram"),
+        )
+        .into()),
+    }
 }
 
 /// The largest UDP payload that fits one frame of `mtu` bytes.

@@ -2,7 +2,8 @@
 //!
 //! Every datagram is a fixed 60-byte header, a payload of at most
 //! [`MAX_PAYLOAD`] bytes and a 16-byte MAC keyed by the job key over header and
-//! payload. All integers are big-endian.
+//! payload (over the header alone where every socket of the job is on
+//! loopback: [`Coverage::Header`]). All integers are big-endian.
 //!
 //! ```text
 //!  0      1      2      4       6       7      8
@@ -32,7 +33,7 @@ pub use latency::{
     ClockSyncKind, ClockSyncPayload, LatencyStatus, LstatReason, MissingRanges, ProbePayload, WireMode,
     CLOCK_SYNC_PAYLOAD_LEN, LSTAT_FIXED_LEN, MAX_MISSING_RANGES, MISSING_RANGE_LEN, PROBE_PAYLOAD_LEN,
 };
-pub use mac::{JobKey, MAC_LEN};
+pub use mac::{Coverage, JobKey, MAC_LEN};
 pub use packet::{
     decode, encode, seal, Accept, DecodeError, EncodeError, Packet, RejectCounters, MAX_DATAGRAM, MAX_PAYLOAD, OVERHEAD,
 };

@@ -83,7 +83,7 @@ pub fn seal(header: &Header, payload_len: usize, key: &JobKey, out: &mut [u8]) -
     let head: &mut [u8; HEADER_LEN] = (&mut out[..HEADER_LEN]).try_into().expect("length checked");
     header.write(head);
     let body = HEADER_LEN + payload_len;
-    let tag = key.tag(&out[..body]);
+    let tag = key.datagram_tag(&out[..body]);
     out[body..need].copy_from_slice(&tag);
     Ok(need)
 }
@@ -123,7 +123,7 @@ pub fn decode<'a>(datagram: &'a [u8], key: &JobKey, accept: &Accept) -> Result<P
         return Err(DecodeError::LengthMismatch { declared: payload_len, actual: len - OVERHEAD });
     }
     let body = HEADER_LEN + payload_len;
-    if !key.verify(&datagram[..body], &datagram[body..]) {
+    if !key.verify_datagram(&datagram[..body], &datagram[body..]) {
         return Err(DecodeError::BadMac);
     }
     let packet_type = PacketType::from_u8(head[1]).ok_or(DecodeError::UnknownType(head[1]))?;
