@@ -240,6 +240,9 @@ pub struct Bsp {
     eager: usize,
     /// Partners per round of the barrier (process 0's choice).
     fanout: u32,
+    /// This superstep's barrier takes one round (all processes know it from
+    /// the last reduction: see `Bsp::reduce`).
+    one_round: bool,
     net: sync::Net,
     packet_stats: PacketStats,
     profile: Option<Profiler>,
@@ -361,6 +364,7 @@ impl Bsp {
             rate,
             eager,
             fanout,
+            one_round: false,
             net: sync::Net::new(nprocs, max_payload, receiver_packets),
             packet_stats: PacketStats::default(),
             profile,

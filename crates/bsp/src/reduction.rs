@@ -19,7 +19,9 @@
 //! Besides the matrix, the same messages carry what every process must
 //! agree on, each as the extremes (value, process) over the job: whether
 //! the call is `bsp_end` or `bsp_sync`, the digest of the superstep's
-//! registrations, the tag size for the next superstep. Each process's
+//! registrations, the tag size for the next superstep, whether every
+//! process sent all its streams before the barrier (which shapes the next
+//! superstep's barrier, see `Bsp::reduce`). Each process's
 //! total outgoing bytes ride along in a slot that only it writes, so every
 //! process learns the global load.
 
@@ -78,6 +80,9 @@ pub struct Reduction {
     /// Tag size in effect in the next superstep (the low 48 bits) and how
     /// many times the process called `bsp_set_tagsize` in this one (above).
     pub tagsize: Extremes,
+    /// 1 if the process sent a stream to every other process before the
+    /// barrier (eagerly), else 0: the minimum says whether all did.
+    pub eager_to_all: Extremes,
 }
 
 impl Reduction {
@@ -107,6 +112,7 @@ impl Reduction {
                 pid,
                 0,
             ),
+            eager_to_all: Extremes::of(0, pid, 0),
         };
         for to in (0..p).filter(|&to| sends_to(to)) {
             let bit = r.bit(pid, to);
@@ -123,6 +129,19 @@ impl Reduction {
             self.asks[bit / 64] |= 1 << (bit % 64);
         }
         self
+    }
+
+    /// Records whether process `pid` sent a stream to every other process
+    /// before the barrier.
+    pub fn eager_to_all(mut self, pid: u32, all: bool) -> Reduction {
+        self.eager_to_all = Extremes::of(u64::from(all), pid, 0);
+        self
+    }
+
+    /// Whether every process sent a stream to every other one before the
+    /// barrier: a total exchange small enough to go eagerly.
+    pub fn all_eager_to_all(&self) -> bool {
+        self.eager_to_all.min.value == 1
     }
 
     fn bit(&self, from: u32, to: u32) -> usize {
@@ -157,15 +176,16 @@ impl Reduction {
         self.ending.merge(&o.ending);
         self.registrations.merge(&o.registrations);
         self.tagsize.merge(&o.tagsize);
+        self.eager_to_all.merge(&o.eager_to_all);
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(4 + 8 * (2 * self.words.len() + self.out_bytes.len()) + 3 * 40);
+        let mut out = Vec::with_capacity(4 + 8 * (2 * self.words.len() + self.out_bytes.len()) + 4 * 40);
         out.extend_from_slice(&self.p.to_le_bytes());
         for w in self.words.iter().chain(&self.asks).chain(&self.out_bytes) {
             out.extend_from_slice(&w.to_le_bytes());
         }
-        for e in [&self.ending, &self.registrations, &self.tagsize] {
+        for e in [&self.ending, &self.registrations, &self.tagsize, &self.eager_to_all] {
             for w in [&e.min, &e.max] {
                 out.extend_from_slice(&w.value.to_le_bytes());
                 out.extend_from_slice(&w.pid.to_le_bytes());
@@ -185,7 +205,7 @@ impl Reduction {
         let words = (0..n).map(|_| r.u64()).collect::<Result<_, _>>()?;
         let asks = (0..n).map(|_| r.u64()).collect::<Result<_, _>>()?;
         let out_bytes = (0..p).map(|_| r.u64()).collect::<Result<_, _>>()?;
-        let mut extremes = [Extremes::of(0, 0, 0); 3];
+        let mut extremes = [Extremes::of(0, 0, 0); 4];
         for e in &mut extremes {
             for w in [&mut e.min, &mut e.max] {
                 *w = Witness { value: r.u64()?, pid: r.u32()?, detail: r.u64()? };
@@ -194,8 +214,8 @@ impl Reduction {
         if !r.0.is_empty() {
             return Err("trailing bytes after a reduction".into());
         }
-        let [ending, registrations, tagsize] = extremes;
-        Ok(Reduction { p, words, asks, out_bytes, ending, registrations, tagsize })
+        let [ending, registrations, tagsize, eager_to_all] = extremes;
+        Ok(Reduction { p, words, asks, out_bytes, ending, registrations, tagsize, eager_to_all })
     }
 
     /// The first disagreement, as every process sees it after the reduction.
@@ -413,8 +433,29 @@ mod tests {
     }
 
     #[test]
+    fn everyone_learns_whether_all_sent_eagerly_to_all() {
+        let p = 6;
+        for holdout in [None, Some(0), Some(5)] {
+            let local: Vec<Reduction> = (0..p)
+                .map(|i| {
+                    Reduction::local(p, i, |j| j != i, 1, false, (5, 1, 0), (0, 0)).eager_to_all(i, Some(i) != holdout)
+                })
+                .collect();
+            for fanout in [1, 2, 5] {
+                for r in disseminate(local.clone(), fanout) {
+                    assert_eq!(r.all_eager_to_all(), holdout.is_none(), "holdout {holdout:?}, fanout {fanout}");
+                    assert_eq!(r.disagreement(0), None, "a vote is not a check");
+                }
+            }
+        }
+        // Unsaid, a process did not send eagerly to all.
+        let quiet = Reduction::local(2, 0, |_| true, 1, false, (0, 0, 0), (0, 0));
+        assert!(!quiet.all_eager_to_all());
+    }
+
+    #[test]
     fn malformed_reductions_are_errors() {
-        let r = Reduction::local(3, 0, |_| true, 1, false, (0, 0, 0), (4, 2));
+        let r = Reduction::local(3, 0, |_| true, 1, false, (0, 0, 0), (4, 2)).eager_to_all(0, true);
         let bytes = r.encode();
         assert!(Reduction::decode(&bytes, 4).is_err());
         assert!(Reduction::decode(&bytes[..bytes.len() - 1], 3).is_err());
