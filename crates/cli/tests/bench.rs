@@ -148,6 +148,7 @@ fn check_total_exchange(v: &Value, mpi: bool, one_host: bool) {
     assert_eq!(ours[0]["what"], "empty sync (l)", "{v}");
     for row in &ours[1..] {
         assert!(num(row, "median_us") > 0.0 && num(row, "mb_per_s_per_process") > 0.0, "{row}");
+        assert!(num(row, "mean_us") >= num(row, "min_us"), "{row}");
     }
     let orders: Vec<&str> = ours[1..].iter().map(|r| r["order"].as_str().expect("order")).collect();
     let eager: Vec<f64> = ours[1..].iter().map(|r| num(r, "eager")).collect();
@@ -164,7 +165,10 @@ fn check_total_exchange(v: &Value, mpi: bool, one_host: bool) {
     }
     let what: Vec<&str> = reference.iter().map(|r| r["what"].as_str().expect("what")).collect();
     assert_eq!(what, ["MPI_Barrier, Open MPI over TCP", "MPI_Alltoall, Open MPI over TCP"], "{v}");
-    assert!(reference.iter().all(|r| r["source"] == "open-mpi" && num(r, "median_us") > 0.0), "{v}");
+    assert!(
+        reference.iter().all(|r| r["source"] == "open-mpi" && num(r, "median_us") > 0.0 && num(r, "mean_us") > 0.0),
+        "{v}"
+    );
 }
 
 /// Whether Open MPI's compiler and launcher are here (the reference of

@@ -12,12 +12,15 @@ use serde::{Deserialize, Serialize};
 /// The C program, built into this binary so the benchmark needs no checkout.
 const SOURCE: &str = include_str!("../../../../scripts/ompi/bench.c");
 
-/// What the MPI program measured: each the median over the repetitions of
-/// the slowest process's time, each operation started by a barrier.
+/// What the MPI program measured: the median over the repetitions of the
+/// slowest process's time, each operation started by a barrier; and the
+/// mean time per operation over as many back to back.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Reference {
     pub barrier_us: f64,
     pub alltoall_us: f64,
+    pub barrier_mean_us: f64,
+    pub alltoall_mean_us: f64,
 }
 
 /// The reply of `bench alltoall --json`.
@@ -27,6 +30,8 @@ struct Reply {
     size: u64,
     barrier_us: f64,
     alltoall_us: f64,
+    barrier_mean_us: f64,
+    alltoall_mean_us: f64,
 }
 
 /// Runs `MPI_Barrier` and `MPI_Alltoall` of `size` bytes per pair on
@@ -92,10 +97,16 @@ fn parse(output: &str, procs: u32, size: usize) -> Result<Reference, String> {
         ));
     }
     let valid = |x: f64| x.is_finite() && x > 0.0;
-    if !valid(reply.barrier_us) || !valid(reply.alltoall_us) {
+    let times = [reply.barrier_us, reply.alltoall_us, reply.barrier_mean_us, reply.alltoall_mean_us];
+    if !times.into_iter().all(valid) {
         return Err(format!("the MPI program's times are not valid: {line}"));
     }
-    Ok(Reference { barrier_us: reply.barrier_us, alltoall_us: reply.alltoall_us })
+    Ok(Reference {
+        barrier_us: reply.barrier_us,
+        alltoall_us: reply.alltoall_us,
+        barrier_mean_us: reply.barrier_mean_us,
+        alltoall_mean_us: reply.alltoall_mean_us,
+    })
 }
 
 #[cfg(test)]
@@ -104,16 +115,28 @@ mod tests {
 
     #[test]
     fn the_reference_is_read_from_the_programs_json() {
-        let out = "# something\n{\"procs\": 8, \"size\": 16384, \"barrier_us\": 238.60, \"alltoall_us\": 340.00}\n";
-        assert_eq!(parse(out, 8, 16384), Ok(Reference { barrier_us: 238.6, alltoall_us: 340.0 }));
+        let out = "# something\n{\"procs\": 8, \"size\": 16384, \"barrier_us\": 238.60, \"alltoall_us\": 340.00, \
+                   \"barrier_mean_us\": 140.5, \"alltoall_mean_us\": 250.25}\n";
+        let want =
+            Reference { barrier_us: 238.6, alltoall_us: 340.0, barrier_mean_us: 140.5, alltoall_mean_us: 250.25 };
+        assert_eq!(parse(out, 8, 16384), Ok(want));
     }
 
     #[test]
     fn a_reference_for_another_exchange_or_without_times_is_refused() {
-        let out = "{\"procs\": 4, \"size\": 16384, \"barrier_us\": 1.0, \"alltoall_us\": 2.0}";
-        assert!(parse(out, 8, 16384).unwrap_err().contains("4 processes"));
-        let out = "{\"procs\": 8, \"size\": 16384, \"barrier_us\": 0.0, \"alltoall_us\": 2.0}";
-        assert!(parse(out, 8, 16384).unwrap_err().contains("not valid"));
+        let reply = |procs: u32, barrier: f64, mean: f64| {
+            format!(
+                "{{\"procs\": {procs}, \"size\": 16384, \"barrier_us\": {barrier}, \"alltoall_us\": 2.0, \
+                 \"barrier_mean_us\": 1.0, \"alltoall_mean_us\": {mean}}}"
+            )
+        };
+        assert!(parse(&reply(4, 1.0, 2.0), 8, 16384).unwrap_err().contains("4 processes"));
+        assert!(parse(&reply(8, 0.0, 2.0), 8, 16384).unwrap_err().contains("not valid"));
+        assert!(parse(&reply(8, 1.0, f64::NAN), 8, 16384).is_err());
+        assert!(parse(&reply(8, 1.0, 2.0), 8, 16384).is_ok());
+        // An older program without the back-to-back means.
+        let old = "{\"procs\": 8, \"size\": 16384, \"barrier_us\": 1.0, \"alltoall_us\": 2.0}";
+        assert!(parse(old, 8, 16384).is_err());
         assert!(parse("", 8, 16384).unwrap_err().contains("no result"));
         assert!(parse("{oops", 8, 16384).is_err());
     }

@@ -77,6 +77,9 @@ struct Row {
     /// Streams of at most this many bytes left before the barrier.
     eager: Option<usize>,
     median_us: f64,
+    /// The mean over the repetitions, which ran back to back: the time per
+    /// exchange of a program doing them in a row.
+    mean_us: f64,
     min_us: Option<f64>,
     /// Bytes each process sent, per second of the median exchange.
     mb_per_s_per_process: Option<f64>,
@@ -156,8 +159,8 @@ pub fn rank(args: &Args) -> Result<(), BspError> {
 
     if let Some(r) = &args.mpi {
         let sent = (size * (p as usize - 1)) as u64;
-        rows.push(reference("MPI_Barrier, Open MPI over TCP".into(), r.barrier_us, None));
-        rows.push(reference("MPI_Alltoall, Open MPI over TCP".into(), r.alltoall_us, Some(sent)));
+        rows.push(reference("MPI_Barrier, Open MPI over TCP".into(), r.barrier_us, r.barrier_mean_us, None));
+        rows.push(reference("MPI_Alltoall, Open MPI over TCP".into(), r.alltoall_us, r.alltoall_mean_us, Some(sent)));
     }
     if me == 0 {
         if args.json {
@@ -168,12 +171,16 @@ pub fn rank(args: &Args) -> Result<(), BspError> {
                 None => String::new(),
             };
             println!("total exchange: {p} processes, {size} bytes per pair, median of {reps} (process 0){paced}");
-            println!("{:<52} {:>12} {:>12} {:>14} {:>8}", "", "median us", "min us", "MB/s/process", "resent");
+            println!(
+                "{:<52} {:>12} {:>12} {:>12} {:>14} {:>8}",
+                "", "median us", "mean us", "min us", "MB/s/process", "resent"
+            );
             for r in &rows {
                 println!(
-                    "{:<52} {:>12.1} {:>12} {:>14} {:>8}",
+                    "{:<52} {:>12.1} {:>12.1} {:>12} {:>14} {:>8}",
                     r.what,
                     r.median_us,
+                    r.mean_us,
                     opt(r.min_us, 1),
                     opt(r.mb_per_s_per_process, 1),
                     r.retransmissions.map_or("-".into(), |n| n.to_string())
@@ -187,8 +194,8 @@ pub fn rank(args: &Args) -> Result<(), BspError> {
             }
             if args.mpi.is_some() {
                 println!(
-                    "# MPI rows: median of the slowest process's time, each operation started by a barrier \
-                     (scripts/ompi/bench.c)"
+                    "# MPI rows: median of the slowest process's time, each operation started by a barrier; \
+                     mean of as many back to back (scripts/ompi/bench.c)"
                 );
             }
             if let Some(why) = &args.mpi_missing {
@@ -208,6 +215,7 @@ fn row(
     retransmissions: u64,
 ) -> Row {
     let min_us = seconds.iter().copied().fold(f64::INFINITY, f64::min) * 1e6;
+    let mean_us = seconds.iter().sum::<f64>() / seconds.len().max(1) as f64 * 1e6;
     let median = median_us(seconds);
     Row {
         what,
@@ -216,6 +224,7 @@ fn row(
         pacing,
         eager: None,
         median_us: median,
+        mean_us,
         min_us: Some(min_us),
         mb_per_s_per_process: bytes.map(|b| mb_per_s(b, median / 1e6)),
         retransmissions: Some(retransmissions),
@@ -223,7 +232,7 @@ fn row(
 }
 
 /// A row of the Open MPI reference (`bytes`: what each process sent).
-fn reference(what: String, median_us: f64, bytes: Option<u64>) -> Row {
+fn reference(what: String, median_us: f64, mean_us: f64, bytes: Option<u64>) -> Row {
     Row {
         what,
         source: "open-mpi",
@@ -231,6 +240,7 @@ fn reference(what: String, median_us: f64, bytes: Option<u64>) -> Row {
         pacing: None,
         eager: None,
         median_us,
+        mean_us,
         min_us: None,
         mb_per_s_per_process: bytes.map(|b| mb_per_s(b, median_us / 1e6)),
         retransmissions: None,
