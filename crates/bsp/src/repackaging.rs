@@ -78,10 +78,11 @@ pub enum Record {
     },
 }
 
-/// Splits a stream into its records.
-pub fn parse(stream: &[u8]) -> Result<Vec<Record>, String> {
+/// Splits a stream, `stream[start..]`, into its records (ranges of all of
+/// `stream`).
+pub fn parse(stream: &[u8], start: usize) -> Result<Vec<Record>, String> {
     let mut records = Vec::new();
-    let mut r = Reader(stream);
+    let mut r = Reader(stream.get(start..).ok_or("a stream that starts past its end")?);
     let at = |r: &Reader<'_>| stream.len() - r.0.len();
     while !r.0.is_empty() {
         let record = match r.u8()? {
@@ -194,7 +195,7 @@ mod tests {
         let hp_at = s.len();
         put_header(&mut s, true, 5, 1, 2);
         s.extend_from_slice(b"hp");
-        let records = parse(&s).unwrap();
+        let records = parse(&s, 0).unwrap();
         assert_eq!(records.len(), 5);
         assert_eq!(records[0], Record::Put { hp: false, slot: 3, offset: 16, data: PUT_HEADER..PUT_HEADER + 4 });
         assert_eq!(records[4], Record::Put { hp: true, slot: 5, offset: 1, data: hp_at + PUT_HEADER..s.len() });
@@ -204,13 +205,13 @@ mod tests {
         assert_eq!(&s[data.clone()], b"xy");
         // Truncated or unknown records are errors, not panics.
         for cut in 0..s.len() - PUT_HEADER {
-            let _ = parse(&s[..cut]);
+            let _ = parse(&s[..cut], 0);
         }
-        assert!(parse(&s[..s.len() - 1]).is_err());
-        assert!(parse(&[9]).is_err());
+        assert!(parse(&s[..s.len() - 1], 0).is_err());
+        assert!(parse(&[9], 0).is_err());
         let mut huge = Vec::new();
         put_header(&mut huge, false, 0, 0, u64::MAX);
-        assert!(parse(&huge).is_err());
+        assert!(parse(&huge, 0).is_err());
     }
 
     #[test]

@@ -45,6 +45,56 @@ const EAGER_LAST: u8 = 2;
 const HEADER: usize = 1 + 8;
 const DATA_HEADER: usize = HEADER + 1;
 
+/// A received stream: the data pieces of one sender, in order. The first
+/// piece's message becomes the stream as it is, its headers skipped rather
+/// than copied off (a stream of one piece, as on one host, is then never
+/// copied); later pieces are appended.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Stream {
+    bytes: Vec<u8>,
+    /// Where the stream starts in `bytes`.
+    start: usize,
+}
+
+impl Stream {
+    /// A stream that is all of `bytes` (this process's own puts).
+    pub fn whole(bytes: Vec<u8>) -> Stream {
+        Stream { bytes, start: 0 }
+    }
+
+    /// Appends the data of a piece: `message` from `start` on.
+    fn push(&mut self, message: Vec<u8>, start: usize) {
+        if self.bytes.len() == self.start {
+            *self = Stream { bytes: message, start };
+        } else {
+            self.bytes.extend_from_slice(&message[start..]);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.bytes.len() - self.start
+    }
+
+    #[cfg(test)]
+    fn content(&self) -> &[u8] {
+        &self.bytes[self.start..]
+    }
+
+    /// The stream's records, as ranges of [`Stream::into_bytes`].
+    pub fn records(&self) -> Result<Vec<Record>, String> {
+        repackaging::parse(&self.bytes, self.start)
+    }
+
+    /// The bytes the ranges of [`Stream::records`] index.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.bytes
+    }
+}
+
 /// What has arrived for the syncs, sorted by kind.
 #[derive(Debug)]
 pub(crate) struct Net {
@@ -54,11 +104,11 @@ pub(crate) struct Net {
     counts: HashMap<(u64, u32), Vec<u8>>,
     /// The current superstep's streams by sender, and the `last` of each
     /// one's latest piece.
-    streams: Vec<Vec<u8>>,
+    streams: Vec<Stream>,
     ends: Vec<u8>,
     /// The same for the next superstep: a process that has finished this
     /// sync may send its next stream eagerly while this one still waits.
-    next_streams: Vec<Vec<u8>>,
+    next_streams: Vec<Stream>,
     next_ends: Vec<u8>,
     /// A malformed message: the sync fails with it.
     broken: Option<Reason>,
@@ -76,9 +126,9 @@ impl Net {
         Net {
             reduce: HashMap::new(),
             counts: HashMap::new(),
-            streams: vec![Vec::new(); p as usize],
+            streams: vec![Stream::default(); p as usize],
             ends: vec![0; p as usize],
-            next_streams: vec![Vec::new(); p as usize],
+            next_streams: vec![Stream::default(); p as usize],
             next_ends: vec![0; p as usize],
             broken: None,
             outgoing: VecDeque::new(),
@@ -116,10 +166,10 @@ impl Net {
 
     /// Takes this superstep's streams, making the next superstep's the
     /// current ones.
-    fn take_streams(&mut self) -> Vec<Vec<u8>> {
+    fn take_streams(&mut self) -> Vec<Stream> {
         let p = self.streams.len();
         self.ends = std::mem::replace(&mut self.next_ends, vec![0; p]);
-        let next = std::mem::replace(&mut self.next_streams, vec![Vec::new(); p]);
+        let next = std::mem::replace(&mut self.next_streams, vec![Stream::default(); p]);
         std::mem::replace(&mut self.streams, next)
     }
 
@@ -150,7 +200,7 @@ impl Net {
                     return Err("data after the last piece of its stream".into());
                 }
                 ends[from as usize] = last;
-                streams[from as usize].extend_from_slice(&data[DATA_HEADER..]);
+                streams[from as usize].push(data, DATA_HEADER);
             }
             DATA => return Err(format!("data of superstep {step} in superstep {superstep}")),
             other => return Err(format!("unknown message kind {other}")),
@@ -647,13 +697,13 @@ impl Bsp {
     fn land(&mut self) -> Result<(), Reason> {
         let (me, p) = (self.pid as usize, self.nprocs as usize);
         let mut streams = self.net.take_streams();
-        streams[me] = std::mem::take(&mut self.outboxes[me].stream);
+        streams[me] = Stream::whole(std::mem::take(&mut self.outboxes[me].stream));
         let outboxes: Vec<crate::Outbox> = (0..p).map(|_| crate::Outbox::default()).collect();
         let outboxes = std::mem::replace(&mut self.outboxes, outboxes);
         let records: Vec<Vec<Record>> = streams
             .iter()
             .enumerate()
-            .map(|(j, s)| repackaging::parse(s).map_err(|why| Reason::Malformed { peer: j as u32, why }))
+            .map(|(j, s)| s.records().map_err(|why| Reason::Malformed { peer: j as u32, why }))
             .collect::<Result<_, _>>()?;
 
         for (j, recs) in records.iter().enumerate() {
@@ -668,7 +718,7 @@ impl Bsp {
                 if data.len() as u64 != q.len {
                     return Err(Reason::Malformed { peer: j as u32, why: "a get reply of the wrong length".into() });
                 }
-                self.write_target(*target, &streams[j][data]);
+                self.write_target(*target, &streams[j].bytes()[data]);
             }
             if replies.next().is_some() {
                 return Err(Reason::Malformed { peer: j as u32, why: "a get reply nobody asked for".into() });
@@ -686,7 +736,7 @@ impl Bsp {
                         let (at, len) = self.check_access(area, *slot, *offset, data.len() as u64, || {
                             format!("{} from process {j}", if *hp { "bsp_hpput" } else { "bsp_put" })
                         })?;
-                        write_area(&mut self.owned, area, at, &streams[j][data.start..data.start + len]);
+                        write_area(&mut self.owned, area, at, &streams[j].bytes()[data.start..data.start + len]);
                     }
                     Record::Send { tag, payload } => {
                         entries.push(crate::queue::Entry { buffer: j, tag: tag.clone(), payload: payload.clone() })
@@ -695,7 +745,7 @@ impl Bsp {
                 }
             }
         }
-        self.queue = Queue::new(streams, entries);
+        self.queue = Queue::new(streams.into_iter().map(Stream::into_bytes).collect(), entries);
         Ok(())
     }
 
@@ -763,7 +813,7 @@ mod tests {
         net.sort(1, piece(4, 0, b"ef"), 4).unwrap();
         net.sort(1, piece(4, LAST, b"gh"), 4).unwrap();
         assert!(net.whole(1, true));
-        assert_eq!(net.take_streams()[1], b"abcdefgh");
+        assert_eq!(net.take_streams()[1].content(), b"abcdefgh");
     }
 
     #[test]
@@ -773,11 +823,25 @@ mod tests {
         // Process 2 finished this sync and sends its next stream early.
         net.sort(2, piece(5, EAGER_LAST, b"next"), 4).unwrap();
         assert!(net.whole(2, false));
-        assert_eq!(net.take_streams()[2], b"now");
+        assert_eq!(net.take_streams()[2].content(), b"now");
         assert!(net.whole(2, false), "superstep 5's stream is whole as it becomes the current one");
         assert!(!net.whole(1, false));
-        assert_eq!(net.take_streams()[2], b"next");
+        assert_eq!(net.take_streams()[2].content(), b"next");
         assert!(!net.whole(2, false));
+    }
+
+    #[test]
+    fn a_stream_of_one_piece_is_the_message_itself() {
+        let mut net = Net::new(3, 1000, 8);
+        let message = piece(4, LAST, b"whole");
+        let at = message.as_ptr();
+        net.sort(2, message, 4).unwrap();
+        let streams = net.take_streams();
+        assert_eq!(streams[2].content(), b"whole");
+        assert_eq!(streams[2].bytes().as_ptr(), at, "the piece was copied");
+        assert_eq!(streams[2].len(), 5);
+        let records = Stream::whole(vec![9]).records();
+        assert!(records.unwrap_err().contains("unknown record kind 9"));
     }
 
     #[test]
