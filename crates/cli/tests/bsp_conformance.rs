@@ -544,4 +544,11 @@ fn bspcc_and_bsprun() {
     bspcc(&["-o", &hello, mcbsp.to_str().expect("a UTF-8 path")]);
     let out = bsprun(&["-npes", "2", &hello]);
     assert!(out.contains("hello from 0") && out.contains("hello from 1"), "{out}");
+
+    // The timed exchange without its per-superstep checks (for timing)
+    // still checks the last superstep.
+    let exchange = path("exchange");
+    bspcc(&["-O2", "-o", &exchange, &source("examples/bsp/exchange.c")]);
+    let out = bsprun(&["-npes", "3", &exchange, "4096", "5", "0"]);
+    assert!(out.contains("total exchange: 3 processes, 4096 bytes per pair") && out.contains("ok"), "{out}");
 }
