@@ -289,6 +289,9 @@ fn open(ip: IpAddr, options: &SocketOptions) -> io::Result<UdpSocket> {
     let _ = socket.set_recv_buffer_size(options.buffer_bytes);
     let _ = socket.set_send_buffer_size(options.buffer_bytes);
     socket.set_nonblocking(true)?;
+    // Never SO_REUSEADDR nor SO_REUSEPORT: no other socket may share the
+    // port and take datagrams meant for it (on loopback the MAC covers
+    // only headers, see bulkwire_wire::Coverage::Header).
     socket.bind(&SocketAddr::new(ip, 0).into())?;
     Ok(socket.into())
 }
@@ -296,6 +299,21 @@ fn open(ip: IpAddr, options: &SocketOptions) -> io::Result<UdpSocket> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nobody_else_can_bind_a_path_socket_s_port() {
+        let sockets = PathSockets::bind("127.0.0.1".parse().unwrap(), &SocketOptions::default()).unwrap();
+        let (ordinary, premium) = sockets.addrs().unwrap();
+        for addr in [ordinary, premium] {
+            for reuse in [false, true] {
+                let other = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).unwrap();
+                other.set_reuse_address(reuse).unwrap();
+                other.set_reuse_port(reuse).unwrap();
+                let err = other.bind(&addr.into()).expect_err("a second socket bound the same port");
+                assert_eq!(err.kind(), io::ErrorKind::AddrInUse, "{addr} reuse {reuse}: {err}");
+            }
+        }
+    }
 
     #[test]
     fn premium_socket_is_marked() {

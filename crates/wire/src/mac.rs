@@ -15,13 +15,17 @@ pub enum Coverage {
     /// The header alone (which holds the payload's length), under a key
     /// derived for this use, so a datagram sealed one way never passes as
     /// the other. Only for a job whose sockets are all on loopback: there
-    /// the kernel hands each datagram from socket to socket in memory, and
-    /// no process without privilege can read, alter or inject one under
-    /// another socket's address (that takes raw sockets, i.e.
-    /// CAP_NET_RAW), so what an outsider can send at all is a forged
-    /// header, which the MAC still rejects. The payload is then not hashed
-    /// twice per datagram: with 8 processes on 2 cores, hashing was a
-    /// quarter of all CPU time in a total exchange.
+    /// the kernel hands each datagram from socket to socket in memory; no
+    /// other socket can bind a job socket's port (the runtime sets neither
+    /// SO_REUSEADDR nor SO_REUSEPORT), and reading loopback traffic or
+    /// sending under another socket's address takes raw sockets, that is
+    /// CAP_NET_RAW in the job's network namespace. So what anyone else can
+    /// send is a made-up header, which the MAC still rejects. The payload
+    /// is then not hashed twice per datagram: with 8 processes on 2 cores,
+    /// hashing was a quarter of all CPU time in a total exchange. Where
+    /// processes holding CAP_NET_RAW share the network namespace and are
+    /// not trusted (root aside, for example containers of one pod granted
+    /// it), a job should keep [`Coverage::Datagram`].
     Header,
 }
 
