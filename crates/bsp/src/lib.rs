@@ -240,9 +240,13 @@ pub struct Bsp {
     eager: usize,
     /// Partners per round of the barrier (process 0's choice).
     fanout: u32,
-    /// This superstep's barrier takes one round (all processes know it from
-    /// the last reduction: see `Bsp::reduce`).
-    one_round: bool,
+    /// Supersteps in a row, up to the last, in which every process sent a
+    /// stream to every other before the barrier (all processes know it from
+    /// the reductions); from two on, the barrier takes one round (see
+    /// `Bsp::reduce`).
+    eager_to_all_streak: u32,
+    /// Rounds of the last barrier (for the profile).
+    barrier_rounds: u32,
     net: sync::Net,
     packet_stats: PacketStats,
     profile: Option<Profiler>,
@@ -364,7 +368,8 @@ impl Bsp {
             rate,
             eager,
             fanout,
-            one_round: false,
+            eager_to_all_streak: 0,
+            barrier_rounds: 0,
             net: sync::Net::new(nprocs, max_payload, receiver_packets),
             packet_stats: PacketStats::default(),
             profile,

@@ -97,6 +97,9 @@ pub struct SuperstepProfile {
     pub packets_sent: u64,
     pub packets_received: u64,
     pub retransmissions: u64,
+    /// Rounds of this superstep's barrier (one after total exchanges that
+    /// went before the barrier, see `Bsp::reduce`).
+    pub barrier_rounds: u32,
 }
 
 /// Writes one JSON object per superstep to `FILE.<pid>`.

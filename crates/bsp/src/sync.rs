@@ -44,6 +44,9 @@ const LAST: u8 = 1;
 const EAGER_LAST: u8 = 2;
 const HEADER: usize = 1 + 8;
 const DATA_HEADER: usize = HEADER + 1;
+/// Supersteps in a row of total exchanges sent before the barrier after
+/// which the barrier takes one round (see `Bsp::reduce`).
+const ONE_ROUND_AFTER: u32 = 2;
 
 /// A received stream: the data pieces of one sender, in order. The first
 /// piece's message becomes the stream as it is, its headers skipped rather
@@ -369,7 +372,8 @@ impl Bsp {
         if let Some(reason) = global.disagreement(s) {
             return Err(fail(reason));
         }
-        self.one_round = global.all_eager_to_all();
+        self.eager_to_all_streak =
+            if global.all_eager_to_all() { self.eager_to_all_streak.saturating_add(1) } else { 0 };
 
         // Phase 2: the exchange of counts. The bytes every process sends
         // came with the barrier (the global load), and each stream marks
@@ -445,6 +449,7 @@ impl Bsp {
                 packets_sent: after.sent - before.sent,
                 packets_received: after.received - before.received,
                 retransmissions: after.retransmissions - before.retransmissions,
+                barrier_rounds: self.barrier_rounds,
             };
             if let Some(profile) = &mut self.profile {
                 profile.write(&record).map_err(|e| fail(Reason::Runtime(format!("writing the profile: {e}"))))?;
@@ -490,23 +495,26 @@ impl Bsp {
     /// sent `eager`ly (bytes per destination) leave after the first
     /// round's messages, in the destination order.
     ///
-    /// When in the last superstep every process sent a stream to every
-    /// other one before the barrier (a total exchange of small streams),
-    /// this one is expected to do the same, and the barrier takes one
-    /// round: each process's message to each other one goes in the same
-    /// datagram as the stream to it, so the round costs no datagram of its
-    /// own, and no process waits for a second round. Every process knows
-    /// this from the last reduction, so all take the same shape. (With 8
-    /// processes on 2 cores, where the fan-out is 2 and the barrier two
-    /// rounds, 3,000 total exchanges of 16 KiB per pair back to back took
-    /// 314-345 us each against 349-370 us without this, five alternating
-    /// runs; without eager streams one round was no faster, and an empty
-    /// sync in one round took three times as long, hence the prediction.)
+    /// When in the last two supersteps every process sent a stream to
+    /// every other one before the barrier (a total exchange of small
+    /// streams), this one is expected to do the same, and the barrier
+    /// takes one round: each process's message to each other one goes in
+    /// the same datagram as the stream to it, so the round costs no
+    /// datagram of its own, and no process waits for a second round. Every
+    /// process knows this from the reductions, so all take the same shape.
+    /// Two supersteps, not one, so that a program alternating exchanges
+    /// with empty syncs keeps the usual shape for both. (With 8 processes
+    /// on 2 cores, where the fan-out is 2 and the barrier two rounds, 3,000
+    /// total exchanges of 16 KiB per pair back to back took 314-345 us each
+    /// against 349-370 us without this, five alternating runs; without
+    /// eager streams one round was no faster, and an empty sync in one
+    /// round took three times as long, hence the prediction.)
     fn reduce(&mut self, mut acc: Reduction, eager: &[usize]) -> Result<Reduction, Reason> {
         let (me, p, s) = (self.pid, self.nprocs, self.superstep);
         let rt = self.rt.as_ref().expect("the runtime is there until end");
-        let fanout = if self.one_round { p.saturating_sub(1) } else { self.fanout };
+        let fanout = if self.eager_to_all_streak >= ONE_ROUND_AFTER { p.saturating_sub(1) } else { self.fanout };
         let shape = Dissemination::new(p, fanout);
+        self.barrier_rounds = shape.rounds();
         for round in 0..shape.rounds() {
             let partners: Vec<(u32, u32)> = shape.partners(me, round).collect();
             let encoded = acc.encode();

@@ -302,6 +302,50 @@ fn examples_check_their_results_for_every_order_and_under_loss() {
     }
 }
 
+/// After two supersteps of total exchanges sent before the barrier the
+/// barrier takes one round; a program that alternates exchanges with empty
+/// syncs keeps the usual shape. Read from each process's profile.
+#[test]
+fn the_barrier_takes_one_round_in_a_run_of_total_exchanges() {
+    // x: every process puts to every other; e: an empty sync.
+    const PATTERN: &str = "xxxxexexe";
+    if is_rank() {
+        let mut bsp = Bsp::begin().unwrap();
+        let (me, p) = (bsp.pid(), bsp.nprocs());
+        let area = bsp.register::<u8>(p as usize).unwrap();
+        bsp.sync().unwrap();
+        for step in PATTERN.chars() {
+            if step == 'x' {
+                for q in (0..p).filter(|&q| q != me) {
+                    bsp.put(q, &[me as u8], &area, me as usize).unwrap();
+                }
+            }
+            bsp.sync().unwrap();
+        }
+        bsp.end().unwrap();
+        println!("ok pid {me}");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("bulkwire-rounds-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prefix = dir.join("rounds");
+    // Fan-out 1: two rounds for 4 processes unless the barrier takes one.
+    let env = [("BULKWIRE_BSP_FANOUT", "1"), ("BULKWIRE_PROFILE", prefix.to_str().unwrap())];
+    let out = launch(4, "the_barrier_takes_one_round_in_a_run_of_total_exchanges", &env);
+    expect_ok(&out, 4, "rounds");
+    // The registration's sync, then the pattern, then bsp_end.
+    let want = [2, 2, 2, 1, 1, 1, 2, 2, 2, 2, 2];
+    for pid in 0..4 {
+        let trace = std::fs::read_to_string(dir.join(format!("rounds.{pid}"))).unwrap();
+        let rounds: Vec<u64> = trace
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["barrier_rounds"].as_u64().unwrap())
+            .collect();
+        assert_eq!(rounds, want, "process {pid}: {trace}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_profiled_job_is_summarised_and_plotted() {
     if is_rank() {
