@@ -342,7 +342,9 @@ impl Runtime {
             other => return Err(RuntimeError::Rendezvous(format!("unexpected answer from the launcher: {other:?}"))),
         };
 
-        let coverage = mac_coverage(&peers)?;
+        // Every socket of the job on loopback: the job runs on this host.
+        let loopback = peers.iter().all(|(o, p)| o.ip().is_loopback() && p.ip().is_loopback());
+        let coverage = mac_coverage(loopback)?;
         let mut config = Config::new(env.job, env.key.clone().covering(coverage), env.rank, env.size);
         // 0: comm's messages, 1: comm's collectives, 2: bsp's supersteps.
         config.channels = 3;
@@ -406,11 +408,11 @@ impl Runtime {
         let thread = std::thread::Builder::new()
             .name("bulkwire-progress".into())
             .spawn(move || progress_thread(&thread_inner))?;
-        Ok(Runtime { inner, thread: Some(thread), size: env.size, loopback: ip.is_loopback(), finished: false })
+        Ok(Runtime { inner, thread: Some(thread), size: env.size, loopback, finished: false })
     }
 
-    /// Whether the job runs on one host, over loopback: no link nor switch
-    /// port lies between its processes.
+    /// Whether the job runs on one host, over loopback (every socket in the
+    /// peer table is): no link nor switch port lies between its processes.
     pub fn on_loopback(&self) -> bool {
         self.loopback
     }
@@ -687,11 +689,11 @@ fn die_with_parent() -> Result<(), RuntimeError> {
 }
 
 /// What datagram MACs cover: the header alone when every socket of the job
-/// is on loopback (see [`Coverage::Header`] for why that is safe), unless
-/// `BULKWIRE_MAC_COVERAGE=datagram` asks for the whole datagram. Every rank
-/// decides alike from the same peer table and environment.
-fn mac_coverage(peers: &[(SocketAddr, SocketAddr)]) -> Result<Coverage, RuntimeError> {
-    let all_loopback = peers.iter().all(|(o, p)| o.ip().is_loopback() && p.ip().is_loopback());
+/// is on loopback (`all_loopback`; see [`Coverage::Header`] for why that is
+/// safe), unless `BULKWIRE_MAC_COVERAGE=datagram` asks for the whole
+/// datagram. Every rank decides alike from the same peer table and
+/// environment.
+fn mac_coverage(all_loopback: bool) -> Result<Coverage, RuntimeError> {
     let setting = std::env::var("BULKWIRE_MAC_COVERAGE").ok();
     match setting.as_deref().map(str::trim) {
         None | Some("" | "auto") => Ok(if all_loopback { Coverage::Header } else { Coverage::Datagram }),
