@@ -188,15 +188,28 @@ pub struct RawMessage {
 }
 
 /// What this process sends to one destination in the current superstep.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Outbox {
     /// Puts and sends, already repackaged as records (phase 3 happens as
     /// the calls are made).
-    stream: Vec<u8>,
+    stream: repackaging::OutStream,
     /// Gets asked of the destination, in order.
     requests: Vec<GetRequest>,
     /// Where each get's reply lands here.
     targets: Vec<GetTarget>,
+}
+
+impl Outbox {
+    /// An empty outbox for each of `p` processes.
+    fn all(p: u32) -> Vec<Outbox> {
+        (0..p)
+            .map(|_| Outbox {
+                stream: repackaging::OutStream::new(sync::shares_packet_with_stream(p)),
+                requests: Vec::new(),
+                targets: Vec::new(),
+            })
+            .collect()
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -357,7 +370,7 @@ impl Bsp {
             superstep: 0,
             registry: Registry::default(),
             owned: Vec::new(),
-            outboxes: (0..nprocs).map(|_| Outbox::default()).collect(),
+            outboxes: Outbox::all(nprocs),
             hpputs: Vec::new(),
             queue: Queue::default(),
             tagsize: 0,
@@ -646,7 +659,7 @@ impl Bsp {
         self.check_pid(Call::Put, pid)?;
         self.slot_in_effect(Call::Put, dst.slot)?;
         let offset = (offset as u64).saturating_mul(std::mem::size_of::<T>() as u64);
-        repackaging::put(&mut self.outboxes[pid as usize].stream, dst.slot, offset, as_bytes(src));
+        self.outboxes[pid as usize].stream.put(dst.slot, offset, as_bytes(src));
         Ok(())
     }
 
@@ -708,7 +721,7 @@ impl Bsp {
         self.check_pid(Call::Put, pid)?;
         let slot = self.registered(Call::Put, dst as usize)?;
         let data = if len == 0 { &[][..] } else { std::slice::from_raw_parts(src, len) };
-        repackaging::put(&mut self.outboxes[pid as usize].stream, slot, offset as u64, data);
+        self.outboxes[pid as usize].stream.put(slot, offset as u64, data);
         Ok(())
     }
 
@@ -811,7 +824,7 @@ impl Bsp {
         if tag.len() != self.tagsize {
             return Err(self.error(Call::Send, Reason::TagLength { len: tag.len(), tagsize: self.tagsize }));
         }
-        repackaging::send(&mut self.outboxes[pid as usize].stream, tag, payload);
+        self.outboxes[pid as usize].stream.send(tag, payload);
         Ok(())
     }
 

@@ -179,8 +179,14 @@ impl Reduction {
         self.eager_to_all.merge(&o.eager_to_all);
     }
 
+    /// Bytes of an encoded reduction of `p` processes.
+    pub fn encoded_len(p: u32) -> usize {
+        let words = (p as usize * p as usize).div_ceil(64);
+        4 + 8 * (2 * words + p as usize) + 4 * 2 * (8 + 4 + 8)
+    }
+
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(4 + 8 * (2 * self.words.len() + self.out_bytes.len()) + 4 * 40);
+        let mut out = Vec::with_capacity(Reduction::encoded_len(self.p));
         out.extend_from_slice(&self.p.to_le_bytes());
         for w in self.words.iter().chain(&self.asks).chain(&self.out_bytes) {
             out.extend_from_slice(&w.to_le_bytes());

@@ -16,10 +16,19 @@
 //!
 //! Get requests travel earlier, in phase 2, so that they are served before
 //! any put lands: [`Counts`].
+//!
+//! A stream is built in an [`OutStream`], with room in front for the
+//! headers of the data message that will carry it: a stream that goes in
+//! one piece then travels in the buffer it was built in, and the protocol
+//! keeps that buffer for resending, so its bytes are copied on their way
+//! only into the datagram.
 
 use std::ops::Range;
 
+use bulkwire_wire::RECORD_HEADER_LEN;
+
 use crate::reduction::Reader;
+use crate::sync::DATA_HEADER;
 
 const PUT: u8 = 1;
 const SEND: u8 = 2;
@@ -28,6 +37,103 @@ const HPPUT: u8 = 4;
 
 pub const PUT_HEADER: usize = 1 + 4 + 8 + 8;
 pub const SEND_HEADER: usize = 1 + 4 + 8;
+const REPLY_HEADER: usize = 1 + 8;
+
+/// Room in front of a stream for the headers of its data message: the
+/// protocol's record header, then the sync's.
+const HEADROOM: usize = RECORD_HEADER_LEN + DATA_HEADER;
+/// One destination's stream as the calls build it.
+#[derive(Debug, Default)]
+pub struct OutStream {
+    /// Empty, or [`HEADROOM`] bytes and then the bytes of the stream that
+    /// have not been handed off.
+    buf: Vec<u8>,
+    /// How many bytes of the stream were handed off, in front of `buf`'s.
+    handed_off: usize,
+    /// Spare capacity kept behind the stream, so that the small messages
+    /// that share its packet (a barrier's, on one host) fit without the
+    /// buffer growing.
+    slack: usize,
+}
+
+impl OutStream {
+    pub fn new(slack: usize) -> OutStream {
+        OutStream { buf: Vec::new(), handed_off: 0, slack }
+    }
+
+    pub fn len(&self) -> usize {
+        self.handed_off + self.buf.len().saturating_sub(HEADROOM)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn put(&mut self, slot: u32, offset: u64, data: &[u8]) {
+        put(self.extend(PUT_HEADER + data.len()), slot, offset, data);
+    }
+
+    /// A put of `bsp_hpput`, whose source is read at the sync.
+    pub fn hpput(&mut self, slot: u32, offset: u64, data: &[u8]) {
+        let buf = self.extend(PUT_HEADER + data.len());
+        put_header(buf, true, slot, offset, data.len() as u64);
+        buf.extend_from_slice(data);
+    }
+
+    pub fn send(&mut self, tag: &[u8], payload: &[u8]) {
+        send(self.extend(SEND_HEADER + tag.len() + payload.len()), tag, payload);
+    }
+
+    pub fn reply(&mut self, data: &[u8]) {
+        let buf = self.extend(REPLY_HEADER + data.len());
+        reply_header(buf, data.len() as u64);
+        buf.extend_from_slice(data);
+    }
+
+    /// The buffer, ready for `additional` more bytes.
+    fn extend(&mut self, additional: usize) -> &mut Vec<u8> {
+        if self.buf.is_empty() {
+            self.buf.reserve(HEADROOM + additional + self.slack);
+            self.buf.resize(HEADROOM, 0);
+        } else {
+            self.buf.reserve(additional + self.slack);
+        }
+        &mut self.buf
+    }
+
+    /// Bytes `range` of the stream (none of them handed off).
+    pub fn bytes(&self, range: Range<usize>) -> &[u8] {
+        let skip = self.handed_off;
+        &self.buf[HEADROOM + range.start - skip..HEADROOM + range.end - skip]
+    }
+
+    /// The rest of the stream from `offset` on, as one data message whose
+    /// headers, `header` behind room for the protocol's record header, go
+    /// in front of it, in the buffer it was built in; `None` if some of
+    /// that buffer's bytes come before `offset` (they went as copies). The
+    /// stream keeps its length; what is added later starts a new buffer.
+    pub fn hand_off(&mut self, offset: usize, header: &[u8; DATA_HEADER]) -> Option<Vec<u8>> {
+        if offset != self.handed_off {
+            return None;
+        }
+        let len = self.len();
+        let mut message = std::mem::take(&mut self.buf);
+        if message.is_empty() {
+            message.resize(HEADROOM, 0);
+        }
+        message[RECORD_HEADER_LEN..HEADROOM].copy_from_slice(header);
+        self.handed_off = len;
+        Some(message)
+    }
+
+    /// The stream's buffer and where the stream starts in it, for a stream
+    /// that was never handed off (a process's own puts).
+    pub fn into_bytes(self) -> (Vec<u8>, usize) {
+        debug_assert_eq!(self.handed_off, 0, "a process's own stream is never sent");
+        let start = HEADROOM.min(self.buf.len());
+        (self.buf, start)
+    }
+}
 
 /// Appends a put record of `len` bytes (of `bsp_hpput` if `hp`); the
 /// caller appends the data.
@@ -212,6 +318,34 @@ mod tests {
         let mut huge = Vec::new();
         put_header(&mut huge, false, 0, 0, u64::MAX);
         assert!(parse(&huge, 0).is_err());
+    }
+
+    #[test]
+    fn a_stream_travels_in_its_own_buffer_and_goes_on_after_it() {
+        let mut s = OutStream::new(64);
+        s.put(1, 0, b"abcd");
+        let len = s.len();
+        assert_eq!(len, PUT_HEADER + 4);
+        let header = [7; DATA_HEADER];
+        assert_eq!(s.hand_off(1, &header), None, "part of the buffer went as a copy");
+        let message = s.hand_off(0, &header).unwrap();
+        assert_eq!(&message[RECORD_HEADER_LEN..HEADROOM], &header);
+        assert_eq!(parse(&message, HEADROOM).unwrap().len(), 1);
+        assert!(message.capacity() - message.len() >= 64, "room for what shares the packet");
+        // Handed off, the stream keeps its length; get replies added later
+        // continue it in a new buffer.
+        assert_eq!(s.len(), len);
+        s.reply(b"xy");
+        assert_eq!(s.len(), len + REPLY_HEADER + 2);
+        assert_eq!(s.bytes(len + REPLY_HEADER..s.len()), b"xy");
+        let rest = s.hand_off(len, &header).unwrap();
+        assert_eq!(parse(&rest, HEADROOM).unwrap(), vec![Record::Reply { data: HEADROOM + REPLY_HEADER..rest.len() }]);
+        // A stream never handed off (a process's own) starts behind the room.
+        let mut own = OutStream::new(0);
+        own.send(b"t", b"p");
+        let (bytes, start) = own.into_bytes();
+        assert_eq!((start, bytes.len()), (HEADROOM, HEADROOM + SEND_HEADER + 2));
+        assert_eq!(OutStream::new(0).into_bytes(), (Vec::new(), 0));
     }
 
     #[test]

@@ -17,6 +17,7 @@
 //! receiver asked for gets, whose replies follow after the barrier.
 
 use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
 use std::time::Instant;
 
 use bulkwire_proto::SendError;
@@ -26,7 +27,7 @@ use crate::error::{BspError, Call, Reason};
 use crate::pacing::Pacer;
 use crate::reduction::{Dissemination, Reduction};
 use crate::registry::Area;
-use crate::repackaging::{self, Counts, Record};
+use crate::repackaging::{self, Counts, OutStream, Record};
 use crate::schedule;
 use crate::stats::SuperstepProfile;
 use crate::{pacing, Bsp, GetTarget, Queue};
@@ -43,7 +44,7 @@ const LAST: u8 = 1;
 /// receiver asked the sender for gets: their replies follow.
 const EAGER_LAST: u8 = 2;
 const HEADER: usize = 1 + 8;
-const DATA_HEADER: usize = HEADER + 1;
+pub(crate) const DATA_HEADER: usize = HEADER + 1;
 /// Supersteps in a row of total exchanges sent before the barrier after
 /// which the barrier takes one round (see `Bsp::reduce`).
 const ONE_ROUND_AFTER: u32 = 2;
@@ -60,9 +61,9 @@ pub(crate) struct Stream {
 }
 
 impl Stream {
-    /// A stream that is all of `bytes` (this process's own puts).
-    pub fn whole(bytes: Vec<u8>) -> Stream {
-        Stream { bytes, start: 0 }
+    /// The stream `bytes[start..]` (this process's own puts).
+    pub fn new(bytes: Vec<u8>, start: usize) -> Stream {
+        Stream { bytes, start }
     }
 
     /// Appends the data of a piece: `message` from `start` on.
@@ -117,7 +118,7 @@ pub(crate) struct Net {
     broken: Option<Reason>,
     /// Messages to send as soon as the runtime has room, in order: every
     /// wait of the sync pushes them first.
-    outgoing: VecDeque<(u32, Vec<u8>)>,
+    outgoing: VecDeque<Outgoing>,
     /// The largest data piece after its headers, and the packets a
     /// receiver buffers (the runtime's configuration, read once).
     max_payload: usize,
@@ -140,11 +141,16 @@ impl Net {
         }
     }
 
+    /// Queues `message` for `to`.
+    fn queue(&mut self, to: u32, message: Vec<u8>) {
+        self.outgoing.push_back(Outgoing { to, message, framed: false });
+    }
+
     /// Hands the runtime what it has room for, in order.
     fn push_outgoing(&mut self, e: &mut Engine) -> Result<(), Reason> {
-        while let Some((to, m)) = self.outgoing.pop_front() {
-            if let Some(m) = try_send(e, to, m)? {
-                self.outgoing.push_front((to, m));
+        while let Some(Outgoing { to, message, framed }) = self.outgoing.pop_front() {
+            if let Some(message) = try_send(e, to, message, framed)? {
+                self.outgoing.push_front(Outgoing { to, message, framed });
                 break;
             }
         }
@@ -212,6 +218,15 @@ impl Net {
     }
 }
 
+/// A message waiting for room in the runtime; `framed`: with room in
+/// front for the protocol's record header (see [`OutStream::hand_off`]).
+#[derive(Debug)]
+struct Outgoing {
+    to: u32,
+    message: Vec<u8>,
+    framed: bool,
+}
+
 /// One destination of the transfer as phases 4 and 5 planned it: where,
 /// how many packets may be in flight, and at what rate (bits per second)
 /// if the rate is paced.
@@ -229,12 +244,44 @@ fn header(kind: u8, superstep: u64, capacity: usize) -> Vec<u8> {
     m
 }
 
-/// A data message: a piece of a stream, marked 0, [`LAST`] or [`EAGER_LAST`].
+/// The headers of a data message: a piece of a stream, marked 0,
+/// [`LAST`] or [`EAGER_LAST`].
+fn data_header(superstep: u64, last: u8) -> [u8; DATA_HEADER] {
+    let mut h = [0; DATA_HEADER];
+    h[0] = DATA;
+    h[1..HEADER].copy_from_slice(&superstep.to_le_bytes());
+    h[HEADER] = last;
+    h
+}
+
+/// The most bytes that may follow a stream in its packet, so that its
+/// buffer can take them without growing: a barrier's message with its
+/// record header, in a job of `p` processes.
+pub(crate) fn shares_packet_with_stream(p: u32) -> usize {
+    bulkwire_wire::RECORD_HEADER_LEN + HEADER + 4 + Reduction::encoded_len(p)
+}
+
+/// A data message carrying a copy of `piece`.
 fn data_message(superstep: u64, last: u8, piece: &[u8]) -> Vec<u8> {
-    let mut m = header(DATA, superstep, 1 + piece.len());
-    m.push(last);
+    let mut m = Vec::with_capacity(DATA_HEADER + piece.len());
+    m.extend_from_slice(&data_header(superstep, last));
     m.extend_from_slice(piece);
     m
+}
+
+/// The message that carries bytes `piece` of `stream`, the end of the
+/// stream if `last` (marked `last_mark`), and whether it is framed: the
+/// stream's own buffer when the piece is all that is left of it, else a
+/// copy of the piece.
+fn piece_message(stream: &mut OutStream, piece: Range<usize>, superstep: u64, last_mark: u8) -> (Vec<u8>, bool) {
+    let last = piece.end == stream.len();
+    let mark = if last { last_mark } else { 0 };
+    if last {
+        if let Some(message) = stream.hand_off(piece.start, &data_header(superstep, mark)) {
+            return (message, true);
+        }
+    }
+    (data_message(superstep, mark, stream.bytes(piece)), false)
 }
 
 /// Waits in the runtime until `step` returns `Some`, sorting what arrives
@@ -269,14 +316,19 @@ fn wait<R>(
     }
 }
 
-/// Queues `message` for `to` if the runtime has room; gives it back if not.
-fn try_send(e: &mut Engine, to: u32, message: Vec<u8>) -> Result<Option<Vec<u8>>, Reason> {
-    match e.endpoint.check_send(to, CHANNEL, message.len()) {
+/// Queues `message` for `to` if the runtime has room; gives it back if
+/// not. A `framed` message has room in front for the protocol's record
+/// header.
+fn try_send(e: &mut Engine, to: u32, message: Vec<u8>, framed: bool) -> Result<Option<Vec<u8>>, Reason> {
+    let headroom = if framed { bulkwire_wire::RECORD_HEADER_LEN } else { 0 };
+    match e.endpoint.check_send(to, CHANNEL, message.len() - headroom) {
         Ok(()) => {}
         Err(SendError::WouldBlock) => return Ok(Some(message)),
         Err(other) => return Err(Reason::Runtime(other.to_string())),
     }
-    e.endpoint.send_owned(to, CHANNEL, message).map_err(|e| Reason::Runtime(e.to_string()))?;
+    let sent =
+        if framed { e.endpoint.send_framed(to, CHANNEL, message) } else { e.endpoint.send_owned(to, CHANNEL, message) };
+    sent.map_err(|e| Reason::Runtime(e.to_string()))?;
     Ok(None)
 }
 
@@ -325,7 +377,7 @@ impl Bsp {
             let o = &self.outboxes[j as usize];
             let mut m = header(COUNTS, s, 64);
             Counts { requests: o.requests.clone() }.encode(&mut m);
-            self.net.outgoing.push_back((j, m));
+            self.net.queue(j, m);
         }
         // Packets of this superstep carry its colour. Everything sent before
         // it (in the last sync) is proven delivered once this barrier
@@ -461,13 +513,14 @@ impl Bsp {
 
     fn read_hpputs(&mut self) {
         for h in std::mem::take(&mut self.hpputs) {
-            let stream = &mut self.outboxes[h.to as usize].stream;
-            repackaging::put_header(stream, true, h.slot, h.offset, h.len as u64);
-            if h.len > 0 {
+            let data = if h.len > 0 {
                 // SAFETY: the caller of hpput_raw promised `len` readable
                 // bytes at `src` until the sync ends.
-                stream.extend_from_slice(unsafe { std::slice::from_raw_parts(h.src as *const u8, h.len) });
-            }
+                unsafe { std::slice::from_raw_parts(h.src as *const u8, h.len) }
+            } else {
+                &[]
+            };
+            self.outboxes[h.to as usize].stream.hpput(h.slot, h.offset, data);
         }
     }
 
@@ -517,25 +570,29 @@ impl Bsp {
         self.barrier_rounds = shape.rounds();
         for round in 0..shape.rounds() {
             let partners: Vec<(u32, u32)> = shape.partners(me, round).collect();
+            // The eager streams go first: a stream in one piece then starts
+            // its packet, as it must to travel in its own buffer, and the
+            // barrier's message to the same process rides behind it.
+            if round == 0 {
+                let packet = self.net.max_payload - bulkwire_wire::RECORD_HEADER_LEN - DATA_HEADER;
+                for to in schedule::rounds(self.order, me, p, s).into_iter().filter(|&to| eager[to as usize] > 0) {
+                    let stream = &mut self.outboxes[to as usize].stream;
+                    let mut offset = 0;
+                    while offset < stream.len() {
+                        let piece = repackaging::piece(offset, stream.len(), packet);
+                        offset = piece.end;
+                        let (message, framed) = piece_message(stream, piece, s, EAGER_LAST);
+                        debug_assert!(!framed || message.capacity() - message.len() >= shares_packet_with_stream(p));
+                        self.net.outgoing.push_back(Outgoing { to, message, framed });
+                    }
+                }
+            }
             let encoded = acc.encode();
             let mut message = header(REDUCE, s, 4 + encoded.len());
             message.extend_from_slice(&round.to_le_bytes());
             message.extend_from_slice(&encoded);
             for &(to, _) in &partners {
-                self.net.outgoing.push_back((to, message.clone()));
-            }
-            if round == 0 {
-                let packet = self.net.max_payload - bulkwire_wire::RECORD_HEADER_LEN - DATA_HEADER;
-                for to in schedule::rounds(self.order, me, p, s).into_iter().filter(|&to| eager[to as usize] > 0) {
-                    let stream = &self.outboxes[to as usize].stream;
-                    let mut offset = 0;
-                    while offset < stream.len() {
-                        let piece = repackaging::piece(offset, stream.len(), packet);
-                        offset = piece.end;
-                        let last = if offset == stream.len() { EAGER_LAST } else { 0 };
-                        self.net.outgoing.push_back((to, data_message(s, last, &stream[piece])));
-                    }
-                }
+                self.net.queue(to, message.clone());
             }
             let mut heard: Vec<Option<Vec<u8>>> = vec![None; partners.len()];
             wait(rt, &mut self.net, s, |e, net| {
@@ -603,9 +660,7 @@ impl Bsp {
                 let (offset, len) = self.check_access(area, q.slot, q.offset, q.len, || {
                     format!("{} by process {j}", if q.hp { "bsp_hpget" } else { "bsp_get" })
                 })?;
-                let stream = &mut self.outboxes[j].stream;
-                repackaging::reply_header(stream, len as u64);
-                stream.extend_from_slice(read_area(&self.owned, area, offset, len));
+                self.outboxes[j].stream.reply(read_area(&self.owned, area, offset, len));
             }
         }
         Ok(())
@@ -644,7 +699,7 @@ impl Bsp {
             return Ok(());
         }
         let rt = self.rt.as_ref().expect("the runtime is there until end");
-        let outboxes = &self.outboxes;
+        let outboxes = &mut self.outboxes;
         let asked: Vec<bool> = outboxes.iter().map(|o| !o.requests.is_empty()).collect();
         // Each visit starts after what went eagerly.
         let start = |visit: usize| plan.get(visit).map_or(0, |v| eager[v.to as usize]);
@@ -652,7 +707,7 @@ impl Bsp {
         let mut pacer: Option<Pacer> = None;
         wait(rt, &mut self.net, s, |e, net| {
             while let Some(&Visit { to, window, rate }) = plan.get(visit) {
-                let stream = &outboxes[to as usize].stream;
+                let stream = &mut outboxes[to as usize].stream;
                 if offset == stream.len() {
                     visit += 1;
                     offset = start(visit);
@@ -678,8 +733,13 @@ impl Bsp {
                 }
                 let end = piece.end;
                 let last = end == stream.len();
-                if try_send(e, to, data_message(s, if last { LAST } else { 0 }, &stream[piece]))?.is_some() {
+                if !e.endpoint.can_send(to, CHANNEL, DATA_HEADER + piece.len()) {
                     break;
+                }
+                let (message, framed) = piece_message(stream, piece, s, LAST);
+                if let Some(message) = try_send(e, to, message, framed)? {
+                    // Not after `can_send`; if it were, the piece goes next.
+                    net.outgoing.push_back(Outgoing { to, message, framed });
                 }
                 offset = end;
                 if (last && ask_last) || in_flight + 1 >= window {
@@ -705,9 +765,9 @@ impl Bsp {
     fn land(&mut self) -> Result<(), Reason> {
         let (me, p) = (self.pid as usize, self.nprocs as usize);
         let mut streams = self.net.take_streams();
-        streams[me] = Stream::whole(std::mem::take(&mut self.outboxes[me].stream));
-        let outboxes: Vec<crate::Outbox> = (0..p).map(|_| crate::Outbox::default()).collect();
-        let outboxes = std::mem::replace(&mut self.outboxes, outboxes);
+        let (own, start) = std::mem::take(&mut self.outboxes[me].stream).into_bytes();
+        streams[me] = Stream::new(own, start);
+        let outboxes = std::mem::replace(&mut self.outboxes, crate::Outbox::all(p as u32));
         let records: Vec<Vec<Record>> = streams
             .iter()
             .enumerate()
@@ -848,7 +908,7 @@ mod tests {
         assert_eq!(streams[2].content(), b"whole");
         assert_eq!(streams[2].bytes().as_ptr(), at, "the piece was copied");
         assert_eq!(streams[2].len(), 5);
-        let records = Stream::whole(vec![9]).records();
+        let records = Stream::new(vec![9], 0).records();
         assert!(records.unwrap_err().contains("unknown record kind 9"));
     }
 

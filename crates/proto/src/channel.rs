@@ -14,8 +14,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use bulkwire_wire::{
-    seal, AckPayload, Flags, Header, LatencyStatus, MissingRanges, PacketType, RecordWriter, Records, WireMode,
-    HEADER_LEN, LSTAT_FIXED_LEN, MISSING_RANGE_LEN,
+    record_header, seal, AckPayload, Flags, Header, LatencyStatus, MissingRanges, PacketType, Records, WireMode,
+    HEADER_LEN, LSTAT_FIXED_LEN, MISSING_RANGE_LEN, RECORD_HEADER_LEN,
 };
 
 use crate::config::{Config, Strategy};
@@ -113,8 +113,24 @@ struct SentPacket {
 
 #[derive(Debug)]
 struct OutMessage {
+    /// The message is `data[headroom..]`. A framed message
+    /// ([`Endpoint::send_framed`](crate::Endpoint::send_framed)) has room
+    /// for its record header in front, so that, whole in one packet, its
+    /// buffer becomes the packet's kept payload.
     data: Vec<u8>,
+    headroom: usize,
+    /// How much of the message has gone into packets.
     offset: usize,
+}
+
+impl OutMessage {
+    fn len(&self) -> usize {
+        self.data.len() - self.headroom
+    }
+
+    fn bytes(&self, range: std::ops::Range<usize>) -> &[u8] {
+        &self.data[self.headroom + range.start..self.headroom + range.end]
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -262,10 +278,14 @@ impl Channel {
         self.known_sent > self.next_expected
     }
 
-    pub(crate) fn queue(&mut self, data: Vec<u8>) {
+    /// Queues the message `data[headroom..]` (`headroom` is 0, or
+    /// [`RECORD_HEADER_LEN`] for a framed message).
+    pub(crate) fn queue(&mut self, data: Vec<u8>, headroom: usize) {
+        debug_assert!(headroom == 0 || headroom == RECORD_HEADER_LEN);
+        let message = OutMessage { data, headroom, offset: 0 };
         self.stats.messages_sent += 1;
-        self.stats.bytes_sent += data.len() as u64;
-        self.pending.push_back(OutMessage { data, offset: 0 });
+        self.stats.bytes_sent += message.len() as u64;
+        self.pending.push_back(message);
         self.phase_closed = false;
     }
 
@@ -930,27 +950,40 @@ impl Channel {
 
     fn send_new(&mut self, mut payload: Vec<u8>, now: Time, buf: &mut [u8], sh: &mut Shared<'_>) -> (Path, usize) {
         let max = sh.cfg.max_payload();
-        // Records are written straight into the datagram and copied to the
-        // kept payload afterwards: preparing a kept buffer of the full size
-        // would clear up to a whole datagram for every small message.
-        let mut writer = RecordWriter::new(&mut buf[HEADER_LEN..HEADER_LEN + max]);
+        let room = |payload: &Vec<u8>| max.saturating_sub(payload.len() + RECORD_HEADER_LEN).min(u16::MAX as usize);
+        // A framed message that fits the packet whole is its kept payload
+        // as it is: its bytes are then copied once, into the datagram,
+        // rather than into the datagram and again into a kept buffer. The
+        // pool's buffer goes back unused (the packet still counts as one
+        // out of the pool).
+        if let Some(msg) = self.pending.front() {
+            if msg.headroom == RECORD_HEADER_LEN && msg.offset == 0 && msg.len() <= room(&Vec::new()) {
+                let msg = self.pending.pop_front().expect("looked at above");
+                let len = msg.len();
+                sh.send_pool.recycle(std::mem::replace(&mut payload, msg.data));
+                payload[..RECORD_HEADER_LEN].copy_from_slice(&record_header(len as u32, 0, len as u16));
+                *sh.pending_bytes -= len;
+            }
+        }
+        // Other messages are packed behind it, or into the pool's buffer
+        // (which holds a whole packet, so it does not grow).
         while let Some(msg) = self.pending.front_mut() {
-            let room = writer.room();
-            let left = msg.data.len() - msg.offset;
-            if room == 0 || (left > 0 && room < left.min(64) && !writer.is_empty()) {
+            let room = room(&payload);
+            let left = msg.len() - msg.offset;
+            if room == 0 || (left > 0 && room < left.min(64) && !payload.is_empty()) {
                 break; // full, or only a sliver left: start the rest in the next packet
             }
             let take = left.min(room);
-            writer.push(msg.data.len() as u32, msg.offset as u32, &msg.data[msg.offset..msg.offset + take]);
+            payload.extend_from_slice(&record_header(msg.len() as u32, msg.offset as u32, take as u16));
+            payload.extend_from_slice(msg.bytes(msg.offset..msg.offset + take));
             msg.offset += take;
             *sh.pending_bytes -= take;
-            if msg.offset == msg.data.len() {
+            if msg.offset == msg.len() {
                 self.pending.pop_front();
             }
         }
-        let len = writer.len();
-        payload.clear();
-        payload.extend_from_slice(&buf[HEADER_LEN..HEADER_LEN + len]);
+        let len = payload.len();
+        buf[HEADER_LEN..HEADER_LEN + len].copy_from_slice(&payload);
 
         let mut flags = Flags::empty();
         if self.pending.is_empty() && std::mem::take(&mut self.phase_end) {

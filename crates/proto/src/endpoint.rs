@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use bulkwire_wire::{
     decode, Accept, ClockSyncPayload, DecodeError, Flags, Header, LatencyStatus, PacketType, ProbePayload,
+    RECORD_HEADER_LEN,
 };
 
 use crate::channel::{Channel, SendRate, Shared};
@@ -57,6 +58,8 @@ pub enum SendError {
     Closed { peer: u32 },
     #[error("channel strategy can only change before the channel is used")]
     InUse,
+    #[error("a framed message needs {RECORD_HEADER_LEN} bytes of room in front; the buffer has {len}")]
+    NoHeadroom { len: usize },
 }
 
 /// Memory held by an endpoint, to check against the configured bounds.
@@ -157,9 +160,31 @@ impl Endpoint {
     /// Queues `data` for `to` on `channel` without copying it. Fails with
     /// [`SendError::WouldBlock`] while the send buffer cannot take it.
     pub fn send_owned(&mut self, to: u32, channel: u16, data: Vec<u8>) -> Result<(), SendError> {
-        self.check_send(to, channel, data.len())?;
+        self.queue(to, channel, data, 0)
+    }
+
+    /// Queues the message `framed[RECORD_HEADER_LEN..]`, whose buffer has
+    /// room for a record header in front ([`bulkwire_wire::RECORD_HEADER_LEN`]
+    /// bytes, of any content). A message that fits one packet is then
+    /// copied once on its way, into the datagram: its buffer is kept as
+    /// it is until acknowledged, for resending (with [`Endpoint::send_owned`]
+    /// the message is copied into a packet buffer as well). Some spare
+    /// capacity lets later small messages to the same peer share the
+    /// packet without the buffer growing.
+    pub fn send_framed(&mut self, to: u32, channel: u16, framed: Vec<u8>) -> Result<(), SendError> {
+        if framed.len() < RECORD_HEADER_LEN {
+            return Err(SendError::NoHeadroom { len: framed.len() });
+        }
+        self.queue(to, channel, framed, RECORD_HEADER_LEN)
+    }
+
+    /// Queues the message `data[headroom..]`.
+    fn queue(&mut self, to: u32, channel: u16, mut data: Vec<u8>, headroom: usize) -> Result<(), SendError> {
+        let len = data.len() - headroom;
+        self.check_send(to, channel, len)?;
         if to == self.cfg.rank {
             // A message to oneself never touches the network.
+            data.drain(..headroom);
             self.recv.ready += data.len();
             self.events.push_back(Event::Message { from: to, channel, data });
             return Ok(());
@@ -170,8 +195,8 @@ impl Endpoint {
             // ahead of every later burst, so the mode is known when it comes.
             link.activate();
         }
-        self.pending_bytes += data.len();
-        self.channels[index].queue(data);
+        self.pending_bytes += len;
+        self.channels[index].queue(data, headroom);
         self.mark_ready(index);
         Ok(())
     }

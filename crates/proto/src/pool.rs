@@ -37,11 +37,24 @@ impl BufferPool {
         Some(self.free.pop().unwrap_or_else(|| Vec::with_capacity(self.capacity)))
     }
 
-    pub(crate) fn give(&mut self, mut buf: Vec<u8>) {
+    /// Takes back a buffer that was out. One smaller than the pool's
+    /// buffers (a framed message kept as a packet's payload) is dropped
+    /// rather than recycled, so that every recycled buffer still takes a
+    /// whole packet without growing.
+    pub(crate) fn give(&mut self, buf: Vec<u8>) {
         debug_assert!(self.out > 0);
         self.out -= 1;
-        buf.clear();
-        self.free.push(buf);
+        self.recycle(buf);
+    }
+
+    /// Puts a buffer on the free list without counting one back in: the
+    /// one [`BufferPool::take`] handed out when its slot went to another
+    /// buffer.
+    pub(crate) fn recycle(&mut self, mut buf: Vec<u8>) {
+        if buf.capacity() >= self.capacity {
+            buf.clear();
+            self.free.push(buf);
+        }
     }
 }
 

@@ -37,4 +37,4 @@ pub use mac::{Coverage, JobKey, MAC_LEN};
 pub use packet::{
     decode, encode, seal, Accept, DecodeError, EncodeError, Packet, RejectCounters, MAX_DATAGRAM, MAX_PAYLOAD, OVERHEAD,
 };
-pub use records::{Record, RecordWriter, Records, RECORD_HEADER_LEN};
+pub use records::{record_header, Record, RecordWriter, Records, RECORD_HEADER_LEN};

@@ -115,10 +115,19 @@ impl<'a> RecordWriter<'a> {
     pub fn push(&mut self, message_len: u32, offset: u32, data: &[u8]) {
         assert!(data.len() <= self.room(), "record does not fit");
         let o = &mut self.out[self.len..];
-        o[0..4].copy_from_slice(&message_len.to_be_bytes());
-        o[4..8].copy_from_slice(&offset.to_be_bytes());
-        o[8..10].copy_from_slice(&(data.len() as u16).to_be_bytes());
+        o[..RECORD_HEADER_LEN].copy_from_slice(&record_header(message_len, offset, data.len() as u16));
         o[RECORD_HEADER_LEN..RECORD_HEADER_LEN + data.len()].copy_from_slice(data);
         self.len += RECORD_HEADER_LEN + data.len();
     }
+}
+
+/// The header of a record of `len` bytes at `offset` of a message of
+/// `message_len` bytes: for a record whose bytes are already in place
+/// behind room left for it.
+pub fn record_header(message_len: u32, offset: u32, len: u16) -> [u8; RECORD_HEADER_LEN] {
+    let mut h = [0; RECORD_HEADER_LEN];
+    h[0..4].copy_from_slice(&message_len.to_be_bytes());
+    h[4..8].copy_from_slice(&offset.to_be_bytes());
+    h[8..10].copy_from_slice(&len.to_be_bytes());
+    h
 }
