@@ -11,11 +11,12 @@
 //! and, for buffer pressure, only after n/(2p) arrivals since the last one.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bulkwire_wire::{
-    record_header, seal, AckPayload, Flags, Header, LatencyStatus, MissingRanges, PacketType, Records, WireMode,
-    HEADER_LEN, LSTAT_FIXED_LEN, MISSING_RANGE_LEN, RECORD_HEADER_LEN,
+    record_header, seal, seal_split, AckPayload, Flags, Header, LatencyStatus, MissingRanges, PacketType, Records,
+    WireMode, HEADER_LEN, LSTAT_FIXED_LEN, MISSING_RANGE_LEN, RECORD_HEADER_LEN,
 };
 
 use crate::config::{Config, Strategy};
@@ -99,9 +100,14 @@ enum Info {
     Status,
 }
 
+/// A data packet's payload, kept for resending and shared with the
+/// datagram that carries it rather than copied into it (see
+/// [`Endpoint::poll_transmit_shared`](crate::Endpoint::poll_transmit_shared)).
+pub type SharedPayload = Arc<Vec<u8>>;
+
 #[derive(Debug)]
 struct SentPacket {
-    payload: Vec<u8>,
+    payload: SharedPayload,
     flags: Flags,
     last_sent: Time,
     /// The path of the last transmission.
@@ -446,7 +452,7 @@ impl Channel {
         let mut freed = 0;
         while self.base < upto {
             let packet = self.unacked.pop_front().expect("base < next_seq");
-            sh.send_pool.give(packet.payload);
+            sh.send_pool.give_shared(packet.payload);
             self.base += 1;
             freed += 1;
         }
@@ -476,7 +482,7 @@ impl Channel {
         if ack > self.base {
             while self.base < ack {
                 let packet = self.unacked.pop_front().expect("base < next_seq");
-                sh.send_pool.give(packet.payload);
+                sh.send_pool.give_shared(packet.payload);
                 self.base += 1;
             }
             if info == Info::Piggyback {
@@ -854,13 +860,21 @@ impl Channel {
 
     // ----- output -------------------------------------------------------
 
-    /// Writes the next packet of this channel into `buf`.
-    pub(crate) fn poll_transmit(&mut self, now: Time, buf: &mut [u8], sh: &mut Shared<'_>) -> Option<(Path, usize)> {
+    /// Writes the next packet of this channel into `buf`: all of it, or,
+    /// for a data packet, its header and MAC around the shared payload
+    /// returned (see [`bulkwire_wire::seal_split`]).
+    pub(crate) fn poll_transmit(
+        &mut self,
+        now: Time,
+        buf: &mut [u8],
+        sh: &mut Shared<'_>,
+    ) -> Option<(Path, usize, Option<SharedPayload>)> {
         if self.failed {
             return None;
         }
         if let Some(decision) = self.lstat_due.take() {
-            return Some(self.send_lstat(&decision, now, buf, sh));
+            let (path, len) = self.send_lstat(&decision, now, buf, sh);
+            return Some((path, len, None));
         }
         if let Some(due) = self.ack_due.take() {
             let ack = AckPayload {
@@ -875,7 +889,7 @@ impl Channel {
             let header = self.header(PacketType::Ack, flags, self.next_seq, now, sh.cfg);
             self.stats.explicit_acks_sent += 1;
             self.after_reporting(now);
-            return Some((Path::Premium, self.seal(&header, len, buf, sh.cfg)));
+            return Some((Path::Premium, self.seal(&header, len, buf, sh.cfg), None));
         }
         if self.prod_due {
             self.prod_due = false;
@@ -892,7 +906,7 @@ impl Channel {
             let header = self.header(PacketType::Prod, Flags::empty(), self.next_seq, now, sh.cfg);
             self.stats.prods_sent += 1;
             self.after_reporting(now);
-            return Some((Path::Premium, self.seal(&header, len, buf, sh.cfg)));
+            return Some((Path::Premium, self.seal(&header, len, buf, sh.cfg), None));
         }
         if self.probe_due {
             // Tail probe: resend the newest packet and ask for an answer at
@@ -948,14 +962,19 @@ impl Channel {
         })
     }
 
-    fn send_new(&mut self, mut payload: Vec<u8>, now: Time, buf: &mut [u8], sh: &mut Shared<'_>) -> (Path, usize) {
+    fn send_new(
+        &mut self,
+        mut payload: Vec<u8>,
+        now: Time,
+        buf: &mut [u8],
+        sh: &mut Shared<'_>,
+    ) -> (Path, usize, Option<SharedPayload>) {
         let max = sh.cfg.max_payload();
         let room = |payload: &Vec<u8>| max.saturating_sub(payload.len() + RECORD_HEADER_LEN).min(u16::MAX as usize);
-        // A framed message that fits the packet whole is its kept payload
-        // as it is: its bytes are then copied once, into the datagram,
-        // rather than into the datagram and again into a kept buffer. The
-        // pool's buffer goes back unused (the packet still counts as one
-        // out of the pool).
+        // A framed message that fits the packet whole is its payload as it
+        // is: its bytes are then not copied at all here (the datagram
+        // shares the payload). The pool's buffer goes back unused (the
+        // packet still counts as one out of the pool).
         if let Some(msg) = self.pending.front() {
             if msg.headroom == RECORD_HEADER_LEN && msg.offset == 0 && msg.len() <= room(&Vec::new()) {
                 let msg = self.pending.pop_front().expect("looked at above");
@@ -982,8 +1001,6 @@ impl Channel {
                 self.pending.pop_front();
             }
         }
-        let len = payload.len();
-        buf[HEADER_LEN..HEADER_LEN + len].copy_from_slice(&payload);
 
         let mut flags = Flags::empty();
         if self.pending.is_empty() && std::mem::take(&mut self.phase_end) {
@@ -1004,14 +1021,30 @@ impl Channel {
             self.waiting_since = now;
         }
         let path = sh.data_path;
-        self.unacked.push_back(SentPacket { payload, flags, last_sent: now, path, transmissions: 1, queued: false });
-        self.last_progress = now;
+        let payload = Arc::new(payload);
         let header = self.header(PacketType::Data, with_path(flags, path), seq, now, sh.cfg);
+        let len = self.seal_split(&header, &payload, buf, sh.cfg);
+        self.unacked.push_back(SentPacket {
+            payload: payload.clone(),
+            flags,
+            last_sent: now,
+            path,
+            transmissions: 1,
+            queued: false,
+        });
+        self.last_progress = now;
         self.after_reporting(now);
-        (path, self.seal(&header, len, buf, sh.cfg))
+        (path, len, Some(payload))
     }
 
-    fn resend(&mut self, seq: u64, extra: Flags, now: Time, buf: &mut [u8], sh: &mut Shared<'_>) -> (Path, usize) {
+    fn resend(
+        &mut self,
+        seq: u64,
+        extra: Flags,
+        now: Time,
+        buf: &mut [u8],
+        sh: &mut Shared<'_>,
+    ) -> (Path, usize, Option<SharedPayload>) {
         let index = (seq - self.base) as usize;
         let packet = &mut self.unacked[index];
         let path = sh.data_path;
@@ -1019,12 +1052,11 @@ impl Channel {
         packet.last_sent = now;
         packet.path = path;
         let flags = with_path(packet.flags.union(extra).union(Flags::RETRANSMISSION), path);
-        let len = packet.payload.len();
-        buf[HEADER_LEN..HEADER_LEN + len].copy_from_slice(&packet.payload);
+        let payload = packet.payload.clone();
         self.stats.retransmissions += 1;
         let header = self.header(PacketType::Data, flags, seq, now, sh.cfg);
         self.after_reporting(now);
-        (path, self.seal(&header, len, buf, sh.cfg))
+        (path, self.seal_split(&header, &payload, buf, sh.cfg), Some(payload))
     }
 
     /// Every packet we send reports our receive state: that is the
@@ -1067,6 +1099,10 @@ impl Channel {
 
     fn seal(&self, header: &Header, payload_len: usize, buf: &mut [u8], cfg: &Config) -> usize {
         seal(header, payload_len, &cfg.key, buf).expect("buffer checked by the endpoint")
+    }
+
+    fn seal_split(&self, header: &Header, payload: &[u8], buf: &mut [u8], cfg: &Config) -> usize {
+        seal_split(header, payload, &cfg.key, buf).expect("payloads are at most max_payload")
     }
 }
 

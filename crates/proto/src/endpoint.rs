@@ -4,11 +4,11 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use bulkwire_wire::{
-    decode, Accept, ClockSyncPayload, DecodeError, Flags, Header, LatencyStatus, PacketType, ProbePayload,
-    RECORD_HEADER_LEN,
+    decode, Accept, ClockSyncPayload, DecodeError, Flags, Header, LatencyStatus, PacketType, ProbePayload, HEADER_LEN,
+    MAC_LEN, OVERHEAD, RECORD_HEADER_LEN,
 };
 
-use crate::channel::{Channel, SendRate, Shared};
+use crate::channel::{Channel, SendRate, Shared, SharedPayload};
 use crate::clock::ClockEstimate;
 use crate::config::{Config, ConfigError, Strategy};
 use crate::ece::{Decision, Mode, PeerLink};
@@ -460,6 +460,23 @@ impl Endpoint {
     /// Writes the next datagram to send into `buf` (at least
     /// `config().max_datagram` bytes).
     pub fn poll_transmit(&mut self, now: Time, buf: &mut [u8]) -> Option<Transmit> {
+        let (t, shared) = self.poll_transmit_shared(now, buf)?;
+        let Some(payload) = shared else { return Some(t) };
+        let mut tag = [0; MAC_LEN];
+        tag.copy_from_slice(&buf[HEADER_LEN..OVERHEAD]);
+        let end = HEADER_LEN + payload.len();
+        buf[HEADER_LEN..end].copy_from_slice(&payload);
+        buf[end..end + MAC_LEN].copy_from_slice(&tag);
+        Some(Transmit { len: end + MAC_LEN, ..t })
+    }
+
+    /// [`Endpoint::poll_transmit`] for a caller that sends a datagram in
+    /// parts (`sendmsg(2)` with several iovecs): a data packet's payload is
+    /// then shared, not copied. With `Some(payload)`, the datagram is
+    /// `buf[..HEADER_LEN]`, then `payload`, then `buf[HEADER_LEN..t.len]`
+    /// (its MAC); with `None`, `buf[..t.len]` as from `poll_transmit`. Drop
+    /// the payload once the datagram is sent.
+    pub fn poll_transmit_shared(&mut self, now: Time, buf: &mut [u8]) -> Option<(Transmit, Option<SharedPayload>)> {
         assert!(buf.len() >= self.cfg.max_datagram, "poll_transmit needs a buffer of max_datagram bytes");
         // Probes first: their timestamps should say when they left.
         while let Some(peer) = self.link_ready.pop_front() {
@@ -470,20 +487,21 @@ impl Endpoint {
                     self.mark_link_ready(peer);
                 }
                 self.count_sent(path, false, len);
-                return Some(Transmit { path, to: peer, len });
+                return Some((Transmit { path, to: peer, len }, None));
             }
         }
         while let Some(index) = self.ready.pop_front() {
             let (ch, mut sh) = self.split(index);
-            if let Some((path, len)) = ch.poll_transmit(now, buf, &mut sh) {
+            if let Some((path, len, shared)) = ch.poll_transmit(now, buf, &mut sh) {
                 let data = buf[1] == PacketType::Data as u8;
+                let wire_len = len + shared.as_ref().map_or(0, |p| p.len());
                 let counters = match path {
                     Path::Ordinary => &mut ch.stats.ordinary,
                     Path::Premium => &mut ch.stats.premium,
                 };
                 let counters = if data { &mut counters.data } else { &mut counters.control };
-                counters.record(len);
-                self.count_sent(path, data, len);
+                counters.record(wire_len);
+                self.count_sent(path, data, wire_len);
                 let ch = &self.channels[index];
                 let free = self.send_pool.available() > 0;
                 let to = ch.peer;
@@ -493,7 +511,7 @@ impl Endpoint {
                 } else {
                     self.park(index);
                 }
-                return Some(Transmit { path, to, len });
+                return Some((Transmit { path, to, len }, shared));
             }
             self.park(index);
         }

@@ -34,6 +34,7 @@ mod stats;
 mod time;
 mod warp;
 
+pub use channel::SharedPayload;
 pub use clock::ClockEstimate;
 pub use config::{Config, ConfigError, LatencyConfig, Strategy};
 pub use ece::Mode;

@@ -47,6 +47,19 @@ impl BufferPool {
         self.recycle(buf);
     }
 
+    /// Takes back a packet's payload, which may still be shared with a
+    /// datagram waiting to be sent: then only the count comes back, and the
+    /// buffer is freed by whoever drops it last.
+    pub(crate) fn give_shared(&mut self, payload: std::sync::Arc<Vec<u8>>) {
+        match std::sync::Arc::try_unwrap(payload) {
+            Ok(buf) => self.give(buf),
+            Err(_) => {
+                debug_assert!(self.out > 0);
+                self.out -= 1;
+            }
+        }
+    }
+
     /// Puts a buffer on the free list without counting one back in: the
     /// one [`BufferPool::take`] handed out when its slot went to another
     /// buffer.

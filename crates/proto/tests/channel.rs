@@ -345,6 +345,28 @@ fn framed_messages_arrive_intact_whole_fragmented_and_resent() {
 }
 
 #[test]
+fn a_shared_payload_makes_the_same_datagram_and_may_outlive_its_packet() {
+    let mut p = Pair::default();
+    p.ends[0].send(1, 0, &msg(0, 1000)).unwrap();
+    p.ends[0].end_phase(1, 0);
+    let mut buf = vec![0u8; 65_536];
+    let (t, shared) = p.ends[0].poll_transmit_shared(p.now, &mut buf).unwrap();
+    let payload = shared.expect("a data packet shares its payload");
+    assert_eq!(t.len, bulkwire_wire::OVERHEAD);
+    let (head, mac) = buf[..t.len].split_at(bulkwire_wire::HEADER_LEN);
+    let datagram = [head, &payload[..], mac].concat();
+    // The receiver takes it like any datagram, and its acknowledgement
+    // frees the packet while the payload is still held here (a datagram
+    // its socket did not take yet).
+    p.ends[1].handle_datagram(p.now, &datagram);
+    p.run(Duration::from_secs(1));
+    assert_eq!(p.received[1], vec![msg(0, 1000)]);
+    assert!(p.ends[0].is_idle());
+    assert_eq!(p.ends[0].memory().send_packets, 0);
+    assert_eq!(std::sync::Arc::strong_count(&payload), 1, "only the caller holds it now");
+}
+
+#[test]
 fn back_pressure_when_the_send_buffer_is_full() {
     let mut a = config(0);
     a.send_buffer_bytes = 10_000;

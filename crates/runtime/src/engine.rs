@@ -182,9 +182,9 @@ impl Engine {
         let mut sent = false;
         loop {
             while !self.tx.is_full() {
-                let Some(t) = self.endpoint.poll_transmit(now, self.tx.next_buffer()) else { break };
+                let Some((t, shared)) = self.endpoint.poll_transmit_shared(now, self.tx.next_buffer()) else { break };
                 let (ordinary, premium) = self.peers[t.to as usize];
-                self.tx.push(t.path, if t.path == Path::Premium { premium } else { ordinary }, t.len);
+                self.tx.push(t.path, if t.path == Path::Premium { premium } else { ordinary }, t.len, shared);
             }
             if self.tx.is_empty() {
                 return sent;

@@ -4,7 +4,8 @@ use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 
-use bulkwire_proto::Path;
+use bulkwire_proto::{Path, SharedPayload};
+use bulkwire_wire::{HEADER_LEN, MAC_LEN, OVERHEAD};
 use socket2::{Domain, Protocol, Socket, Type};
 
 /// How the premium path is marked.
@@ -166,8 +167,20 @@ impl RecvBatch {
 #[derive(Debug)]
 pub struct SendBatch {
     buffers: Vec<Vec<u8>>,
-    /// Path, destination and length of the datagram in each of the first buffers.
-    queued: Vec<(Path, socket2::SockAddr, usize)>,
+    /// The datagram in each of the first buffers.
+    queued: Vec<Queued>,
+}
+
+#[derive(Debug)]
+struct Queued {
+    path: Path,
+    to: socket2::SockAddr,
+    /// Bytes written in the buffer.
+    len: usize,
+    /// A payload that goes between the buffer's header and its MAC
+    /// ([`bulkwire_proto::Endpoint::poll_transmit_shared`]), read by the
+    /// kernel where it lies instead of first copied into the buffer.
+    shared: Option<SharedPayload>,
 }
 
 impl SendBatch {
@@ -193,9 +206,12 @@ impl SendBatch {
         &mut self.buffers[self.queued.len()]
     }
 
-    /// Queues the datagram just written into [`SendBatch::next_buffer`].
-    pub fn push(&mut self, path: Path, to: SocketAddr, len: usize) {
-        self.queued.push((path, to.into(), len));
+    /// Queues the datagram just written into [`SendBatch::next_buffer`]:
+    /// `len` bytes, or with a `shared` payload the header before it and the
+    /// MAC after it.
+    pub fn push(&mut self, path: Path, to: SocketAddr, len: usize, shared: Option<SharedPayload>) {
+        debug_assert!(shared.is_none() || len == OVERHEAD);
+        self.queued.push(Queued { path, to: to.into(), len, shared });
     }
 
     /// Sends the datagrams at the front that share a path. Returns how many
@@ -203,22 +219,37 @@ impl SendBatch {
     /// first datagram is dropped (the protocol recovers it) and the error
     /// returned.
     pub fn send(&mut self, sockets: &PathSockets) -> io::Result<usize> {
-        let Some(&(path, _, _)) = self.queued.first() else { return Ok(0) };
-        let run = self.queued.iter().take_while(|q| q.0 == path).count();
-        // On the stack: this runs for every message sent.
-        let mut iovecs = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; Self::MAX];
+        let Some(path) = self.queued.first().map(|q| q.path) else { return Ok(0) };
+        let run = self.queued.iter().take_while(|q| q.path == path).count();
+        // On the stack: this runs for every message sent. Up to three parts
+        // a datagram: header, shared payload, MAC.
+        let mut iovecs = [[libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 3]; Self::MAX];
         // SAFETY: an all-zero mmsghdr is a valid empty header.
         let mut headers: [libc::mmsghdr; Self::MAX] = unsafe { std::mem::zeroed() };
-        for i in 0..run {
-            let (_, to, len) = &self.queued[i];
-            iovecs[i] = libc::iovec { iov_base: self.buffers[i].as_mut_ptr().cast(), iov_len: *len };
-            headers[i].msg_hdr.msg_iov = &mut iovecs[i];
-            headers[i].msg_hdr.msg_iovlen = 1;
-            headers[i].msg_hdr.msg_name = to.as_ptr() as *mut libc::c_void;
-            headers[i].msg_hdr.msg_namelen = to.len();
+        for (i, (q, iov)) in self.queued[..run].iter().zip(iovecs.iter_mut()).enumerate() {
+            let buf = self.buffers[i].as_mut_ptr();
+            let parts = match &q.shared {
+                None => {
+                    iov[0] = libc::iovec { iov_base: buf.cast(), iov_len: q.len };
+                    1
+                }
+                Some(payload) => {
+                    iov[0] = libc::iovec { iov_base: buf.cast(), iov_len: HEADER_LEN };
+                    // The kernel only reads through this pointer.
+                    iov[1] = libc::iovec { iov_base: payload.as_ptr() as *mut libc::c_void, iov_len: payload.len() };
+                    // SAFETY: the MAC lies within the buffer, behind the header.
+                    iov[2] = libc::iovec { iov_base: unsafe { buf.add(HEADER_LEN) }.cast(), iov_len: MAC_LEN };
+                    3
+                }
+            };
+            headers[i].msg_hdr.msg_iov = iov.as_mut_ptr();
+            headers[i].msg_hdr.msg_iovlen = parts;
+            headers[i].msg_hdr.msg_name = q.to.as_ptr() as *mut libc::c_void;
+            headers[i].msg_hdr.msg_namelen = q.to.len();
         }
-        // SAFETY: each header names a live address and one iovec over a live
-        // buffer of the stated length, for the duration of the call.
+        // SAFETY: each header names a live address and iovecs over live
+        // buffers of the stated lengths (the shared payloads are held by
+        // `self.queued`), for the duration of the call.
         let n =
             unsafe { libc::sendmmsg(sockets.socket(path).as_raw_fd(), headers.as_mut_ptr(), run as libc::c_uint, 0) };
         if n < 0 {
@@ -350,7 +381,7 @@ mod tests {
         let mut batch = SendBatch::new(4, 1000);
         for (i, path) in [Path::Ordinary, Path::Ordinary, Path::Premium, Path::Ordinary].into_iter().enumerate() {
             batch.next_buffer()[..10].fill(i as u8);
-            batch.push(path, to, 10);
+            batch.push(path, to, 10, None);
         }
         assert!(batch.is_full());
         assert_eq!(batch.send(&sockets).unwrap(), 2);
@@ -363,6 +394,29 @@ mod tests {
             let (n, sender) = rx.recv_from(&mut buf).unwrap();
             assert_eq!((&buf[..n], sender), (&[i as u8; 10][..], from));
         }
+    }
+
+    #[test]
+    fn a_shared_payload_goes_between_header_and_mac() {
+        let sockets = PathSockets::bind("127.0.0.1".parse().unwrap(), &SocketOptions::default()).unwrap();
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+        let to = rx.local_addr().unwrap();
+        let mut batch = SendBatch::new(2, 1000);
+        let payload: SharedPayload = std::sync::Arc::new(vec![7; 300]);
+        let head = batch.next_buffer();
+        head[..HEADER_LEN].fill(1);
+        head[HEADER_LEN..OVERHEAD].fill(2);
+        batch.push(Path::Ordinary, to, OVERHEAD, Some(payload.clone()));
+        batch.next_buffer()[..5].fill(3);
+        batch.push(Path::Ordinary, to, 5, None);
+        assert_eq!(std::sync::Arc::strong_count(&payload), 2);
+        assert_eq!(batch.send(&sockets).unwrap(), 2);
+        assert_eq!(std::sync::Arc::strong_count(&payload), 1, "the batch let go of the payload it sent");
+        let mut buf = [0u8; 1000];
+        let n = rx.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], [vec![1; HEADER_LEN], vec![7; 300], vec![2; MAC_LEN]].concat());
+        assert_eq!(rx.recv(&mut buf).unwrap(), 5);
     }
 
     #[test]

@@ -106,6 +106,19 @@ impl JobKey {
         truncated_mac(&self.datagram_key, covered)
     }
 
+    /// [`JobKey::datagram_tag`] of the datagram whose header is `header`
+    /// and whose payload, kept elsewhere, is `payload`.
+    pub fn datagram_tag_split(&self, header: &[u8], payload: &[u8]) -> [u8; MAC_LEN] {
+        let mut hasher = blake3::Hasher::new_keyed(&self.datagram_key);
+        hasher.update(header);
+        if self.coverage == Coverage::Datagram {
+            hasher.update(payload);
+        }
+        let mut tag = [0u8; MAC_LEN];
+        tag.copy_from_slice(&hasher.finalize().as_bytes()[..MAC_LEN]);
+        tag
+    }
+
     /// Constant-time check of a datagram's `tag`.
     pub fn verify_datagram(&self, body: &[u8], tag: &[u8]) -> bool {
         self.datagram_tag(body).ct_eq(tag).into()

@@ -88,6 +88,20 @@ pub fn seal(header: &Header, payload_len: usize, key: &JobKey, out: &mut [u8]) -
     Ok(need)
 }
 
+/// [`seal`] for a payload kept elsewhere, sent without being copied: writes
+/// the header and then the MAC at `out[..OVERHEAD]`. The datagram is
+/// `out[..HEADER_LEN]`, then `payload`, then `out[HEADER_LEN..OVERHEAD]`.
+pub fn seal_split(header: &Header, payload: &[u8], key: &JobKey, out: &mut [u8]) -> Result<usize, EncodeError> {
+    check_room(payload.len(), out.len() + payload.len())?;
+    let mut header = *header;
+    header.payload_len = payload.len() as u16;
+    let head: &mut [u8; HEADER_LEN] = (&mut out[..HEADER_LEN]).try_into().expect("length checked");
+    header.write(head);
+    let tag = key.datagram_tag_split(head, payload);
+    out[HEADER_LEN..OVERHEAD].copy_from_slice(&tag);
+    Ok(OVERHEAD)
+}
+
 fn check_room(payload_len: usize, out_len: usize) -> Result<usize, EncodeError> {
     if payload_len > MAX_PAYLOAD {
         return Err(EncodeError::PayloadTooLarge(payload_len));

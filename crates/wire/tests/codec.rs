@@ -220,3 +220,21 @@ fn probe_and_clock_sync_payloads_round_trip() {
     assert_eq!(ClockSyncPayload::read(&b), Ok(c));
     assert!(ClockSyncPayload::read(&b[1..]).is_err());
 }
+
+#[test]
+fn a_split_datagram_is_the_one_encode_writes() {
+    let mut h = header(PacketType::Data);
+    h.sequence = 3;
+    let payload: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
+    for key in [key(), key().covering(Coverage::Header)] {
+        let mut whole = vec![0; 2000];
+        let n = encode(&h, &payload, &key, &mut whole).unwrap();
+        let mut head = [0u8; OVERHEAD];
+        assert_eq!(seal_split(&h, &payload, &key, &mut head).unwrap(), OVERHEAD);
+        let split = [&head[..HEADER_LEN], &payload[..], &head[HEADER_LEN..]].concat();
+        assert_eq!(split, whole[..n], "{:?}", key.coverage());
+        assert_eq!(decode(&split, &key, &accept()).unwrap().payload, &payload[..]);
+    }
+    let big = vec![0; MAX_PAYLOAD + 1];
+    assert!(seal_split(&h, &big, &key(), &mut [0u8; OVERHEAD]).is_err());
+}
