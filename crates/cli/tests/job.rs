@@ -174,6 +174,45 @@ fn misuse_gets_clear_errors() {
 }
 
 #[test]
+fn freed_memory_stays_in_the_process_unless_told_otherwise() {
+    if is_rank() {
+        let world = World::init().unwrap();
+        // A burst of buffers freed at once, as a superstep's streams are:
+        // glibc alone gives the top of its heap back beyond 128 KiB free.
+        let burst: Vec<Vec<u8>> = (0..16).map(|i| vec![i as u8; 64 << 10]).collect();
+        drop(burst);
+        // SAFETY: mallinfo2 only reads the allocator's statistics.
+        let kept = unsafe { libc::mallinfo2() }.fordblks;
+        println!("malloc: rank {} kept {kept}", world.rank());
+        world.finalize().unwrap();
+        return;
+    }
+    let kept = |env: &[(&str, &str)]| {
+        let (out, _) = launch_with_env(2, "freed_memory_stays_in_the_process_unless_told_otherwise", &[], env);
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        let kept: Vec<usize> =
+            stdout.lines().filter_map(|l| l.split_once(" kept ").and_then(|(_, k)| k.trim().parse().ok())).collect();
+        assert_eq!(kept.len(), 2, "{stdout}");
+        kept.into_iter().min().unwrap()
+    };
+    assert!(kept(&[]) >= 1 << 20, "the runtime keeps the memory freed");
+    assert!(kept(&[("BULKWIRE_MALLOC", "system")]) < 1 << 20, "glibc's own setting gives it back");
+    let (out, _) = launch_with_env(
+        2,
+        "freed_memory_stays_in_the_process_unless_told_otherwise",
+        &[],
+        &[("BULKWIRE_MALLOC", "lots")],
+    );
+    let (stdout, stderr) = text(&out);
+    let all = format!("{stdout}\n{stderr}");
+    assert!(
+        !out.status.success() && all.contains("BULKWIRE_MALLOC=") && all.contains("expected keep or system"),
+        "{all}"
+    );
+}
+
+#[test]
 fn rogue_traffic_is_dropped_and_counted() {
     if is_rank() {
         let world = World::init().unwrap();

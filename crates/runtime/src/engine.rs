@@ -302,6 +302,7 @@ impl Runtime {
         if std::env::var_os("BULKWIRE_PARENT_DEATH").is_some_and(|v| v == "kill") {
             die_with_parent()?;
         }
+        crate::malloc::keep_freed_memory()?;
         let (mut control, ip) = Control::connect(&env)?;
         let sockets = PathSockets::bind(ip, &SocketOptions::from_env()?)?;
         let (ordinary, premium) = sockets.addrs()?;

@@ -15,10 +15,13 @@
 //!   idle or oversubscribed machine is not burnt.
 //! - [`LossInjector`]: `BULKWIRE_TEST_DROP` discards a seeded fraction of
 //!   received datagrams, so tests run programs over a lossy network.
+//! - [`malloc`]: the C library's allocator keeps the memory the runtime
+//!   frees, for the next burst (`BULKWIRE_MALLOC=system` leaves it alone).
 
 mod engine;
 mod env;
 mod loss;
+pub mod malloc;
 pub mod rendezvous;
 mod sockets;
 
