@@ -353,11 +353,14 @@ impl Bsp {
         // Every process knows from each barrier whom it waits for, and asks
         // (prods) for what is late: the receiver drives recovery (seed 002
         // §4.2), and the last packet of a superstep needs no acknowledgement.
+        // A stream is read where it arrived, its headers skipped: a piece
+        // is delivered in its datagram rather than copied out of it.
         let (max_payload, receiver_packets) = rt
             .with(|e| {
                 for peer in (0..nprocs).filter(|&q| q != env.rank) {
                     e.endpoint.set_receiver_driven(peer, sync::CHANNEL, true);
                 }
+                e.endpoint.set_in_place(sync::CHANNEL, true);
                 Ok((e.endpoint.config().max_payload(), e.endpoint.config().send_buffers()))
             })
             .map_err(|e| fail(Reason::Runtime(e.to_string())))?;

@@ -161,7 +161,7 @@ impl Net {
     fn pump(&mut self, e: &mut Engine, superstep: u64) {
         while let Some(m) = e.take(|m| m.channel == CHANNEL) {
             let from = m.from;
-            if let Err(why) = self.sort(m.from, m.data, superstep) {
+            if let Err(why) = self.sort(m.from, m.data, m.start, superstep) {
                 self.broken.get_or_insert(Reason::Malformed { peer: from, why });
             }
         }
@@ -182,26 +182,28 @@ impl Net {
         std::mem::replace(&mut self.streams, next)
     }
 
-    fn sort(&mut self, from: u32, data: Vec<u8>, superstep: u64) -> Result<(), String> {
-        if data.len() < HEADER || from as usize >= self.streams.len() {
+    /// Files the message `data[start..]` from `from`.
+    fn sort(&mut self, from: u32, data: Vec<u8>, start: usize, superstep: u64) -> Result<(), String> {
+        let m = data.get(start..).unwrap_or_default();
+        if m.len() < HEADER || from as usize >= self.streams.len() {
             return Err("a message too short for its header".into());
         }
-        let step = u64::from_le_bytes(data[1..HEADER].try_into().expect("8 bytes"));
-        match data[0] {
-            REDUCE if data.len() >= HEADER + 4 => {
-                let round = u32::from_le_bytes(data[HEADER..HEADER + 4].try_into().expect("4 bytes"));
-                self.reduce.insert((step, round, from), data[HEADER + 4..].to_vec());
+        let step = u64::from_le_bytes(m[1..HEADER].try_into().expect("8 bytes"));
+        match m[0] {
+            REDUCE if m.len() >= HEADER + 4 => {
+                let round = u32::from_le_bytes(m[HEADER..HEADER + 4].try_into().expect("4 bytes"));
+                self.reduce.insert((step, round, from), m[HEADER + 4..].to_vec());
             }
             COUNTS => {
-                self.counts.insert((step, from), data[HEADER..].to_vec());
+                self.counts.insert((step, from), m[HEADER..].to_vec());
             }
-            DATA if data.len() >= DATA_HEADER && (step == superstep || step == superstep + 1) => {
+            DATA if m.len() >= DATA_HEADER && (step == superstep || step == superstep + 1) => {
                 let (streams, ends) = if step == superstep {
                     (&mut self.streams, &mut self.ends)
                 } else {
                     (&mut self.next_streams, &mut self.next_ends)
                 };
-                let last = data[HEADER];
+                let last = m[HEADER];
                 if last > EAGER_LAST {
                     return Err(format!("a data piece marked {last}"));
                 }
@@ -209,7 +211,7 @@ impl Net {
                     return Err("data after the last piece of its stream".into());
                 }
                 ends[from as usize] = last;
-                streams[from as usize].push(data, DATA_HEADER);
+                streams[from as usize].push(data, start + DATA_HEADER);
             }
             DATA => return Err(format!("data of superstep {step} in superstep {superstep}")),
             other => return Err(format!("unknown message kind {other}")),
@@ -873,13 +875,13 @@ mod tests {
     #[test]
     fn an_eager_stream_is_whole_unless_its_receiver_asked_for_gets() {
         let mut net = Net::new(3, 1000, 8);
-        net.sort(1, piece(4, 0, b"ab"), 4).unwrap();
+        net.sort(1, piece(4, 0, b"ab"), 0, 4).unwrap();
         assert!(!net.whole(1, false));
-        net.sort(1, piece(4, EAGER_LAST, b"cd"), 4).unwrap();
+        net.sort(1, piece(4, EAGER_LAST, b"cd"), 0, 4).unwrap();
         assert!(net.whole(1, false), "nobody asked: the eager piece ends it");
         assert!(!net.whole(1, true), "the replies to our gets are still to come");
-        net.sort(1, piece(4, 0, b"ef"), 4).unwrap();
-        net.sort(1, piece(4, LAST, b"gh"), 4).unwrap();
+        net.sort(1, piece(4, 0, b"ef"), 0, 4).unwrap();
+        net.sort(1, piece(4, LAST, b"gh"), 0, 4).unwrap();
         assert!(net.whole(1, true));
         assert_eq!(net.take_streams()[1].content(), b"abcdefgh");
     }
@@ -887,9 +889,9 @@ mod tests {
     #[test]
     fn the_next_supersteps_stream_waits_for_it() {
         let mut net = Net::new(3, 1000, 8);
-        net.sort(2, piece(4, LAST, b"now"), 4).unwrap();
+        net.sort(2, piece(4, LAST, b"now"), 0, 4).unwrap();
         // Process 2 finished this sync and sends its next stream early.
-        net.sort(2, piece(5, EAGER_LAST, b"next"), 4).unwrap();
+        net.sort(2, piece(5, EAGER_LAST, b"next"), 0, 4).unwrap();
         assert!(net.whole(2, false));
         assert_eq!(net.take_streams()[2].content(), b"now");
         assert!(net.whole(2, false), "superstep 5's stream is whole as it becomes the current one");
@@ -903,11 +905,19 @@ mod tests {
         let mut net = Net::new(3, 1000, 8);
         let message = piece(4, LAST, b"whole");
         let at = message.as_ptr();
-        net.sort(2, message, 4).unwrap();
+        net.sort(2, message, 0, 4).unwrap();
         let streams = net.take_streams();
         assert_eq!(streams[2].content(), b"whole");
         assert_eq!(streams[2].bytes().as_ptr(), at, "the piece was copied");
         assert_eq!(streams[2].len(), 5);
+        // Delivered in place: the piece is read behind the datagram's headers.
+        let mut datagram = vec![0xEE; 70];
+        datagram.extend_from_slice(&piece(4, LAST, b"in place"));
+        let at = datagram.as_ptr();
+        net.sort(1, datagram, 70, 4).unwrap();
+        let streams = net.take_streams();
+        assert_eq!((streams[1].content(), streams[1].bytes().as_ptr()), (&b"in place"[..], at));
+        assert!(net.sort(1, vec![0; 75], 70, 5).unwrap_err().contains("too short"));
         let records = Stream::new(vec![9], 0).records();
         assert!(records.unwrap_err().contains("unknown record kind 9"));
     }
@@ -915,12 +925,12 @@ mod tests {
     #[test]
     fn misplaced_data_is_refused() {
         let mut net = Net::new(3, 1000, 8);
-        assert!(net.sort(1, piece(6, LAST, b"x"), 4).unwrap_err().contains("superstep 6 in superstep 4"));
-        assert!(net.sort(1, piece(3, LAST, b"x"), 4).unwrap_err().contains("superstep 3 in superstep 4"));
-        assert!(net.sort(1, piece(4, 9, b"x"), 4).unwrap_err().contains("marked 9"));
-        net.sort(1, piece(4, LAST, b"x"), 4).unwrap();
-        assert!(net.sort(1, piece(4, 0, b"y"), 4).unwrap_err().contains("after the last piece"));
-        net.sort(1, piece(5, LAST, b"x"), 4).unwrap();
-        assert!(net.sort(1, piece(5, 0, b"y"), 4).unwrap_err().contains("after the last piece"));
+        assert!(net.sort(1, piece(6, LAST, b"x"), 0, 4).unwrap_err().contains("superstep 6 in superstep 4"));
+        assert!(net.sort(1, piece(3, LAST, b"x"), 0, 4).unwrap_err().contains("superstep 3 in superstep 4"));
+        assert!(net.sort(1, piece(4, 9, b"x"), 0, 4).unwrap_err().contains("marked 9"));
+        net.sort(1, piece(4, LAST, b"x"), 0, 4).unwrap();
+        assert!(net.sort(1, piece(4, 0, b"y"), 0, 4).unwrap_err().contains("after the last piece"));
+        net.sort(1, piece(5, LAST, b"x"), 0, 4).unwrap();
+        assert!(net.sort(1, piece(5, 0, b"y"), 0, 4).unwrap_err().contains("after the last piece"));
     }
 }

@@ -55,7 +55,25 @@ pub(crate) struct Shared<'a> {
     /// Where data to this peer goes now: the ECE's mode (always the ordinary
     /// path while the latency engines are off).
     pub data_path: Path,
+    /// The packet being handled may leave its first message in its
+    /// datagram ([`Endpoint::handle_datagram_owned`](crate::Endpoint::handle_datagram_owned)),
+    /// and where it did.
+    pub in_place: bool,
+    pub claimed: Option<InPlace>,
 }
+
+/// A message delivered in the datagram it came in: its event in the
+/// queue waits for the datagram's buffer, and the message is `len` bytes
+/// behind the packet header and the first record header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct InPlace {
+    pub event: usize,
+    pub len: usize,
+}
+
+/// The least size of a message delivered in place: below it, a copy costs
+/// less than a buffer of the largest datagram size taken and replaced.
+const IN_PLACE_MIN: usize = 4096;
 
 /// How many new data packets this process puts on the wire per round trip,
 /// to foresee when its free send buffers will run out within one.
@@ -638,7 +656,7 @@ impl Channel {
             self.stats.duplicates += 1;
             false
         } else if seq == self.next_expected {
-            if self.deliver(payload, sh)? {
+            if self.deliver(payload, sh.in_place, sh)? {
                 self.stats.data_received += 1;
                 self.next_expected += 1;
                 self.drain_held(sh)?;
@@ -687,7 +705,7 @@ impl Channel {
     pub(crate) fn drain_held(&mut self, sh: &mut Shared<'_>) -> Result<(), &'static str> {
         while self.held.first_key_value().is_some_and(|(&seq, _)| seq == self.next_expected) {
             let (seq, buf) = self.held.pop_first().expect("checked above");
-            match self.deliver(&buf, sh) {
+            match self.deliver(&buf, false, sh) {
                 Ok(true) => {
                     sh.recv_pool.give(buf);
                     self.next_expected += 1;
@@ -711,8 +729,9 @@ impl Channel {
 
     /// Hands the messages of an in-sequence payload to the application, or
     /// returns `false` (touching nothing) if they do not fit in the receive
-    /// buffer now.
-    fn deliver(&mut self, payload: &[u8], sh: &mut Shared<'_>) -> Result<bool, &'static str> {
+    /// buffer now. With `in_place`, a large message in the first record is
+    /// left where it is, for the caller to deliver in its datagram.
+    fn deliver(&mut self, payload: &[u8], in_place: bool, sh: &mut Shared<'_>) -> Result<bool, &'static str> {
         // First pass: check that the records continue the message stream and
         // see what they would do to the receive budget.
         let mut open = self.reassembly.as_ref().map(|r| (r.total, r.data.len(), false));
@@ -761,9 +780,16 @@ impl Channel {
         sh.recv.apply(&admission);
         // Second pass: apply. Reassembly buffers grow with what arrives, not
         // with what a peer announces.
-        for record in Records::new(payload).flatten() {
+        for (i, record) in Records::new(payload).flatten().enumerate() {
             let mut r = match self.reassembly.take() {
                 Some(r) => r,
+                None if i == 0 && in_place && record.ends_message() && record.data.len() >= IN_PLACE_MIN => {
+                    // The event waits for the datagram's buffer.
+                    self.emit(Vec::new(), sh);
+                    self.stats.bytes_received += record.data.len() as u64;
+                    sh.claimed = Some(InPlace { event: sh.events.len() - 1, len: record.data.len() });
+                    continue;
+                }
                 None if record.ends_message() => {
                     self.emit(record.data.to_vec(), sh);
                     continue;
@@ -783,7 +809,7 @@ impl Channel {
     fn emit(&mut self, data: Vec<u8>, sh: &mut Shared<'_>) {
         self.stats.messages_received += 1;
         self.stats.bytes_received += data.len() as u64;
-        sh.events.push_back(Event::Message { from: self.peer, channel: self.id, data });
+        sh.events.push_back(Event::Message { from: self.peer, channel: self.id, data, start: 0 });
     }
 
     /// Arms, re-arms or cancels the prod timer after the receive state changed.

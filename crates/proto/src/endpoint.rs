@@ -8,7 +8,7 @@ use bulkwire_wire::{
     MAC_LEN, OVERHEAD, RECORD_HEADER_LEN,
 };
 
-use crate::channel::{Channel, SendRate, Shared, SharedPayload};
+use crate::channel::{Channel, InPlace, SendRate, Shared, SharedPayload};
 use crate::clock::ClockEstimate;
 use crate::config::{Config, ConfigError, Strategy};
 use crate::ece::{Decision, Mode, PeerLink};
@@ -38,8 +38,11 @@ pub struct Transmit {
 /// What the endpoint tells its application.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
-    /// A whole message, delivered exactly once and in order per channel.
-    Message { from: u32, channel: u16, data: Vec<u8> },
+    /// A whole message, delivered exactly once and in order per channel:
+    /// `data[start..]`. `start` is 0 unless the channel takes its messages
+    /// in place ([`Endpoint::set_in_place`]): then a large message may come
+    /// as the datagram it arrived in, its headers in front.
+    Message { from: u32, channel: u16, data: Vec<u8>, start: usize },
     /// An authenticated peer broke the protocol; its channel is closed.
     ProtocolViolation { peer: u32, channel: u16, reason: &'static str },
 }
@@ -101,6 +104,8 @@ pub struct Endpoint {
     rejected: bulkwire_wire::RejectCounters,
     protocol_violations: u64,
     unhandled: u64,
+    /// By channel id: messages may be delivered in place.
+    in_place: Vec<bool>,
     /// Every datagram sent, by path.
     ordinary: PathStats,
     premium: PathStats,
@@ -137,6 +142,7 @@ impl Endpoint {
             unhandled: 0,
             ordinary: PathStats::default(),
             premium: PathStats::default(),
+            in_place: vec![false; cfg.channels as usize],
             cfg,
         })
     }
@@ -186,7 +192,7 @@ impl Endpoint {
             // A message to oneself never touches the network.
             data.drain(..headroom);
             self.recv.ready += data.len();
-            self.events.push_back(Event::Message { from: to, channel, data });
+            self.events.push_back(Event::Message { from: to, channel, data, start: 0 });
             return Ok(());
         }
         let index = self.index(to, channel);
@@ -332,9 +338,39 @@ impl Endpoint {
 
     /// A datagram arrived. Anything wrong with it is counted and dropped.
     pub fn handle_datagram(&mut self, now: Time, datagram: &[u8]) {
+        self.handle(now, datagram, false);
+    }
+
+    /// [`Endpoint::handle_datagram`] for a caller that can give the
+    /// datagram's buffer away: on a channel that takes its messages in
+    /// place ([`Endpoint::set_in_place`]), a large message that fills the
+    /// datagram's first record is delivered in this buffer, which is then
+    /// taken (left empty), rather than copied out of it.
+    pub fn handle_datagram_owned(&mut self, now: Time, datagram: &mut Vec<u8>) {
+        let Some(InPlace { event, len }) = self.handle(now, datagram, true) else { return };
+        let start = HEADER_LEN + RECORD_HEADER_LEN;
+        let mut data = std::mem::take(datagram);
+        data.truncate(start + len);
+        // A buffer for the largest datagram may hold a far smaller message
+        // for a while: give back the rest (glibc shrinks in place).
+        if data.capacity() > 2 * data.len() {
+            data.shrink_to_fit();
+        }
+        if let Some(Event::Message { data: slot, start: at, .. }) = self.events.get_mut(event) {
+            *slot = data;
+            *at = start;
+        }
+    }
+
+    /// Decodes and handles a datagram; returns where a message was left to
+    /// be delivered in place, if `in_place` allowed that.
+    fn handle(&mut self, now: Time, datagram: &[u8], in_place: bool) -> Option<InPlace> {
         let packet = match decode(datagram, &self.cfg.key, &self.accept) {
             Ok(p) => p,
-            Err(e) => return self.reject(&e),
+            Err(e) => {
+                self.reject(&e);
+                return None;
+            }
         };
         let header = packet.header;
         let latency_on = !self.links.is_empty();
@@ -342,13 +378,14 @@ impl Endpoint {
             PacketType::Data | PacketType::Ack | PacketType::Prod => {}
             PacketType::Lstat if latency_on => {}
             PacketType::Probe | PacketType::ClockSync if latency_on => {
-                return self.handle_link_packet(now, &header, packet.payload);
+                self.handle_link_packet(now, &header, packet.payload);
+                return None;
             }
             // Status frames of other designs, or latency engine packets while
             // ours are off (a peer configured differently).
             _ => {
                 self.unhandled += 1;
-                return;
+                return None;
             }
         }
         let index = self.index(header.source, header.channel);
@@ -366,19 +403,27 @@ impl Endpoint {
                         self.links[header.source as usize].on_lstat(&status);
                         lstat = Some((status, ranges));
                     }
-                    Err(_) => return self.fail(index, "malformed LSTAT"),
+                    Err(_) => {
+                        self.fail(index, "malformed LSTAT");
+                        return None;
+                    }
                 },
                 _ => {}
             }
         }
         let freed_before = self.send_pool.available();
+        let in_place = in_place && self.in_place[header.channel as usize];
         let (ch, mut sh) = self.split(index);
+        sh.in_place = in_place;
         let handled = match lstat {
             Some((status, ranges)) => ch.handle_lstat(now, &header, &status, ranges, &mut sh),
             None => ch.handle_packet(now, &header, packet.payload, &mut sh),
         };
+        // A message left in place was delivered, whatever came after it.
+        let claimed = sh.claimed;
         if let Err(reason) = handled {
-            return self.fail(index, reason);
+            self.fail(index, reason);
+            return claimed;
         }
         if self.channels[index].blocked_on_recv_buffer() && !self.blocked_on_recv.contains(&index) {
             self.blocked_on_recv.push(index);
@@ -389,6 +434,17 @@ impl Endpoint {
             }
         }
         self.mark_ready(index);
+        claimed
+    }
+
+    /// Lets the messages of `channel` (with every peer) be delivered in
+    /// the datagrams they came in ([`Endpoint::handle_datagram_owned`]),
+    /// their headers in front: [`Event::Message`]'s `start` says where each
+    /// begins. For an application that reads messages where they lie.
+    pub fn set_in_place(&mut self, channel: u16, on: bool) {
+        if let Some(slot) = self.in_place.get_mut(channel as usize) {
+            *slot = on;
+        }
     }
 
     fn reject(&mut self, error: &DecodeError) {
@@ -546,8 +602,8 @@ impl Endpoint {
     /// The next message or notice for the application.
     pub fn poll_event(&mut self) -> Option<Event> {
         let event = self.events.pop_front()?;
-        if let Event::Message { data, .. } = &event {
-            self.recv.ready -= data.len();
+        if let Event::Message { data, start, .. } = &event {
+            self.recv.ready -= data.len() - start;
             if !self.blocked_on_recv.is_empty() {
                 self.retry_blocked();
             }
@@ -677,6 +733,8 @@ impl Endpoint {
             pending_bytes: &mut self.pending_bytes,
             send_rate: &mut self.send_rate,
             data_path,
+            in_place: false,
+            claimed: None,
         };
         (&mut self.channels[index], sh)
     }

@@ -340,7 +340,7 @@ fn framed_messages_arrive_intact_whole_fragmented_and_resent() {
     assert_eq!(p.ends[0].memory().send_packets, 0, "every packet's buffer went back");
     // To oneself the headroom is taken off; without any, the call fails.
     p.ends[0].send_framed(0, 0, framed(b"me")).unwrap();
-    assert_eq!(p.ends[0].poll_event(), Some(Event::Message { from: 0, channel: 0, data: b"me".to_vec() }));
+    assert_eq!(p.ends[0].poll_event(), Some(Event::Message { from: 0, channel: 0, data: b"me".to_vec(), start: 0 }));
     assert_eq!(p.ends[0].send_framed(1, 0, vec![0; 9]), Err(SendError::NoHeadroom { len: 9 }));
 }
 
@@ -364,6 +364,67 @@ fn a_shared_payload_makes_the_same_datagram_and_may_outlive_its_packet() {
     assert!(p.ends[0].is_idle());
     assert_eq!(p.ends[0].memory().send_packets, 0);
     assert_eq!(std::sync::Arc::strong_count(&payload), 1, "only the caller holds it now");
+}
+
+#[test]
+fn large_messages_are_delivered_in_the_datagram_they_came_in() {
+    let big = |c: Config| Config { max_datagram: 20_000, ..c };
+    let (mut a, mut b) = (Endpoint::new(big(config(0))).unwrap(), Endpoint::new(big(config(1))).unwrap());
+    b.set_in_place(0, true);
+    let now = Time::ZERO;
+    // One packet each: a large message with a small one behind it; a small
+    // one alone; then (out of order) two large ones.
+    let sent = [msg(1, 8000), msg(2, 100), msg(3, 50), msg(4, 9000), msg(5, 5000)];
+    let mut datagrams = Vec::new();
+    for group in [&sent[..2], &sent[2..3], &sent[3..4], &sent[4..]] {
+        for m in group {
+            a.send(1, 0, m).unwrap();
+        }
+        let mut buf = vec![0u8; 20_000];
+        let t = a.poll_transmit(now, &mut buf).unwrap();
+        buf.truncate(t.len);
+        datagrams.push(buf);
+        assert!(a.poll_transmit(now, &mut vec![0u8; 20_000]).is_none(), "one packet per group");
+    }
+    let last = datagrams.pop().unwrap();
+    for mut d in datagrams.into_iter().take(2) {
+        b.handle_datagram_owned(now, &mut d);
+    }
+    let mut held = Vec::new();
+    let take = |b: &mut Endpoint, got: &mut Vec<(Vec<u8>, usize, usize)>| {
+        while let Some(Event::Message { data, start, .. }) = b.poll_event() {
+            got.push((data[start..].to_vec(), start, data.capacity()));
+        }
+    };
+    take(&mut b, &mut held);
+    // The fourth packet arrives before the third, which a copy delivers
+    // later with it (nothing holds a datagram's buffer out of order).
+    let mut fourth = last;
+    b.handle_datagram_owned(now, &mut fourth);
+    assert!(!fourth.is_empty(), "held out of order, so copied");
+    let mut third = {
+        let mut buf = vec![0u8; 20_000];
+        // The third packet went missing: it is resent after a prod.
+        b.handle_timeout(now + Duration::from_secs(1));
+        let t = b.poll_transmit(now + Duration::from_secs(1), &mut buf).unwrap();
+        a.handle_datagram(now + Duration::from_secs(1), &buf[..t.len]);
+        let t = a.poll_transmit(now + Duration::from_secs(1), &mut buf).unwrap();
+        buf.truncate(t.len);
+        buf
+    };
+    b.handle_datagram_owned(now, &mut third);
+    take(&mut b, &mut held);
+    let messages: Vec<Vec<u8>> = held.iter().map(|(m, _, _)| m.clone()).collect();
+    assert_eq!(messages, sent.to_vec());
+    let starts: Vec<usize> = held.iter().map(|(_, s, _)| *s).collect();
+    let behind = bulkwire_wire::HEADER_LEN + bulkwire_wire::RECORD_HEADER_LEN;
+    assert_eq!(
+        starts,
+        vec![behind, 0, 0, behind, 0],
+        "in place: the large first record of a packet delivered in order"
+    );
+    assert!(held[0].2 < 2 * (behind + 8000), "the buffer kept no more than twice the message");
+    assert_eq!(b.memory().ready_bytes, 0, "the receive budget counts messages, not headers");
 }
 
 #[test]
@@ -454,7 +515,7 @@ fn strategy_changes_only_before_use() {
 fn messages_to_oneself_are_delivered_locally() {
     let mut p = Pair::default();
     p.ends[0].send(0, 0, b"me").unwrap();
-    assert_eq!(p.ends[0].poll_event(), Some(Event::Message { from: 0, channel: 0, data: b"me".to_vec() }));
+    assert_eq!(p.ends[0].poll_event(), Some(Event::Message { from: 0, channel: 0, data: b"me".to_vec(), start: 0 }));
 }
 
 #[test]

@@ -78,12 +78,15 @@ pub enum RuntimeError {
     Stopped(String),
 }
 
-/// A message taken from the endpoint, waiting to be matched.
+/// A message taken from the endpoint, waiting to be matched: `data[start..]`
+/// (`start` is 0 unless the channel takes messages in place, see
+/// [`bulkwire_proto::Endpoint::set_in_place`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Inbound {
     pub from: u32,
     pub channel: u16,
     pub data: Vec<u8>,
+    pub start: usize,
 }
 
 /// The endpoint with its sockets: everything the application and the
@@ -159,7 +162,7 @@ impl Engine {
                     if self.loss.as_mut().is_some_and(|l| l.drops()) {
                         continue;
                     }
-                    self.endpoint.handle_datagram(now, self.rx.datagram(i));
+                    self.endpoint.handle_datagram_owned(now, self.rx.datagram_mut(i));
                     self.hot = path;
                     moved = true;
                 }
@@ -204,9 +207,9 @@ impl Engine {
         let limit = self.endpoint.config().recv_buffer_bytes;
         while self.inbox_bytes < limit {
             match self.endpoint.poll_event() {
-                Some(Event::Message { from, channel, data }) => {
-                    self.inbox_bytes += data.len();
-                    self.inbox.push_back(Inbound { from, channel, data });
+                Some(Event::Message { from, channel, data, start }) => {
+                    self.inbox_bytes += data.len() - start;
+                    self.inbox.push_back(Inbound { from, channel, data, start });
                 }
                 Some(Event::ProtocolViolation { peer, reason, .. }) => {
                     self.failure.get_or_insert_with(|| format!("rank {peer} broke the protocol: {reason}"));
@@ -220,7 +223,7 @@ impl Engine {
     pub fn take(&mut self, mut matches: impl FnMut(&Inbound) -> bool) -> Option<Inbound> {
         let index = self.inbox.iter().position(&mut matches)?;
         let message = self.inbox.remove(index).expect("position is valid");
-        self.inbox_bytes -= message.data.len();
+        self.inbox_bytes -= message.data.len() - message.start;
         self.collect();
         Some(message)
     }

@@ -101,12 +101,17 @@ impl PathSockets {
 }
 
 /// Buffers for reading many datagrams with one recvmmsg(2): a burst of
-/// small datagrams costs one system call, not one each.
+/// small datagrams costs one system call, not one each. A datagram's
+/// buffer may be taken away ([`RecvBatch::datagram_mut`]): it is replaced
+/// before the next read.
 #[derive(Debug)]
 pub struct RecvBatch {
+    /// Each as long as the datagram last read into it.
     buffers: Vec<Vec<u8>>,
-    lens: Vec<usize>,
 }
+
+/// Room for any datagram UDP allows.
+const DATAGRAM_ROOM: usize = 65_536;
 
 impl RecvBatch {
     /// Most datagrams one read takes.
@@ -115,7 +120,7 @@ impl RecvBatch {
     /// Room for `count` (at most [`RecvBatch::MAX`]) datagrams of any size UDP allows.
     pub fn new(count: usize) -> RecvBatch {
         let count = count.clamp(1, Self::MAX);
-        RecvBatch { buffers: vec![vec![0; 65_536]; count], lens: vec![0; count] }
+        RecvBatch { buffers: (0..count).map(|_| Vec::with_capacity(DATAGRAM_ROOM)).collect() }
     }
 
     pub fn capacity(&self) -> usize {
@@ -131,12 +136,18 @@ impl RecvBatch {
         let mut headers: [libc::mmsghdr; Self::MAX] = unsafe { std::mem::zeroed() };
         let count = self.buffers.len();
         for ((h, iov), b) in headers.iter_mut().zip(iovecs.iter_mut()).zip(self.buffers.iter_mut()) {
-            *iov = libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() };
+            b.clear();
+            if b.capacity() < DATAGRAM_ROOM {
+                // Taken away with its datagram (or new): a fresh one, not
+                // cleared, since the kernel writes it.
+                *b = Vec::with_capacity(DATAGRAM_ROOM);
+            }
+            *iov = libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.capacity() };
             h.msg_hdr.msg_iov = iov;
             h.msg_hdr.msg_iovlen = 1;
         }
-        // SAFETY: every header points to one iovec over a live buffer of the
-        // stated length; the kernel writes at most that much into each.
+        // SAFETY: every header points to one iovec over a live buffer's
+        // capacity; the kernel writes at most that much into each.
         let n = unsafe {
             libc::recvmmsg(
                 socket.as_raw_fd(),
@@ -150,15 +161,23 @@ impl RecvBatch {
             return Err(io::Error::last_os_error());
         }
         let n = n as usize;
-        for (len, h) in self.lens.iter_mut().zip(&headers[..n]) {
-            *len = h.msg_len as usize;
+        for (b, h) in self.buffers.iter_mut().zip(&headers[..n]) {
+            // SAFETY: the kernel wrote msg_len bytes (at most the capacity)
+            // at the start of this buffer.
+            unsafe { b.set_len((h.msg_len as usize).min(b.capacity())) };
         }
         Ok(n)
     }
 
     /// The `i`th datagram of the last read.
-    pub fn datagram(&self, i: usize) -> &[u8] {
-        &self.buffers[i][..self.lens[i]]
+    #[cfg(test)]
+    fn datagram(&self, i: usize) -> &[u8] {
+        &self.buffers[i]
+    }
+
+    /// The `i`th datagram of the last read, in a buffer the caller may take.
+    pub fn datagram_mut(&mut self, i: usize) -> &mut Vec<u8> {
+        &mut self.buffers[i]
     }
 }
 

@@ -143,7 +143,7 @@ impl WorkloadHost {
         self.stepped_at = Some(now);
         while let Some(event) = self.endpoint.poll_event() {
             match event {
-                Event::Message { from, channel, data } => self.check(now, from, channel, &data),
+                Event::Message { from, channel, data, start } => self.check(now, from, channel, &data[start..]),
                 Event::ProtocolViolation { peer, channel, reason } => self
                     .errors
                     .push(format!("rank {}: protocol violation by {peer} on channel {channel}: {reason}", self.rank)),
