@@ -55,9 +55,14 @@
 //!   this size leave before the barrier rather than after it in schedule
 //!   order (default 65536 when the job runs on one host, 0 otherwise; see
 //!   [`Bsp::set_eager`]);
-//! - `BULKWIRE_BSP_FANOUT=K`: partners per round of the barrier (default 7,
-//!   one round up to 8 processes, or 2 where processes outnumber cores; 1
-//!   is the classic dissemination barrier), process 0's value for the job;
+//! - `BULKWIRE_BSP_BARRIER=star|dissemination`: how the barrier's
+//!   reduction flows: to process 0 and back (`star`, the default where
+//!   processes outnumber cores: the fewest messages), or by dissemination
+//!   (the default elsewhere: the fewest rounds); process 0's value;
+//! - `BULKWIRE_BSP_FANOUT=K`: partners per round of the dissemination
+//!   (default 7, one round up to 8 processes, or 2 where processes
+//!   outnumber cores; 1 is the classic dissemination barrier), process 0's
+//!   value; setting it alone chooses the dissemination;
 //! - `BULKWIRE_BSP_STATS=1`: packet statistics (Table 5) on stderr at `end`;
 //! - `BULKWIRE_PROFILE=FILE`: a JSON line per superstep in `FILE.<pid>`.
 
@@ -83,12 +88,16 @@ pub use queue::{Message, Messages, Queue};
 pub use schedule::Order;
 pub use stats::{PacketStats, SuperstepProfile};
 
+use reduction::Barrier;
 use registry::{Area, Registry, Slot};
 use repackaging::GetRequest;
 use stats::Profiler;
 
 /// Environment variable setting the barrier's fan-out (read on process 0).
 pub const FANOUT_ENV: &str = "BULKWIRE_BSP_FANOUT";
+/// Environment variable choosing the barrier: `star` or `dissemination`
+/// (read on process 0).
+pub const BARRIER_ENV: &str = "BULKWIRE_BSP_BARRIER";
 /// Environment variable choosing the destination order.
 pub const ORDER_ENV: &str = "BULKWIRE_BSP_ORDER";
 /// Environment variable turning pacing off (`0`).
@@ -251,8 +260,8 @@ pub struct Bsp {
     rate: Option<f64>,
     /// Streams of at most this many bytes leave before the barrier.
     eager: usize,
-    /// Partners per round of the barrier (process 0's choice).
-    fanout: u32,
+    /// How the barrier's messages flow (process 0's choice).
+    barrier: reduction::Barrier,
     /// Supersteps in a row, up to the last, in which every process sent a
     /// stream to every other before the barrier (all processes know it from
     /// the reductions); from two on, the barrier takes one round (see
@@ -298,22 +307,21 @@ impl Bsp {
         })?;
         let fail = |reason: Reason| BspError { pid: env.rank, call: Call::Begin, reason };
         // Few messages where processes share cores (each message then costs
-        // about as much as a round: fan-out 2 measured best against 1 and 7
-        // with 8 processes on 2 cores); fewer rounds where each has its own.
+        // CPU time the others wait for: the star; and for the dissemination,
+        // fan-out 2 measured best against 1 and 7 with 8 processes on 2
+        // cores); fewer rounds where each has its own.
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
-        let default_fanout = if env.local_size > cores { 2 } else { reduction::DEFAULT_FANOUT };
-        let fanout = match (env.rank, std::env::var(FANOUT_ENV)) {
-            (0, Ok(v)) => match v.trim().parse::<u32>() {
-                Ok(k) if k >= 1 => k,
-                _ => {
-                    let why = format!("{FANOUT_ENV}={v}: the barrier's fan-out must be a whole number of at least 1");
-                    return Err(fail(Reason::Invalid(why)));
-                }
-            },
-            _ => default_fanout,
-        };
-        let (maxprocs, fanout) =
-            agree_on_maxprocs(&rt, requested, fanout).map_err(|e| fail(Reason::Runtime(e.to_string())))?;
+        let shared_cores = env.local_size > cores;
+        // Every process checks the setting, but process 0's counts: a bad
+        // value there must stop the job, not leave the others waiting.
+        let barrier = barrier_setting(shared_cores).map_err(|reason| {
+            let error = fail(reason);
+            rt.fail(&error.to_string());
+            error
+        })?;
+        let (maxprocs, barrier) =
+            agree_on_maxprocs(&rt, requested, barrier.code()).map_err(|e| fail(Reason::Runtime(e.to_string())))?;
+        let barrier = Barrier::from_code(barrier);
         let maxprocs = match maxprocs {
             n if n < 0 => return Err(fail(Reason::Negative { what: "maxprocs", value: n })),
             0 => return Err(fail(Reason::Invalid("maxprocs is 0: at least one process is needed".into()))),
@@ -383,7 +391,7 @@ impl Bsp {
             pacing,
             rate,
             eager,
-            fanout,
+            barrier,
             eager_to_all_streak: 0,
             barrier_rounds: 0,
             net: sync::Net::new(nprocs, max_payload, receiver_packets),
@@ -954,14 +962,14 @@ impl Drop for Bsp {
 /// number is usually decided. Process 0 sends it to every other process as
 /// its first message on the bsp channel; it precedes any superstep traffic
 /// from process 0 because the channel delivers in order.
-/// Process 0's `bsp_begin` argument and barrier fan-out, which every
-/// process takes.
-fn agree_on_maxprocs(rt: &Runtime, mine: i64, fanout: u32) -> Result<(i64, u32), RuntimeError> {
+/// Process 0's `bsp_begin` argument and barrier (its [`Barrier::code`]),
+/// which every process takes.
+fn agree_on_maxprocs(rt: &Runtime, mine: i64, barrier: u32) -> Result<(i64, u32), RuntimeError> {
     if rt.rank() == 0 {
         let mut pending: Vec<u32> = (1..rt.size()).collect();
         rt.wait(|e| {
             while let Some(&to) = pending.last() {
-                match e.endpoint.send_owned(to, sync::CHANNEL, begin_message(mine, fanout)) {
+                match e.endpoint.send_owned(to, sync::CHANNEL, begin_message(mine, barrier)) {
                     Ok(()) => pending.pop(),
                     Err(bulkwire_proto::SendError::WouldBlock) => return Ok(None),
                     Err(other) => return Err(RuntimeError::Stopped(other.to_string())),
@@ -969,15 +977,15 @@ fn agree_on_maxprocs(rt: &Runtime, mine: i64, fanout: u32) -> Result<(i64, u32),
             }
             Ok(Some(()))
         })?;
-        return Ok((mine, fanout));
+        return Ok((mine, barrier));
     }
     rt.wait(|e| match e.take(|m| m.from == 0 && m.channel == sync::CHANNEL) {
         None => Ok(None),
-        Some(m) => match m.data.split_first() {
+        Some(m) => match m.data[m.start..].split_first() {
             Some((&BEGIN, value)) if value.len() == 12 => {
                 let maxprocs = i64::from_le_bytes(value[..8].try_into().expect("8 bytes"));
-                let fanout = u32::from_le_bytes(value[8..].try_into().expect("4 bytes"));
-                Ok(Some((maxprocs, fanout.max(1))))
+                let barrier = u32::from_le_bytes(value[8..].try_into().expect("4 bytes"));
+                Ok(Some((maxprocs, barrier)))
             }
             _ => Err(RuntimeError::Stopped("process 0's first bsp message is not its bsp_begin".into())),
         },
@@ -987,9 +995,35 @@ fn agree_on_maxprocs(rt: &Runtime, mine: i64, fanout: u32) -> Result<(i64, u32),
 /// Kind byte of the message that carries process 0's `bsp_begin` argument.
 const BEGIN: u8 = 0xB0;
 
-fn begin_message(maxprocs: i64, fanout: u32) -> Vec<u8> {
+fn begin_message(maxprocs: i64, barrier: u32) -> Vec<u8> {
     let mut m = vec![BEGIN];
     m.extend_from_slice(&maxprocs.to_le_bytes());
-    m.extend_from_slice(&fanout.to_le_bytes());
+    m.extend_from_slice(&barrier.to_le_bytes());
     m
+}
+
+/// The barrier process 0 chooses for the job from [`BARRIER_ENV`] and
+/// [`FANOUT_ENV`]: by default the star where processes outnumber cores
+/// (`shared_cores`), else the dissemination; a fan-out set alone chooses
+/// the dissemination.
+fn barrier_setting(shared_cores: bool) -> Result<Barrier, Reason> {
+    let fanout = match std::env::var(FANOUT_ENV) {
+        Ok(v) => match v.trim().parse::<u32>() {
+            Ok(k) if k >= 1 => Some(k),
+            _ => {
+                let why = format!("{FANOUT_ENV}={v}: the barrier's fan-out must be a whole number of at least 1");
+                return Err(Reason::Invalid(why));
+            }
+        },
+        Err(_) => None,
+    };
+    let default_fanout = if shared_cores { 2 } else { reduction::DEFAULT_FANOUT };
+    let dissemination = Barrier::Dissemination(fanout.unwrap_or(default_fanout));
+    match std::env::var(BARRIER_ENV).as_deref().map(str::trim) {
+        Ok("star") => Ok(Barrier::Star),
+        Ok("dissemination") => Ok(dissemination),
+        Ok(other) => Err(Reason::Invalid(format!("{BARRIER_ENV}={other}: expected star or dissemination"))),
+        Err(_) if shared_cores && fanout.is_none() => Ok(Barrier::Star),
+        Err(_) => Ok(dissemination),
+    }
 }

@@ -25,7 +25,7 @@ use bulkwire_runtime::{Engine, Runtime};
 
 use crate::error::{BspError, Call, Reason};
 use crate::pacing::Pacer;
-use crate::reduction::{Dissemination, Reduction};
+use crate::reduction::{Barrier, Dissemination, Reduction};
 use crate::registry::Area;
 use crate::repackaging::{self, Counts, OutStream, Record};
 use crate::schedule;
@@ -566,55 +566,94 @@ impl Bsp {
     /// round took three times as long, hence the prediction.)
     fn reduce(&mut self, mut acc: Reduction, eager: &[usize]) -> Result<Reduction, Reason> {
         let (me, p, s) = (self.pid, self.nprocs, self.superstep);
-        let rt = self.rt.as_ref().expect("the runtime is there until end");
-        let fanout = if self.eager_to_all_streak >= ONE_ROUND_AFTER { p.saturating_sub(1) } else { self.fanout };
+        // The eager streams go first: a stream in one piece then starts its
+        // packet, as it must to travel in its own buffer, and the barrier's
+        // message to the same process rides behind it.
+        let packet = self.net.max_payload - bulkwire_wire::RECORD_HEADER_LEN - DATA_HEADER;
+        for to in schedule::rounds(self.order, me, p, s).into_iter().filter(|&to| eager[to as usize] > 0) {
+            let stream = &mut self.outboxes[to as usize].stream;
+            let mut offset = 0;
+            while offset < stream.len() {
+                let piece = repackaging::piece(offset, stream.len(), packet);
+                offset = piece.end;
+                let (message, framed) = piece_message(stream, piece, s, EAGER_LAST);
+                debug_assert!(!framed || message.capacity() - message.len() >= shares_packet_with_stream(p));
+                self.net.outgoing.push_back(Outgoing { to, message, framed });
+            }
+        }
+        let fanout = match self.barrier {
+            _ if self.eager_to_all_streak >= ONE_ROUND_AFTER => p.saturating_sub(1),
+            Barrier::Star => return self.reduce_star(acc),
+            Barrier::Dissemination(k) => k,
+        };
         let shape = Dissemination::new(p, fanout);
         self.barrier_rounds = shape.rounds();
         for round in 0..shape.rounds() {
             let partners: Vec<(u32, u32)> = shape.partners(me, round).collect();
-            // The eager streams go first: a stream in one piece then starts
-            // its packet, as it must to travel in its own buffer, and the
-            // barrier's message to the same process rides behind it.
-            if round == 0 {
-                let packet = self.net.max_payload - bulkwire_wire::RECORD_HEADER_LEN - DATA_HEADER;
-                for to in schedule::rounds(self.order, me, p, s).into_iter().filter(|&to| eager[to as usize] > 0) {
-                    let stream = &mut self.outboxes[to as usize].stream;
-                    let mut offset = 0;
-                    while offset < stream.len() {
-                        let piece = repackaging::piece(offset, stream.len(), packet);
-                        offset = piece.end;
-                        let (message, framed) = piece_message(stream, piece, s, EAGER_LAST);
-                        debug_assert!(!framed || message.capacity() - message.len() >= shares_packet_with_stream(p));
-                        self.net.outgoing.push_back(Outgoing { to, message, framed });
-                    }
-                }
-            }
-            let encoded = acc.encode();
-            let mut message = header(REDUCE, s, 4 + encoded.len());
-            message.extend_from_slice(&round.to_le_bytes());
-            message.extend_from_slice(&encoded);
-            for &(to, _) in &partners {
-                self.net.queue(to, message.clone());
-            }
-            let mut heard: Vec<Option<Vec<u8>>> = vec![None; partners.len()];
-            wait(rt, &mut self.net, s, |e, net| {
-                let mut all = true;
-                for (slot, &(_, from)) in heard.iter_mut().zip(&partners).filter(|(h, _)| h.is_none()) {
-                    *slot = net.reduce.remove(&(s, round, from));
-                    if slot.is_none() {
-                        waiting_for(e, from, s, "the barrier")?;
-                        all = false;
-                    }
-                }
-                Ok(all.then_some(()))
-            })?;
-            for (bytes, &(_, from)) in heard.iter().zip(&partners) {
-                let bytes = bytes.as_deref().expect("every partner was heard");
-                let theirs = Reduction::decode(bytes, p).map_err(|why| Reason::Malformed { peer: from, why })?;
+            self.tell(round, &acc, partners.iter().map(|&(to, _)| to));
+            let from: Vec<u32> = partners.iter().map(|&(_, from)| from).collect();
+            for theirs in self.hear(round, &from)? {
                 acc.merge(&theirs);
             }
         }
         Ok(acc)
+    }
+
+    /// The reduction as a star ([`Barrier::Star`]): every process sends
+    /// its reduction to process 0, which merges them and sends the result,
+    /// everyone's, back.
+    fn reduce_star(&mut self, mut acc: Reduction) -> Result<Reduction, Reason> {
+        const UP: u32 = 0;
+        const DOWN: u32 = 1;
+        let (me, p) = (self.pid, self.nprocs);
+        self.barrier_rounds = if p > 1 { 2 } else { 0 };
+        if me != 0 {
+            self.tell(UP, &acc, [0]);
+            return Ok(self.hear(DOWN, &[0])?.pop().expect("process 0 was heard"));
+        }
+        let others: Vec<u32> = (1..p).collect();
+        for theirs in self.hear(UP, &others)? {
+            acc.merge(&theirs);
+        }
+        self.tell(DOWN, &acc, others);
+        Ok(acc)
+    }
+
+    /// Queues `acc` as this superstep's reduce message of `round` to `to`.
+    fn tell(&mut self, round: u32, acc: &Reduction, to: impl IntoIterator<Item = u32>) {
+        let encoded = acc.encode();
+        let mut message = header(REDUCE, self.superstep, 4 + encoded.len());
+        message.extend_from_slice(&round.to_le_bytes());
+        message.extend_from_slice(&encoded);
+        for to in to {
+            self.net.queue(to, message.clone());
+        }
+    }
+
+    /// Waits for the reduce messages of `round` from `from` and decodes them.
+    fn hear(&mut self, round: u32, from: &[u32]) -> Result<Vec<Reduction>, Reason> {
+        let (p, s) = (self.nprocs, self.superstep);
+        let rt = self.rt.as_ref().expect("the runtime is there until end");
+        let mut heard: Vec<Option<Vec<u8>>> = vec![None; from.len()];
+        wait(rt, &mut self.net, s, |e, net| {
+            let mut all = true;
+            for (slot, &from) in heard.iter_mut().zip(from).filter(|(h, _)| h.is_none()) {
+                *slot = net.reduce.remove(&(s, round, from));
+                if slot.is_none() {
+                    waiting_for(e, from, s, "the barrier")?;
+                    all = false;
+                }
+            }
+            Ok(all.then_some(()))
+        })?;
+        heard
+            .iter()
+            .zip(from)
+            .map(|(bytes, &from)| {
+                let bytes = bytes.as_deref().expect("every process was heard");
+                Reduction::decode(bytes, p).map_err(|why| Reason::Malformed { peer: from, why })
+            })
+            .collect()
     }
 
     /// Phase 2: collects what every process that sends to this one

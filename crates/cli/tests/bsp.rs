@@ -159,12 +159,18 @@ fn semantics_for_every_order_and_under_loss() {
     // data goes, not what arrives, with loss as without.
     let lossy = [("BULKWIRE_TEST_DROP", "0.05"), ("BULKWIRE_TEST_DROP_SEED", "11"), ("BULKWIRE_BSP_EAGER", "0")];
     let paced = [("BULKWIRE_BSP_RATE", "50mbit"), ("BULKWIRE_TEST_DROP", "0.05"), ("BULKWIRE_TEST_DROP_SEED", "7")];
+    // Where processes outnumber cores the barrier is a star by default,
+    // elsewhere a dissemination: each where the other is the default.
+    let star = [("BULKWIRE_BSP_BARRIER", "star"), lossy[0], lossy[1]];
+    let dissemination = [("BULKWIRE_BSP_BARRIER", "dissemination"), lossy[0], lossy[1]];
     type Env<'a> = &'a [(&'a str, &'a str)];
-    let runs: [(&[u32], Env, &str); 4] = [
+    let runs: [(&[u32], Env, &str); 6] = [
         (&[3, 8], &lossy[..2], "5% loss"),
         (&[3, 8], &lossy, "5% loss, nothing eager"),
         (&[2, 8], &paced[..1], "paced at 50 Mbit/s"),
         (&[2, 8], &paced, "paced at 50 Mbit/s, 5% loss"),
+        (&[1, 2], &star, "star barrier, 5% loss"),
+        (&[3, 8], &dissemination, "dissemination barrier, 5% loss"),
     ];
     for (ns, env, what) in runs {
         for &n in ns {
@@ -176,6 +182,7 @@ fn semantics_for_every_order_and_under_loss() {
     let bad = [
         ("BULKWIRE_BSP_RATE", "fast", "BULKWIRE_BSP_RATE", "unknown unit"),
         ("BULKWIRE_BSP_EAGER", "lots", "BULKWIRE_BSP_EAGER=lots", "not a number of bytes"),
+        ("BULKWIRE_BSP_BARRIER", "ring", "BULKWIRE_BSP_BARRIER=ring", "expected star or dissemination"),
     ];
     for (name, value, named, why) in bad {
         let out = launch(2, "semantics_for_every_order_and_under_loss", &[(name, value)]);
@@ -329,19 +336,23 @@ fn the_barrier_takes_one_round_in_a_run_of_total_exchanges() {
     let dir = std::env::temp_dir().join(format!("bulkwire-rounds-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let prefix = dir.join("rounds");
-    // Fan-out 1: two rounds for 4 processes unless the barrier takes one.
-    let env = [("BULKWIRE_BSP_FANOUT", "1"), ("BULKWIRE_PROFILE", prefix.to_str().unwrap())];
-    let out = launch(4, "the_barrier_takes_one_round_in_a_run_of_total_exchanges", &env);
-    expect_ok(&out, 4, "rounds");
-    // The registration's sync, then the pattern, then bsp_end.
-    let want = [2, 2, 2, 1, 1, 1, 2, 2, 2, 2, 2];
-    for pid in 0..4 {
-        let trace = std::fs::read_to_string(dir.join(format!("rounds.{pid}"))).unwrap();
-        let rounds: Vec<u64> = trace
-            .lines()
-            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["barrier_rounds"].as_u64().unwrap())
-            .collect();
-        assert_eq!(rounds, want, "process {pid}: {trace}");
+    // A dissemination of fan-out 1 takes two rounds for 4 processes, and
+    // a star two steps (to process 0 and back), unless the barrier takes
+    // one round.
+    for barrier in [("BULKWIRE_BSP_FANOUT", "1"), ("BULKWIRE_BSP_BARRIER", "star")] {
+        let env = [barrier, ("BULKWIRE_PROFILE", prefix.to_str().unwrap())];
+        let out = launch(4, "the_barrier_takes_one_round_in_a_run_of_total_exchanges", &env);
+        expect_ok(&out, 4, "rounds");
+        // The registration's sync, then the pattern, then bsp_end.
+        let want = [2, 2, 2, 1, 1, 1, 2, 2, 2, 2, 2];
+        for pid in 0..4 {
+            let trace = std::fs::read_to_string(dir.join(format!("rounds.{pid}"))).unwrap();
+            let rounds: Vec<u64> = trace
+                .lines()
+                .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["barrier_rounds"].as_u64().unwrap())
+                .collect();
+            assert_eq!(rounds, want, "process {pid}, {barrier:?}: {trace}");
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
