@@ -389,6 +389,13 @@ mod tests {
         assert_eq!(batch.recv(&rx).unwrap(), 2);
         assert_eq!(batch.datagram(0), &[4u8; 104][..]);
         assert_eq!(batch.datagram(1), &[5u8; 105][..]);
+        // A buffer taken away with its datagram is replaced for the next read.
+        let taken = std::mem::take(batch.datagram_mut(1));
+        assert_eq!(taken, vec![5u8; 105]);
+        tx.send_to(&[6u8; 60_000], rx.local_addr().unwrap()).unwrap();
+        tx.send_to(&[7u8; 7], rx.local_addr().unwrap()).unwrap();
+        assert_eq!(batch.recv(&rx).unwrap(), 2);
+        assert_eq!((batch.datagram(0), batch.datagram(1)), (&[6u8; 60_000][..], &[7u8; 7][..]));
     }
 
     #[test]
