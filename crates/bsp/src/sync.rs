@@ -271,8 +271,8 @@ fn data_message(superstep: u64, last: u8, piece: &[u8]) -> Vec<u8> {
     m
 }
 
-/// The message that carries bytes `piece` of `stream`, the end of the
-/// stream if `last` (marked `last_mark`), and whether it is framed: the
+/// The message that carries bytes `piece` of `stream`, marked `last_mark`
+/// if the piece ends the stream (0 if not), and whether it is framed: the
 /// stream's own buffer when the piece is all that is left of it, else a
 /// copy of the piece.
 fn piece_message(stream: &mut OutStream, piece: Range<usize>, superstep: u64, last_mark: u8) -> (Vec<u8>, bool) {
