@@ -166,19 +166,6 @@ impl Reduction {
         self.talks(from, to) || self.asks(to, from)
     }
 
-    pub fn merge(&mut self, o: &Reduction) {
-        for (w, x) in self.words.iter_mut().zip(&o.words).chain(self.asks.iter_mut().zip(&o.asks)) {
-            *w |= x;
-        }
-        for (b, x) in self.out_bytes.iter_mut().zip(&o.out_bytes) {
-            *b = (*b).max(*x);
-        }
-        self.ending.merge(&o.ending);
-        self.registrations.merge(&o.registrations);
-        self.tagsize.merge(&o.tagsize);
-        self.eager_to_all.merge(&o.eager_to_all);
-    }
-
     /// Bytes of an encoded reduction of `p` processes.
     pub fn encoded_len(p: u32) -> usize {
         let words = (p as usize * p as usize).div_ceil(64);
@@ -203,25 +190,32 @@ impl Reduction {
 
     /// Decodes a peer's reduction for a job of `p` processes.
     pub fn decode(bytes: &[u8], p: u32) -> Result<Reduction, String> {
-        let mut r = Reader(bytes);
-        if r.u32()? != p {
-            return Err("reduction for another number of processes".into());
-        }
         let n = (p as usize * p as usize).div_ceil(64);
-        let words = (0..n).map(|_| r.u64()).collect::<Result<_, _>>()?;
-        let asks = (0..n).map(|_| r.u64()).collect::<Result<_, _>>()?;
-        let out_bytes = (0..p).map(|_| r.u64()).collect::<Result<_, _>>()?;
-        let mut extremes = [Extremes::of(0, 0, 0); 4];
-        for e in &mut extremes {
-            for w in [&mut e.min, &mut e.max] {
-                *w = Witness { value: r.u64()?, pid: r.u32()?, detail: r.u64()? };
-            }
-        }
-        if !r.0.is_empty() {
-            return Err("trailing bytes after a reduction".into());
-        }
-        let [ending, registrations, tagsize, eager_to_all] = extremes;
+        let (mut words, mut asks, mut out_bytes) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::new());
+        let [ending, registrations, tagsize, eager_to_all] = read(bytes, p, |part, _, x| match part {
+            Part::Words => words.push(x),
+            Part::Asks => asks.push(x),
+            Part::OutBytes => out_bytes.push(x),
+        })?;
         Ok(Reduction { p, words, asks, out_bytes, ending, registrations, tagsize, eager_to_all })
+    }
+
+    /// Merges a peer's encoded reduction into this one, read in place (a
+    /// barrier merges one from every partner in every round): the
+    /// matrices by OR, the byte counts by maximum, the checks by their
+    /// extremes. After an error `self` may hold part of it: the sync fails
+    /// with the error.
+    pub fn merge_encoded(&mut self, bytes: &[u8]) -> Result<(), String> {
+        let [ending, registrations, tagsize, eager_to_all] = read(bytes, self.p, |part, i, x| match part {
+            Part::Words => self.words[i] |= x,
+            Part::Asks => self.asks[i] |= x,
+            Part::OutBytes => self.out_bytes[i] = self.out_bytes[i].max(x),
+        })?;
+        self.ending.merge(&ending);
+        self.registrations.merge(&registrations);
+        self.tagsize.merge(&tagsize);
+        self.eager_to_all.merge(&eager_to_all);
+        Ok(())
     }
 
     /// The first disagreement, as every process sees it after the reduction.
@@ -347,6 +341,39 @@ impl Dissemination {
     }
 }
 
+/// The vectors of an encoded reduction, in their order.
+#[derive(Clone, Copy)]
+enum Part {
+    Words,
+    Asks,
+    OutBytes,
+}
+
+/// Reads an encoded reduction of `p` processes, handing each word of its
+/// vectors to `word(part, index, value)`; returns its checks.
+fn read(bytes: &[u8], p: u32, mut word: impl FnMut(Part, usize, u64)) -> Result<[Extremes; 4], String> {
+    let mut r = Reader(bytes);
+    if r.u32()? != p {
+        return Err("reduction for another number of processes".into());
+    }
+    let n = (p as usize * p as usize).div_ceil(64);
+    for (part, len) in [(Part::Words, n), (Part::Asks, n), (Part::OutBytes, p as usize)] {
+        for i in 0..len {
+            word(part, i, r.u64()?);
+        }
+    }
+    let mut extremes = [Extremes::of(0, 0, 0); 4];
+    for e in &mut extremes {
+        for w in [&mut e.min, &mut e.max] {
+            *w = Witness { value: r.u64()?, pid: r.u32()?, detail: r.u64()? };
+        }
+    }
+    if !r.0.is_empty() {
+        return Err("trailing bytes after a reduction".into());
+    }
+    Ok(extremes)
+}
+
 pub(crate) struct Reader<'a>(pub &'a [u8]);
 
 impl<'a> Reader<'a> {
@@ -388,8 +415,7 @@ mod tests {
                     assert!(shape.partners(from, round).any(|(t, _)| t == pid));
                     assert!(to != pid && from != pid);
                     heard.push(from);
-                    let got = Reduction::decode(&sent[from as usize], p).unwrap();
-                    state[pid as usize].merge(&got);
+                    state[pid as usize].merge_encoded(&sent[from as usize]).unwrap();
                 }
                 heard.sort_unstable();
                 heard.dedup();
@@ -500,5 +526,10 @@ mod tests {
         assert!(Reduction::decode(&bytes, 4).is_err());
         assert!(Reduction::decode(&bytes[..bytes.len() - 1], 3).is_err());
         assert_eq!(Reduction::decode(&bytes, 3).unwrap(), r);
+        let mut other = Reduction::local(4, 1, |_| true, 1, false, (0, 0, 0), (4, 2));
+        assert!(other.merge_encoded(&bytes).is_err(), "another number of processes");
+        let mut same = Reduction::local(3, 1, |_| false, 9, false, (0, 0, 0), (4, 2));
+        assert!(same.merge_encoded(&bytes[..bytes.len() - 1]).is_err());
+        assert!(same.merge_encoded(&[bytes.clone(), vec![0]].concat()).is_err(), "trailing bytes");
     }
 }

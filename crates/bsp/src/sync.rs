@@ -104,7 +104,7 @@ impl Stream {
 pub(crate) struct Net {
     /// Reductions by (superstep, round, sender): a fast process may already
     /// be in the next superstep's barrier.
-    reduce: HashMap<(u64, u32, u32), Vec<u8>>,
+    reduce: HashMap<(u64, u32, u32), (Vec<u8>, usize)>,
     counts: HashMap<(u64, u32), Vec<u8>>,
     /// The current superstep's streams by sender, and the `last` of each
     /// one's latest piece.
@@ -192,7 +192,8 @@ impl Net {
         match m[0] {
             REDUCE if m.len() >= HEADER + 4 => {
                 let round = u32::from_le_bytes(m[HEADER..HEADER + 4].try_into().expect("4 bytes"));
-                self.reduce.insert((step, round, from), m[HEADER + 4..].to_vec());
+                // Kept as it came: the reduction is read where it lies.
+                self.reduce.insert((step, round, from), (data, start + HEADER + 4));
             }
             COUNTS => {
                 self.counts.insert((step, from), m[HEADER..].to_vec());
@@ -570,7 +571,8 @@ impl Bsp {
         // packet, as it must to travel in its own buffer, and the barrier's
         // message to the same process rides behind it.
         let packet = self.net.max_payload - bulkwire_wire::RECORD_HEADER_LEN - DATA_HEADER;
-        for to in schedule::rounds(self.order, me, p, s).into_iter().filter(|&to| eager[to as usize] > 0) {
+        let order = if eager.iter().any(|&e| e > 0) { schedule::rounds(self.order, me, p, s) } else { Vec::new() };
+        for to in order.into_iter().filter(|&to| eager[to as usize] > 0) {
             let stream = &mut self.outboxes[to as usize].stream;
             let mut offset = 0;
             while offset < stream.len() {
@@ -592,9 +594,7 @@ impl Bsp {
             let partners: Vec<(u32, u32)> = shape.partners(me, round).collect();
             self.tell(round, &acc, partners.iter().map(|&(to, _)| to));
             let from: Vec<u32> = partners.iter().map(|&(_, from)| from).collect();
-            for theirs in self.hear(round, &from)? {
-                acc.merge(&theirs);
-            }
+            self.hear(round, &from, |bytes| acc.merge_encoded(bytes))?;
         }
         Ok(acc)
     }
@@ -609,12 +609,15 @@ impl Bsp {
         self.barrier_rounds = if p > 1 { 2 } else { 0 };
         if me != 0 {
             self.tell(UP, &acc, [0]);
-            return Ok(self.hear(DOWN, &[0])?.pop().expect("process 0 was heard"));
+            let mut global = None;
+            self.hear(DOWN, &[0], |bytes| {
+                global = Some(Reduction::decode(bytes, p)?);
+                Ok(())
+            })?;
+            return Ok(global.expect("process 0 was heard"));
         }
         let others: Vec<u32> = (1..p).collect();
-        for theirs in self.hear(UP, &others)? {
-            acc.merge(&theirs);
-        }
+        self.hear(UP, &others, |bytes| acc.merge_encoded(bytes))?;
         self.tell(DOWN, &acc, others);
         Ok(acc)
     }
@@ -630,11 +633,17 @@ impl Bsp {
         }
     }
 
-    /// Waits for the reduce messages of `round` from `from` and decodes them.
-    fn hear(&mut self, round: u32, from: &[u32]) -> Result<Vec<Reduction>, Reason> {
-        let (p, s) = (self.nprocs, self.superstep);
+    /// Waits for the reduce messages of `round` from `from` and hands each
+    /// encoded reduction to `take`, in the order of `from`.
+    fn hear(
+        &mut self,
+        round: u32,
+        from: &[u32],
+        mut take: impl FnMut(&[u8]) -> Result<(), String>,
+    ) -> Result<(), Reason> {
+        let s = self.superstep;
         let rt = self.rt.as_ref().expect("the runtime is there until end");
-        let mut heard: Vec<Option<Vec<u8>>> = vec![None; from.len()];
+        let mut heard: Vec<Option<(Vec<u8>, usize)>> = vec![None; from.len()];
         wait(rt, &mut self.net, s, |e, net| {
             let mut all = true;
             for (slot, &from) in heard.iter_mut().zip(from).filter(|(h, _)| h.is_none()) {
@@ -646,14 +655,11 @@ impl Bsp {
             }
             Ok(all.then_some(()))
         })?;
-        heard
-            .iter()
-            .zip(from)
-            .map(|(bytes, &from)| {
-                let bytes = bytes.as_deref().expect("every process was heard");
-                Reduction::decode(bytes, p).map_err(|why| Reason::Malformed { peer: from, why })
-            })
-            .collect()
+        for (message, &from) in heard.iter().zip(from) {
+            let (bytes, at) = message.as_ref().expect("every process was heard");
+            take(&bytes[*at..]).map_err(|why| Reason::Malformed { peer: from, why })?;
+        }
+        Ok(())
     }
 
     /// Phase 2: collects what every process that sends to this one
