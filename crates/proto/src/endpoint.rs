@@ -171,12 +171,13 @@ impl Endpoint {
 
     /// Queues the message `framed[RECORD_HEADER_LEN..]`, whose buffer has
     /// room for a record header in front ([`bulkwire_wire::RECORD_HEADER_LEN`]
-    /// bytes, of any content). A message that fits one packet is then
-    /// copied once on its way, into the datagram: its buffer is kept as
-    /// it is until acknowledged, for resending (with [`Endpoint::send_owned`]
-    /// the message is copied into a packet buffer as well). Some spare
-    /// capacity lets later small messages to the same peer share the
-    /// packet without the buffer growing.
+    /// bytes, of any content). A message that fits one packet is then not
+    /// copied by the endpoint at all: its buffer becomes the packet's
+    /// payload, kept until acknowledged and sent where it lies (see
+    /// [`Endpoint::poll_transmit_shared`]); with [`Endpoint::send_owned`]
+    /// the message is copied into a packet buffer. Some spare capacity
+    /// lets later small messages to the same peer share the packet without
+    /// the buffer growing.
     pub fn send_framed(&mut self, to: u32, channel: u16, framed: Vec<u8>) -> Result<(), SendError> {
         if framed.len() < RECORD_HEADER_LEN {
             return Err(SendError::NoHeadroom { len: framed.len() });
