@@ -345,6 +345,23 @@ fn framed_messages_arrive_intact_whole_fragmented_and_resent() {
 }
 
 #[test]
+fn a_framed_message_that_fills_its_packet_is_the_payload_itself() {
+    let mut p = Pair::default();
+    let mut buf = vec![0u8; 65_536];
+    let given = framed(&msg(1, 1000));
+    let at = given.as_ptr();
+    p.ends[0].send_framed(1, 0, given).unwrap();
+    let (_, shared) = p.ends[0].poll_transmit_shared(p.now, &mut buf).unwrap();
+    assert_eq!(shared.expect("a data packet").as_ptr(), at, "the framed buffer was copied");
+    // Larger than a packet, it is cut into pieces copied from it.
+    let given = framed(&msg(2, 3000));
+    let at = given.as_ptr();
+    p.ends[0].send_framed(1, 0, given).unwrap();
+    let (_, shared) = p.ends[0].poll_transmit_shared(p.now, &mut buf).unwrap();
+    assert_ne!(shared.expect("a data packet").as_ptr(), at);
+}
+
+#[test]
 fn a_shared_payload_makes_the_same_datagram_and_may_outlive_its_packet() {
     let mut p = Pair::default();
     p.ends[0].send(1, 0, &msg(0, 1000)).unwrap();
