@@ -93,10 +93,11 @@ use registry::{Area, Registry, Slot};
 use repackaging::GetRequest;
 use stats::Profiler;
 
-/// Environment variable setting the barrier's fan-out (read on process 0).
+/// Environment variable setting the barrier's fan-out (every process
+/// checks it; process 0's value counts).
 pub const FANOUT_ENV: &str = "BULKWIRE_BSP_FANOUT";
 /// Environment variable choosing the barrier: `star` or `dissemination`
-/// (read on process 0).
+/// (every process checks it; process 0's value counts).
 pub const BARRIER_ENV: &str = "BULKWIRE_BSP_BARRIER";
 /// Environment variable choosing the destination order.
 pub const ORDER_ENV: &str = "BULKWIRE_BSP_ORDER";

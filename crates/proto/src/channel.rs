@@ -996,13 +996,14 @@ impl Channel {
         sh: &mut Shared<'_>,
     ) -> (Path, usize, Option<SharedPayload>) {
         let max = sh.cfg.max_payload();
-        let room = |payload: &Vec<u8>| max.saturating_sub(payload.len() + RECORD_HEADER_LEN).min(u16::MAX as usize);
+        // Data room for one more record behind `used` bytes of payload.
+        let room = |used: usize| max.saturating_sub(used + RECORD_HEADER_LEN).min(u16::MAX as usize);
         // A framed message that fits the packet whole is its payload as it
         // is: its bytes are then not copied at all here (the datagram
         // shares the payload). The pool's buffer goes back unused (the
         // packet still counts as one out of the pool).
         if let Some(msg) = self.pending.front() {
-            if msg.headroom == RECORD_HEADER_LEN && msg.offset == 0 && msg.len() <= room(&Vec::new()) {
+            if msg.headroom == RECORD_HEADER_LEN && msg.offset == 0 && msg.len() <= room(0) {
                 let msg = self.pending.pop_front().expect("looked at above");
                 let len = msg.len();
                 sh.send_pool.recycle(std::mem::replace(&mut payload, msg.data));
@@ -1013,7 +1014,7 @@ impl Channel {
         // Other messages are packed behind it, or into the pool's buffer
         // (which holds a whole packet, so it does not grow).
         while let Some(msg) = self.pending.front_mut() {
-            let room = room(&payload);
+            let room = room(payload.len());
             let left = msg.len() - msg.offset;
             if room == 0 || (left > 0 && room < left.min(64) && !payload.is_empty()) {
                 break; // full, or only a sliver left: start the rest in the next packet
