@@ -398,12 +398,18 @@ mod tests {
         assert_eq!((batch.datagram(0), batch.datagram(1)), (&[6u8; 60_000][..], &[7u8; 7][..]));
     }
 
-    #[test]
-    fn a_batch_sends_runs_of_one_path_in_order() {
+    /// A process's sockets and a plain socket that receives what they send.
+    fn sockets_and_receiver() -> (PathSockets, UdpSocket, SocketAddr) {
         let sockets = PathSockets::bind("127.0.0.1".parse().unwrap(), &SocketOptions::default()).unwrap();
         let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
         rx.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
         let to = rx.local_addr().unwrap();
+        (sockets, rx, to)
+    }
+
+    #[test]
+    fn a_batch_sends_runs_of_one_path_in_order() {
+        let (sockets, rx, to) = sockets_and_receiver();
         let mut batch = SendBatch::new(4, 1000);
         for (i, path) in [Path::Ordinary, Path::Ordinary, Path::Premium, Path::Ordinary].into_iter().enumerate() {
             batch.next_buffer()[..10].fill(i as u8);
@@ -424,10 +430,7 @@ mod tests {
 
     #[test]
     fn a_shared_payload_goes_between_header_and_mac() {
-        let sockets = PathSockets::bind("127.0.0.1".parse().unwrap(), &SocketOptions::default()).unwrap();
-        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        rx.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
-        let to = rx.local_addr().unwrap();
+        let (sockets, rx, to) = sockets_and_receiver();
         let mut batch = SendBatch::new(2, 1000);
         let payload: SharedPayload = std::sync::Arc::new(vec![7; 300]);
         let head = batch.next_buffer();
