@@ -33,6 +33,11 @@ impl Queue {
         Queue { buffers, entries, next: 0, bytes_left }
     }
 
+    /// The buffers the messages lay in, for reuse once the queue is over.
+    pub(crate) fn into_buffers(self) -> Vec<Vec<u8>> {
+        self.buffers
+    }
+
     /// Messages not yet moved.
     pub fn len(&self) -> usize {
         self.entries.len() - self.next

@@ -123,6 +123,9 @@ pub(crate) struct Net {
     /// receiver buffers (the runtime's configuration, read once).
     max_payload: usize,
     receiver_packets: usize,
+    /// Buffers of landed streams, given back to the runtime at the next
+    /// chance to read datagrams into ([`Engine::recycle`]).
+    spare: Vec<Vec<u8>>,
 }
 
 impl Net {
@@ -138,6 +141,7 @@ impl Net {
             outgoing: VecDeque::new(),
             max_payload,
             receiver_packets,
+            spare: Vec::new(),
         }
     }
 
@@ -157,8 +161,12 @@ impl Net {
         Ok(())
     }
 
-    /// Sorts every bsp message the runtime holds.
+    /// Sorts every bsp message the runtime holds (first giving back the
+    /// buffers of landed streams).
     fn pump(&mut self, e: &mut Engine, superstep: u64) {
+        for buffer in self.spare.drain(..) {
+            e.recycle(buffer);
+        }
         while let Some(m) = e.take(|m| m.channel == CHANNEL) {
             let from = m.from;
             if let Err(why) = self.sort(m.from, m.data, m.start, superstep) {
@@ -860,7 +868,17 @@ impl Bsp {
                 }
             }
         }
-        self.queue = Queue::new(streams.into_iter().map(Stream::into_bytes).collect(), entries);
+        // The streams' buffers (most were read from the network in place)
+        // hold the new queue's messages; with none, they are given back to
+        // the runtime now, and the old queue's are given back in any case.
+        let buffers = streams.into_iter().map(Stream::into_bytes).collect();
+        let old = if entries.is_empty() {
+            self.net.spare.extend(buffers);
+            std::mem::take(&mut self.queue)
+        } else {
+            std::mem::replace(&mut self.queue, Queue::new(buffers, entries))
+        };
+        self.net.spare.extend(old.into_buffers());
         Ok(())
     }
 

@@ -346,15 +346,19 @@ impl Endpoint {
     /// datagram's buffer away: on a channel that takes its messages in
     /// place ([`Endpoint::set_in_place`]), a large message that fills the
     /// datagram's first record is delivered in this buffer, which is then
-    /// taken (left empty), rather than copied out of it.
+    /// taken (left empty), rather than copied out of it. The buffer keeps
+    /// its room when the message fills at least a quarter of it, so that
+    /// the caller can read another datagram into it once the message is
+    /// consumed; a smaller message gives the rest back.
     pub fn handle_datagram_owned(&mut self, now: Time, datagram: &mut Vec<u8>) {
         let Some(InPlace { event, len }) = self.handle(now, datagram, true) else { return };
         let start = HEADER_LEN + RECORD_HEADER_LEN;
         let mut data = std::mem::take(datagram);
         data.truncate(start + len);
         // A buffer for the largest datagram may hold a far smaller message
-        // for a while: give back the rest (glibc shrinks in place).
-        if data.capacity() > 2 * data.len() {
+        // for a while: past four times the message, give back the rest
+        // (glibc shrinks in place).
+        if data.capacity() > 4 * data.len() {
             data.shrink_to_fit();
         }
         if let Some(Event::Message { data: slot, start: at, .. }) = self.events.get_mut(event) {

@@ -202,13 +202,15 @@ impl Engine {
     }
 
     /// Moves delivered messages to the inbox while it has room, so that an
-    /// application that does not receive still holds the sender back.
+    /// application that does not receive still holds the sender back. Room
+    /// is counted in the memory messages hold: a message delivered in the
+    /// buffer it was read into may hold more than its length.
     fn collect(&mut self) {
         let limit = self.endpoint.config().recv_buffer_bytes;
         while self.inbox_bytes < limit {
             match self.endpoint.poll_event() {
                 Some(Event::Message { from, channel, data, start }) => {
-                    self.inbox_bytes += data.len() - start;
+                    self.inbox_bytes += data.capacity();
                     self.inbox.push_back(Inbound { from, channel, data, start });
                 }
                 Some(Event::ProtocolViolation { peer, reason, .. }) => {
@@ -223,9 +225,17 @@ impl Engine {
     pub fn take(&mut self, mut matches: impl FnMut(&Inbound) -> bool) -> Option<Inbound> {
         let index = self.inbox.iter().position(&mut matches)?;
         let message = self.inbox.remove(index).expect("position is valid");
-        self.inbox_bytes -= message.data.len() - message.start;
+        self.inbox_bytes -= message.data.capacity();
         self.collect();
         Some(message)
+    }
+
+    /// Gives back the buffer of a message taken from the inbox once its
+    /// contents are no longer needed: a later datagram is read into it
+    /// (see [`crate::sockets::RecvBatch::recycle`]; buffers of other sizes
+    /// are freed).
+    pub fn recycle(&mut self, buffer: Vec<u8>) {
+        self.rx.recycle(buffer);
     }
 
     /// The addresses of `rank`'s ordinary and premium sockets.
