@@ -8,7 +8,7 @@
 //! The sequence itself is checked at the sync (its digest travels in the
 //! barrier), so processes that differ learn it there.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::error::Reason;
 

@@ -16,12 +16,13 @@
 //! before the barrier (on one host, see [`Bsp::eager`]): whole unless the
 //! receiver asked for gets, whose replies follow after the barrier.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::ops::Range;
 use std::time::Instant;
 
 use bulkwire_proto::SendError;
 use bulkwire_runtime::{Engine, Runtime};
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::error::{BspError, Call, Reason};
 use crate::pacing::Pacer;
@@ -131,8 +132,8 @@ pub(crate) struct Net {
 impl Net {
     pub fn new(p: u32, max_payload: usize, receiver_packets: usize) -> Net {
         Net {
-            reduce: HashMap::new(),
-            counts: HashMap::new(),
+            reduce: HashMap::default(),
+            counts: HashMap::default(),
             streams: vec![Stream::default(); p as usize],
             ends: vec![0; p as usize],
             next_streams: vec![Stream::default(); p as usize],
