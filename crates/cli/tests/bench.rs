@@ -233,3 +233,18 @@ fn total_exchange_on_the_namespace_test_bed() {
     let _ = Command::new(&testbed).args(["down", "4"]).status();
     check_total_exchange(&result.unwrap_or_else(|e| std::panic::resume_unwind(e)), false, false);
 }
+
+#[test]
+fn total_exchange_measures_open_mpi_before_and_after_the_job() {
+    if !open_mpi() {
+        eprintln!("Open MPI is not installed: nothing to check");
+        return;
+    }
+    let args = ["bench", "total-exchange", "-n", "2", "--repetitions", "2", "--size", "64"];
+    let out = Command::new(env!("CARGO_BIN_EXE_bulkwire")).args(args).stdin(Stdio::null()).output().expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let table = stdout.find("MPI_Alltoall, Open MPI over TCP").expect("the reference measured before the job");
+    let after = stdout.find("# Open MPI again after the job (median / mean us): MPI_Barrier ").expect("and after it");
+    assert!(after > table, "{stdout}");
+}

@@ -64,6 +64,23 @@ impl Args {
             Err(why) => self.mpi_missing = Some(why),
         }
     }
+
+    /// After the job (text output only): measures the Open MPI reference
+    /// once more and prints it, so that a reader sees whether the
+    /// machine's speed moved while the job ran (the reference above was
+    /// measured before it).
+    pub fn measure_reference_again(&self) {
+        if self.json || self.mpi.is_none() {
+            return;
+        }
+        match super::mpi::total_exchange(self.ranks, self.size, self.repetitions) {
+            Ok(r) => println!(
+                "# Open MPI again after the job (median / mean us): MPI_Barrier {:.1} / {:.1}, MPI_Alltoall {:.1} / {:.1}",
+                r.barrier_us, r.barrier_mean_us, r.alltoall_us, r.alltoall_mean_us
+            ),
+            Err(why) => println!("# Open MPI again after the job: {why}"),
+        }
+    }
 }
 
 /// One configuration, timed on process 0 (the sync is a barrier, so every
