@@ -132,11 +132,10 @@ impl RecvBatch {
     /// buffers with room for any datagram (and not more than twice that)
     /// are kept, at most two batches' worth; others are freed.
     ///
-    /// A buffer just read from is likely still in the cache, and the
-    /// kernel writes the next datagram faster into it than into memory
+    /// A buffer just read from is likely still in the cache, unlike memory
     /// fresh from the allocator: 8 processes on 2 cores exchanging 16 KiB
-    /// per pair took about 0.93x as long with buffers given back after
-    /// their puts landed (alternating runs; docs/BENCHMARKS.md).
+    /// per pair took 0.85x as long with buffers given back after their
+    /// puts landed (median of ten alternating pairs; docs/BENCHMARKS.md).
     pub fn recycle(&mut self, mut buffer: Vec<u8>) {
         let room = buffer.capacity();
         if (DATAGRAM_ROOM..=2 * DATAGRAM_ROOM).contains(&room) && self.spare.len() < 2 * self.buffers.len() {
