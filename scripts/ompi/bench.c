@@ -5,7 +5,7 @@
  *
  *   bench pingpong|bw [--json] [--iterations N] [--max-size BYTES] [--window W]
  *
- * Sizes, round counts, windows and budgets follow crates/cli/src/bench:
+ * Sizes, round counts, windows and budgets follow crates/bench/src:
  * pingpong: 0, 8, 64, 256, ... (x4) up to max, median half round trip after
  * a tenth as many warm-up round trips; bw (as OSU's osu_bw): a window of
  * non-blocking sends (at most 64 MiB), then a 0-byte acknowledgement, one

@@ -8,6 +8,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -105,6 +106,33 @@ struct Failure {
 
 /// Runs the job; returns the exit code of `bulkwire run`.
 pub fn run(args: &Args) -> Result<i32, String> {
+    run_job(args, None)
+}
+
+/// Runs the job and returns, besides its exit code, what rank 0 wrote on
+/// its standard output (the ranks of a benchmark report through it).
+pub fn run_capturing_rank_0(args: &Args) -> Result<(i32, Vec<u8>), String> {
+    let captured = Arc::new(Mutex::new(Vec::new()));
+    let code = run_job(args, Some(Captured(captured.clone())))?;
+    let bytes = std::mem::take(&mut *captured.lock().unwrap_or_else(|e| e.into_inner()));
+    Ok((code, bytes))
+}
+
+/// A writer into memory shared with the launcher.
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn run_job(args: &Args, mut capture: Option<Captured>) -> Result<i32, String> {
     if args.ranks == 0 {
         return Err("-n must be at least 1".into());
     }
@@ -155,7 +183,10 @@ pub fn run(args: &Args) -> Result<i32, String> {
         let prefix =
             if args.tag_output && args.launcher == Engine::Local { format!("[{index}] ") } else { String::new() };
         if let Some(out) = child.stdout.take() {
-            outputs.push(forward(out, std::io::stdout(), prefix.clone()));
+            match capture.take().filter(|_| index == 0) {
+                Some(into) => outputs.push(forward(out, into, prefix.clone())),
+                None => outputs.push(forward(out, std::io::stdout(), prefix.clone())),
+            }
         }
         if let Some(err) = child.stderr.take() {
             outputs.push(forward(err, std::io::stderr(), prefix));

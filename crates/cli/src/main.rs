@@ -1,14 +1,10 @@
-//! The `bulkwire` command.
+//! The `bulkwire` command: argument parsing, launching and printing. The
+//! benchmarks live in `bulkwire-bench`, the experiments in `bulkwire-lab`.
 
-mod bench;
 mod demo;
 mod hosts;
 mod launch;
-mod plot;
-mod profile;
-mod reliability;
-mod service_switching;
-mod warp;
+mod measure;
 
 use clap::{Parser, Subcommand};
 
@@ -32,32 +28,25 @@ enum Command {
     /// Benchmarks, each beside references measured in the same run.
     Bench {
         #[command(flatten)]
-        placement: bench::Placement,
+        placement: measure::Placement,
+        #[command(flatten)]
+        format: measure::Format,
         #[command(subcommand)]
-        bench: bench::Bench,
+        bench: bulkwire_bench::Bench,
     },
     /// One rank of a benchmark job (started by `bulkwire bench`).
     #[command(hide = true, name = "__bench-rank")]
-    BenchRank(bench::RankArgs),
+    BenchRank(measure::RankArgs),
     /// Where a BSP job's time went, per superstep, from the traces it wrote
     /// with BULKWIRE_PROFILE=FILE; `--plot out.png` draws them.
-    Profile(profile::Args),
+    Profile(measure::ProfileArgs),
     /// Experiments in the deterministic network simulator.
     Sim {
+        #[command(flatten)]
+        format: measure::Format,
         #[command(subcommand)]
-        experiment: SimCommand,
+        experiment: measure::Experiment,
     },
-}
-
-#[derive(Subcommand)]
-enum SimCommand {
-    /// Loss recovery under random and bursty loss: hole filling against go-back-N.
-    Reliability(reliability::Args),
-    /// Warp rate control: n senders into one FCFS server (seed 003 §3, §6.2).
-    Warp(warp::Args),
-    /// Latency-adaptive switching between ordinary and premium service on a
-    /// congested cell switch (seed 000 §4).
-    ServiceSwitching(service_switching::Args),
 }
 
 fn main() {
@@ -66,12 +55,10 @@ fn main() {
         Command::Run(args) => launch::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::DemoRank(args) => demo::rank(&args).map(|()| 0),
-        Command::Bench { bench, placement } => bench::run(&bench, &placement),
-        Command::BenchRank(args) => bench::rank(&args).map(|()| 0),
-        Command::Profile(args) => profile::run(&args).map(|()| 0),
-        Command::Sim { experiment: SimCommand::Reliability(args) } => reliability::run(&args).map(|()| 0),
-        Command::Sim { experiment: SimCommand::Warp(args) } => warp::run(&args).map(|()| 0),
-        Command::Sim { experiment: SimCommand::ServiceSwitching(args) } => service_switching::run(&args).map(|()| 0),
+        Command::Bench { bench, placement, format } => measure::bench(&bench, &placement, format),
+        Command::BenchRank(args) => measure::bench_rank(&args).map(|()| 0),
+        Command::Profile(args) => measure::profile(&args).map(|()| 0),
+        Command::Sim { experiment, format } => measure::sim(&experiment, format).map(|()| 0),
     };
     match result {
         Ok(code) => std::process::exit(code),

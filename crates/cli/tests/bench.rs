@@ -19,58 +19,80 @@ fn bench(args: &[&str]) -> Value {
     serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{stdout}\nstderr:\n{stderr}"))
 }
 
+/// The rows of a result, each checked for the row format: flat, with
+/// bench, source, what and procs.
 fn rows(v: &Value) -> &Vec<Value> {
-    v.as_array().unwrap_or_else(|| panic!("expected an array of rows: {v}"))
+    let rows = v.as_array().unwrap_or_else(|| panic!("expected an array of rows: {v}"));
+    for row in rows {
+        let fields = row.as_object().unwrap_or_else(|| panic!("a row is an object: {row}"));
+        for key in ["bench", "source", "what"] {
+            assert!(fields.get(key).is_some_and(Value::is_string), "{key} missing in {row}");
+        }
+        assert!(fields.get("procs").is_some_and(Value::is_u64), "procs missing in {row}");
+        assert!(fields.values().all(|v| !v.is_object() && !v.is_array() && !v.is_null()), "not flat: {row}");
+    }
+    rows
 }
 
 fn num(row: &Value, key: &str) -> f64 {
     row[key].as_f64().unwrap_or_else(|| panic!("{key} missing or not a number in {row}"))
 }
 
-fn sizes(rows: &[Value]) -> Vec<u64> {
-    rows.iter().map(|r| r["size"].as_u64().expect("size")).collect()
+/// The rows of table `bench` from `source` (with variant `what`).
+fn of<'a>(rows: &'a [Value], bench: &str, source: &str, what: &str) -> Vec<&'a Value> {
+    rows.iter().filter(|r| r["bench"] == bench && r["source"] == source && r["what"] == what).collect()
 }
 
-/// A flow (ttcp, incast) as the benchmarks report it: bulkwire and TCP
-/// deliver every byte, raw UDP at most every byte.
-fn check_flow_row(row: &Value, senders: u64, bytes_each: u64) {
-    assert_eq!(row["senders"].as_u64(), Some(senders), "{row}");
+fn sizes(rows: &[&Value]) -> Vec<u64> {
+    rows.iter().map(|r| r["size_bytes"].as_u64().expect("size_bytes")).collect()
+}
+
+/// The flows (ttcp, incast) of table `bench`: bulkwire and TCP deliver
+/// every byte, raw UDP at most every byte; one row each per size.
+fn check_flows(rows: &[Value], bench: &str, senders: u64, bytes_each: &[u64]) {
     for transport in ["bulkwire", "tcp", "udp"] {
-        let f = &row[transport];
-        let (sent, received) = (num(f, "bytes_sent"), num(f, "bytes_received"));
-        assert_eq!(sent, (senders * bytes_each) as f64, "{transport}: {f}");
-        match transport {
-            "udp" => {
-                assert!(received <= sent, "{f}");
-                // On loopback a datagram arrives or the receiving socket drops it.
-                let (sent, received) = (num(f, "datagrams_sent"), num(f, "datagrams_received"));
-                assert!(received <= sent, "{f}");
-                if let Some(drops) = f["socket_drops"].as_f64() {
-                    assert!(received + drops <= sent, "{f}");
+        let flows = of(rows, bench, transport, "");
+        assert_eq!(flows.len(), bytes_each.len(), "{transport}: {rows:?}");
+        for (f, &bytes) in flows.iter().zip(bytes_each) {
+            assert_eq!(num(f, "senders_count"), senders as f64, "{f}");
+            let (sent, received) = (num(f, "sent_bytes"), num(f, "received_bytes"));
+            assert_eq!(sent, (senders * bytes) as f64, "{transport}: {f}");
+            match transport {
+                "udp" => {
+                    assert!(received <= sent, "{f}");
+                    // On loopback a datagram arrives or the receiving socket drops it.
+                    let (sent, received) = (num(f, "sent_datagrams"), num(f, "received_datagrams"));
+                    assert!(received <= sent, "{f}");
+                    if let Some(drops) = f["socket_drops_datagrams"].as_f64() {
+                        assert!(received + drops <= sent, "{f}");
+                    }
+                }
+                _ => {
+                    assert_eq!(received, sent, "{transport} must deliver everything: {f}");
+                    assert_eq!(num(f, "delivered_share"), 1.0, "{f}");
+                    assert!(num(f, "mb_per_s") > 0.0 && num(f, "time_ms") > 0.0, "{f}");
                 }
             }
-            _ => {
-                assert_eq!(received, sent, "{transport} must deliver everything: {f}");
-                assert!(num(f, "mb_per_s") > 0.0 && num(f, "seconds") > 0.0, "{f}");
+            if transport == "bulkwire" {
+                assert!(num(f, "data_packets") > 0.0, "{f}");
+                assert!(num(f, "retransmitted_packets") >= 0.0, "{f}");
             }
         }
     }
-    let protocol = &row["bulkwire"]["protocol"];
-    assert!(num(protocol, "data_packets") > 0.0, "{row}");
-    assert!(num(protocol, "retransmissions") >= 0.0, "{row}");
 }
 
 #[test]
 fn pingpong_reports_every_size_beside_udp_and_tcp() {
     let v = bench(&["pingpong", "--iterations", "20", "--max-size", "70000"]);
     let rows = rows(&v);
-    assert_eq!(sizes(rows), [0, 8, 64, 256, 1024, 4096, 16384, 65536, 70000]);
+    let all = [0, 8, 64, 256, 1024, 4096, 16384, 65536, 70000];
+    assert_eq!(sizes(&of(rows, "pingpong", "bulkwire", "")), all);
+    assert_eq!(sizes(&of(rows, "pingpong", "tcp", "nodelay")), all);
+    // Raw UDP has a row up to one datagram's size.
+    assert_eq!(sizes(&of(rows, "pingpong", "udp", "blocking")), &all[..7]);
     for r in rows {
-        for key in ["bulkwire_us", "tcp_nodelay_us"] {
-            assert!(num(r, key) > 0.0, "{r}");
-        }
-        // Raw UDP has a row up to one datagram's size.
-        assert_eq!(r["udp_blocking_us"].is_number(), num(r, "size") <= 64_000.0, "{r}");
+        assert!(num(r, "median_us") > 0.0, "{r}");
+        assert_eq!(num(r, "procs"), 2.0, "{r}");
     }
 }
 
@@ -78,11 +100,11 @@ fn pingpong_reports_every_size_beside_udp_and_tcp() {
 fn pingpong_in_pairs_with_more_ranks_than_cores() {
     let v = bench(&["pingpong", "-n", "6", "--iterations", "20", "--max-size", "4096"]);
     let rows = rows(&v);
-    assert_eq!(sizes(rows), [0, 8, 64, 256, 1024, 4096]);
+    assert_eq!(sizes(&of(rows, "pingpong", "bulkwire", "")), [0, 8, 64, 256, 1024, 4096]);
     // Busy-polling processes without a core each are left out.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     if cores < 6 {
-        assert!(rows.iter().all(|r| r["udp_busy_poll_us"].is_null()), "{v}");
+        assert!(of(rows, "pingpong", "udp", "busy-poll").is_empty(), "{v}");
     }
 }
 
@@ -90,43 +112,62 @@ fn pingpong_in_pairs_with_more_ranks_than_cores() {
 fn bw_delivers_every_byte_and_reports_udp_loss() {
     let v = bench(&["bw", "--iterations", "3", "--window", "8", "--max-size", "100000"]);
     let rows = rows(&v);
-    assert_eq!(sizes(rows), [1, 8, 64, 256, 1024, 4096, 16384, 65536, 100000]);
-    for r in rows {
-        let sent = num(r, "bulkwire_bytes_sent");
-        assert_eq!(sent, num(r, "size") * num(r, "window") * num(r, "windows"), "{r}");
-        assert_eq!(num(r, "bulkwire_bytes_received"), sent, "bulkwire must deliver everything: {r}");
-        assert!(num(r, "bulkwire_mb_s") > 0.0 && num(r, "tcp_mb_s") > 0.0, "{r}");
-        let udp_received = num(r, "udp_bytes_received");
-        assert!(udp_received <= num(r, "udp_bytes_sent"), "{r}");
-        let loss = num(r, "udp_loss");
-        assert!((0.0..=1.0).contains(&loss), "{r}");
+    let all = [1, 8, 64, 256, 1024, 4096, 16384, 65536, 100000];
+    for source in ["bulkwire", "tcp", "udp"] {
+        assert_eq!(sizes(&of(rows, "bw", source, "")), all, "{source}");
+    }
+    for r in of(rows, "bw", "bulkwire", "") {
+        let sent = num(r, "sent_bytes");
+        assert_eq!(sent, num(r, "size_bytes") * num(r, "window_messages") * num(r, "windows_count"), "{r}");
+        assert_eq!(num(r, "received_bytes"), sent, "bulkwire must deliver everything: {r}");
+        assert!(num(r, "mb_per_s") > 0.0, "{r}");
+    }
+    for r in of(rows, "bw", "tcp", "") {
+        assert!(num(r, "mb_per_s") > 0.0, "{r}");
+    }
+    for r in of(rows, "bw", "udp", "") {
+        assert!(num(r, "received_bytes") <= num(r, "sent_bytes"), "{r}");
+        assert!((0.0..=1.0).contains(&num(r, "delivered_share")), "{r}");
     }
 }
 
 #[test]
 fn echo_round_trips_and_ttcp() {
     let v = bench(&["echo", "--iterations", "20", "--ttcp-bytes", "300000", "--ttcp-lengths", "1472,100000"]);
-    let echo = rows(&v["round_trip"]);
-    assert_eq!(sizes(echo), [64, 1500]);
-    for r in echo {
-        for key in ["bulkwire_us", "udp_blocking_us", "tcp_nodelay_us"] {
-            assert!(num(r, key) > 0.0, "{r}");
-        }
+    let rows = rows(&v);
+    for (source, what) in [("bulkwire", ""), ("udp", "blocking"), ("tcp", "nodelay")] {
+        let echo = of(rows, "echo", source, what);
+        assert_eq!(sizes(&echo), [64, 1500], "{source}");
+        assert!(echo.iter().all(|r| num(r, "median_us") > 0.0), "{v}");
     }
-    let ttcp = rows(&v["ttcp"]);
-    assert_eq!(sizes(ttcp), [1472, 100000]);
+    assert_eq!(sizes(&of(rows, "ttcp", "bulkwire", "")), [1472, 100000]);
     // The sender writes whole buffers: 300000 / 1472 = 203 of them.
-    check_flow_row(&ttcp[0], 1, 203 * 1472);
-    check_flow_row(&ttcp[1], 1, 300000);
+    check_flows(rows, "ttcp", 1, &[203 * 1472, 300000]);
 }
 
 #[test]
 fn incast_delivers_every_byte_from_every_sender() {
     let v = bench(&["incast", "-k", "3", "--bytes", "400000", "--sizes", "1000,200000"]);
     let rows = rows(&v);
-    assert_eq!(sizes(rows), [1000, 200000]);
-    check_flow_row(&rows[0], 3, 400000);
-    check_flow_row(&rows[1], 3, 400000);
+    assert_eq!(sizes(&of(rows, "incast", "bulkwire", "")), [1000, 200000]);
+    check_flows(rows, "incast", 3, &[400000, 400000]);
+    assert!(rows.iter().all(|r| num(r, "procs") == 4.0), "{v}");
+}
+
+#[test]
+fn csv_has_a_header_and_a_line_per_row() {
+    let out = Command::new(env!("CARGO_BIN_EXE_bulkwire"))
+        .args(["bench", "pingpong", "--iterations", "10", "--max-size", "8", "--csv"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run bulkwire");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("bench,source,what,procs,size_bytes,load,median_us"), "{text}");
+    // Two sizes, each over bulkwire, UDP busy-poll (where a core is free), UDP blocking and TCP.
+    assert!((7..=9).contains(&lines.len()), "{text}");
+    assert!(lines[1..].iter().all(|l| l.starts_with("pingpong,")), "{text}");
 }
 
 #[test]
@@ -141,17 +182,17 @@ fn bad_layouts_are_refused() {
 /// The rows of `bench total-exchange`: the empty sync, then every order
 /// with pacing on and off (each checks at its end that every byte arrived),
 /// on one host once more with nothing sent before the barrier, then, when
-/// `mpi` is true, the Open MPI reference.
+/// `mpi` is true, the Open MPI reference before and after the job.
 fn check_total_exchange(v: &Value, mpi: bool, one_host: bool) {
     let rows = rows(v);
     let (ours, reference): (Vec<&Value>, Vec<&Value>) = rows.iter().partition(|r| r["source"] == "bulkwire");
-    assert_eq!(ours[0]["what"], "empty sync (l)", "{v}");
+    assert_eq!(ours[0]["what"], "empty sync", "{v}");
     for row in &ours[1..] {
-        assert!(num(row, "median_us") > 0.0 && num(row, "mb_per_s_per_process") > 0.0, "{row}");
+        assert!(num(row, "median_us") > 0.0 && num(row, "mb_per_s") > 0.0, "{row}");
         assert!(num(row, "mean_us") >= num(row, "min_us"), "{row}");
     }
     let orders: Vec<&str> = ours[1..].iter().map(|r| r["order"].as_str().expect("order")).collect();
-    let eager: Vec<f64> = ours[1..].iter().map(|r| num(r, "eager")).collect();
+    let eager: Vec<f64> = ours[1..].iter().map(|r| num(r, "eager_bytes")).collect();
     if one_host {
         assert_eq!(orders, ["latin", "pid", "random", "latin", "pid", "latin"]);
         assert_eq!(eager, [65536.0, 65536.0, 65536.0, 65536.0, 65536.0, 0.0], "{v}");
@@ -163,10 +204,22 @@ fn check_total_exchange(v: &Value, mpi: bool, one_host: bool) {
         assert!(reference.is_empty(), "{v}");
         return;
     }
-    let what: Vec<&str> = reference.iter().map(|r| r["what"].as_str().expect("what")).collect();
-    assert_eq!(what, ["MPI_Barrier, Open MPI over TCP", "MPI_Alltoall, Open MPI over TCP"], "{v}");
+    let what: Vec<(&str, &str)> = reference
+        .iter()
+        .map(|r| (r["what"].as_str().expect("what"), r["measured"].as_str().expect("measured")))
+        .collect();
+    assert_eq!(
+        what,
+        [
+            ("MPI_Barrier", "before the job"),
+            ("MPI_Alltoall", "before the job"),
+            ("MPI_Barrier", "after the job"),
+            ("MPI_Alltoall", "after the job")
+        ],
+        "{v}"
+    );
     assert!(
-        reference.iter().all(|r| r["source"] == "open-mpi" && num(r, "median_us") > 0.0 && num(r, "mean_us") > 0.0),
+        reference.iter().all(|r| r["source"] == "mpi" && num(r, "median_us") > 0.0 && num(r, "mean_us") > 0.0),
         "{v}"
     );
 }
@@ -194,7 +247,7 @@ fn total_exchange_runs_every_order() {
     // Pacing to a link rate sends nothing early, so there is no row without it.
     let paced =
         bench(&["total-exchange", "-n", "2", "--repetitions", "2", "--size", "64", "--no-mpi", "--rate", "1gbit"]);
-    let eager: Vec<f64> = rows(&paced)[1..].iter().map(|r| num(r, "eager")).collect();
+    let eager: Vec<f64> = rows(&paced)[1..].iter().map(|r| num(r, "eager_bytes")).collect();
     assert_eq!(eager, [0.0, 0.0, 0.0, 65536.0, 65536.0], "{paced}");
 }
 
@@ -244,7 +297,7 @@ fn total_exchange_measures_open_mpi_before_and_after_the_job() {
     let out = Command::new(env!("CARGO_BIN_EXE_bulkwire")).args(args).stdin(Stdio::null()).output().expect("run");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let table = stdout.find("MPI_Alltoall, Open MPI over TCP").expect("the reference measured before the job");
-    let after = stdout.find("# Open MPI again after the job (median / mean us): MPI_Barrier ").expect("and after it");
-    assert!(after > table, "{stdout}");
+    let before = stdout.find("MPI_Alltoall, Open MPI over TCP, before the job").expect("the reference before the job");
+    let after = stdout.find("MPI_Alltoall, Open MPI over TCP, after the job").expect("and after it");
+    assert!(after > before, "{stdout}");
 }

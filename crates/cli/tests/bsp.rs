@@ -386,8 +386,8 @@ fn a_profiled_job_is_summarised_and_plotted() {
     let steps: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
     // LU of n rows takes about one superstep per row.
     assert!(steps.len() >= 24, "{steps:?}");
-    assert!(steps.iter().all(|s| s["processes"] == 3), "{steps:?}");
-    assert!(steps.iter().any(|s| s["h_out_max"].as_u64().unwrap() > 0), "{steps:?}");
+    assert!(steps.iter().all(|s| s["bench"] == "profile" && s["procs"] == 3), "{steps:?}");
+    assert!(steps.iter().any(|s| s["h_out_max_bytes"].as_u64().unwrap() > 0), "{steps:?}");
     assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
     // A damaged trace is named, with its line.
     std::fs::write(dir.join("lu.1"), "{\"pid\": 1, \"superstep\": }\n").unwrap();

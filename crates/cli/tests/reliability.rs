@@ -19,23 +19,23 @@ fn every_loss_rate_delivers_exactly_once_and_hole_filling_is_frugal() {
     let rows = rows(&["--messages", "1000"]);
     assert_eq!(rows.len(), 12);
     for r in &rows {
-        assert_eq!(r["messages_delivered"], r["messages_expected"], "{r}");
-        assert_eq!(r["wrong_or_duplicate"], 0, "{r}");
+        assert!(r["bench"] == "reliability" && r["source"] == "sim", "{r}");
+        assert!(r["procs"] == 2 && r["size_bytes"] == 4096, "{r}");
+        assert_eq!(r["delivered_messages"], r["expected_messages"], "{r}");
+        assert_eq!(r["wrong_or_duplicate_messages"], 0, "{r}");
         assert_eq!(r["completed"], true, "{r}");
     }
     let find = |loss: &str, strategy: &str| {
-        rows.iter()
-            .find(|r| r["loss"] == loss && r["strategy"] == strategy)
-            .unwrap_or_else(|| panic!("{loss} {strategy}"))
+        rows.iter().find(|r| r["loss"] == loss && r["what"] == strategy).unwrap_or_else(|| panic!("{loss} {strategy}"))
     };
     let hf5 = find("5% random", "hole-filling");
-    assert!(hf5["data_lost_by_network"].as_u64().unwrap() > 0);
-    assert!(hf5["retransmitted_per_lost"].as_f64().unwrap() <= 1.1, "{hf5}");
+    assert!(hf5["lost_data_packets"].as_u64().unwrap() > 0);
+    assert!(hf5["retransmitted_per_lost_ratio"].as_f64().unwrap() <= 1.1, "{hf5}");
     let gbn5 = find("5% random", "go-back-n");
-    assert!(gbn5["retransmitted_per_lost"].as_f64().unwrap() > 2.0, "go-back-n resends far more: {gbn5}");
+    assert!(gbn5["retransmitted_per_lost_ratio"].as_f64().unwrap() > 2.0, "go-back-n resends far more: {gbn5}");
     for strategy in ["hole-filling", "go-back-n"] {
         let clean = find("0% random", strategy);
-        assert!(clean["explicit_acks_per_100_data"].as_f64().unwrap() < 10.0, "{clean}");
+        assert!(clean["explicit_acks_per_100_data_ratio"].as_f64().unwrap() < 10.0, "{clean}");
     }
 }
 

@@ -23,10 +23,12 @@ fn run(out: &Path, seed: &str) -> Value {
 }
 
 fn check_files(dir: &Path) {
-    for csv in ["service_switching.csv", "service_switching_bandwidth.csv"] {
-        let text = std::fs::read_to_string(dir.join(csv)).unwrap_or_else(|e| panic!("{csv}: {e}"));
-        assert!(text.lines().count() > 10, "{csv}");
-    }
+    let text = std::fs::read_to_string(dir.join("service-switching.csv")).expect("service-switching.csv");
+    // A header, 18 simulated points and the paper's 12 bandwidth rows.
+    assert_eq!(text.lines().count(), 1 + 18 + 12, "{text}");
+    assert!(
+        text.starts_with("bench,source,what,procs,size_bytes,load,trace,mode,latency_ms,latency_ms_lo,latency_ms_hi")
+    );
     for png in ["service-switching-latency.png", "service-switching-loss.png", "service-switching-premium.png"] {
         let bytes = std::fs::read(dir.join(png)).unwrap_or_else(|e| panic!("{png}: {e}"));
         assert!(bytes.len() > 1000 && bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "{png}");
@@ -37,26 +39,33 @@ fn check_files(dir: &Path) {
 fn quick_run_writes_csv_and_plots_and_repeats_itself_per_seed() {
     let a = out_dir("a");
     let report = run(&a, "3");
-    let points = report["points"].as_array().expect("points");
+    let rows = report.as_array().expect("rows");
+    let points: Vec<&Value> = rows.iter().filter(|r| r["source"] == "sim").collect();
     // Two traces, three loads each (the sweep's two and one table load), three modes.
     assert_eq!(points.len(), 18);
-    for p in points {
-        assert_eq!(p["undelivered"], 0, "every message delivered: {p}");
-        let share = p["premium_share"]["mean"].as_f64().unwrap();
+    for p in &points {
+        assert_eq!(p["bench"], "service-switching", "{p}");
+        assert_eq!(p["undelivered_messages"], 0, "every message delivered: {p}");
+        let share = p["premium_share"].as_f64().unwrap();
+        let (lo, hi) = (p["premium_share_lo"].as_f64().unwrap(), p["premium_share_hi"].as_f64().unwrap());
+        assert!(lo <= share && share <= hi, "{p}");
         match p["mode"].as_str().unwrap() {
-            "OrdinaryOnly" => assert_eq!(share, 0.0),
-            "PremiumOnly" => {
+            "ordinary only" => assert_eq!(share, 0.0),
+            "premium only" => {
                 assert_eq!(share, 1.0);
-                assert_eq!(p["cell_loss"]["mean"].as_f64().unwrap(), 0.0, "premium cells are never pushed out");
+                assert_eq!(p["cell_loss_share"].as_f64().unwrap(), 0.0, "premium cells are never pushed out");
             }
             _ => assert!((0.0..=1.0).contains(&share)),
         }
     }
+    // The paper's bandwidths ride in the same rows.
+    let paper = rows.iter().find(|r| r["source"] == "paper" && r["what"] == "PDE1, ordinary only" && r["load"] == 0.7);
+    assert_eq!(paper.expect("the paper's Table 3")["ordinary_kbps"], 278.8);
     check_files(&a);
     let b = out_dir("b");
     assert_eq!(run(&b, "3"), report, "same seed, same figures");
     let c = out_dir("c");
-    assert_ne!(run(&c, "4")["points"], report["points"], "another seed, another background");
+    assert_ne!(run(&c, "4"), report, "another seed, another background");
     for dir in [a, b, c] {
         let _ = std::fs::remove_dir_all(dir);
     }

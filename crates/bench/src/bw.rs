@@ -9,14 +9,12 @@ use std::time::Instant;
 use bulkwire_comm::{CommError, Completion, Source, Tag, World};
 use serde::{Deserialize, Serialize};
 
-use super::reference::{Sockets, WindowResult, UDP_MAX_PAYLOAD};
-use super::{intact, io, mb_per_s, opt, report, sizes};
+use crate::reference::{Sockets, WindowResult, UDP_MAX_PAYLOAD};
+use crate::rows::{opt, Report, Row};
+use crate::{intact, io, mb_per_s, sizes, sizes_of};
 
 #[derive(clap::Args, Debug, Clone, Serialize, Deserialize)]
 pub struct Args {
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
     /// Windows timed per size (fewer for large sizes), after one to warm up.
     #[arg(long, default_value_t = 100)]
     pub iterations: u32,
@@ -38,25 +36,8 @@ const DATA: i32 = 201;
 const ACK: i32 = 202;
 const COUNTS: i32 = 203;
 
-/// One row: throughput in MB/s (10^6 B/s) and the bytes behind it.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct Row {
-    size: usize,
-    /// Messages per window and timed windows.
-    window: usize,
-    windows: usize,
-    bulkwire_mb_s: f64,
-    tcp_mb_s: f64,
-    /// Raw UDP: what arrived over the sender's time, and the share lost.
-    udp_mb_s: f64,
-    udp_loss: f64,
-    bulkwire_bytes_sent: u64,
-    bulkwire_bytes_received: u64,
-    udp_bytes_sent: u64,
-    udp_bytes_received: u64,
-}
-
-pub(super) fn rank(world: &World, args: &Args) -> Result<(), CommError> {
+/// Rows of table `bw`: per size, bulkwire, TCP and raw UDP.
+pub(crate) fn rank(world: &World, args: &Args) -> Result<Vec<Row>, CommError> {
     let me = world.rank();
     let (peer, sender) = (1 - me, me == 0);
     let mut sockets = Sockets::open(world, &[peer])?;
@@ -85,23 +66,31 @@ pub(super) fn rank(world: &World, args: &Args) -> Result<(), CommError> {
         let (_, counts) = world.recv(Source::Rank(peer), Tag::Is(COUNTS))?;
         let count = |i: usize| u64::from_le_bytes(counts[8 * i..8 * i + 8].try_into().expect("two counts"));
         let (bulkwire_received, udp_received) = (count(0), count(1));
-        rows.push(Row {
-            size,
-            window,
-            windows,
-            bulkwire_mb_s: mb_per_s(sent, bulkwire),
-            tcp_mb_s: mb_per_s(sent, tcp_seconds),
-            udp_mb_s: mb_per_s(udp_received, udp),
-            udp_loss: 1.0 - udp_received as f64 / sent as f64,
-            bulkwire_bytes_sent: sent,
-            bulkwire_bytes_received: bulkwire_received,
-            udp_bytes_sent: sent,
-            udp_bytes_received: udp_received,
-        });
+        let row = |source: &str, mb_per_s: f64| {
+            Row::new("bw", source, "", world.size())
+                .size(size)
+                .with("mb_per_s", mb_per_s)
+                .with("window_messages", window)
+                .with("windows_count", windows)
+        };
+        let delivered = |received: u64| received as f64 / sent as f64;
+        rows.push(
+            row("bulkwire", mb_per_s(sent, bulkwire))
+                .with("sent_bytes", sent)
+                .with("received_bytes", bulkwire_received)
+                .with("delivered_share", delivered(bulkwire_received)),
+        );
+        rows.push(row("tcp", mb_per_s(sent, tcp_seconds)));
+        // Raw UDP: what arrived over the sender's time.
+        rows.push(
+            row("udp", mb_per_s(udp_received, udp))
+                .with("sent_bytes", sent)
+                .with("received_bytes", udp_received)
+                .with("delivered_share", delivered(udp_received)),
+        );
     }
     world.barrier()?;
-    report(world, args.json, &rows, |rows| print_table(rows));
-    Ok(())
+    Ok(rows)
 }
 
 /// bulkwire side of a windowed stream: the sender returns its time over the
@@ -147,33 +136,36 @@ fn bulkwire_window(
     })
 }
 
-fn print_table(rows: &[Row]) {
-    println!(
-        "# streaming throughput, MB/s (10^6 B/s); 2 ranks on this machine over loopback; a window of up to {} \
-         messages (at most {} MiB) in flight, then an acknowledgement",
-        rows.first().map_or(64, |r| r.window),
+pub(crate) fn table(report: &Report) -> String {
+    let window = report.table("bw").next().and_then(|r| r.num("window_messages")).unwrap_or(64.0);
+    let mut o = format!(
+        "# streaming throughput, MB/s (10^6 B/s); 2 ranks on this machine over loopback; a window of up to {window} \
+         messages (at most {} MiB) in flight, then an acknowledgement\n",
         WINDOW_BYTES >> 20
     );
-    println!(
+    o.push_str(&format!(
         "# udp: raw datagrams of at most {UDP_MAX_PAYLOAD} B, each window blasted then acknowledged, nothing \
-         resent: what arrived over the sender's time"
-    );
-    println!(
-        "{:>9} {:>12} {:>12} {:>12} {:>10} {:>14} {:>10}",
+         resent: what arrived over the sender's time\n"
+    ));
+    o.push_str(&format!(
+        "{:>9} {:>12} {:>12} {:>12} {:>10} {:>14} {:>10}\n",
         "size", "bulkwire", "tcp", "udp", "udp loss", "bulkwire/tcp", "delivered"
-    );
-    for r in rows {
-        let ratio = (r.tcp_mb_s > 0.0).then(|| r.bulkwire_mb_s / r.tcp_mb_s);
-        let delivered = if r.bulkwire_bytes_received == r.bulkwire_bytes_sent { "all" } else { "NOT ALL" };
-        println!(
-            "{:>9} {:>12.2} {:>12.2} {:>12.2} {:>9.1}% {:>14} {:>10}",
-            r.size,
-            r.bulkwire_mb_s,
-            r.tcp_mb_s,
-            r.udp_mb_s,
-            r.udp_loss * 100.0,
+    ));
+    for size in sizes_of(report.table("bw")) {
+        let get = |source: &str, name: &str| report.find("bw", source, "", Some(size)).and_then(|r| r.num(name));
+        let (b, t, u) = (get("bulkwire", "mb_per_s"), get("tcp", "mb_per_s"), get("udp", "mb_per_s"));
+        let ratio = b.zip(t.filter(|&t| t > 0.0)).map(|(b, t)| b / t);
+        let udp_loss = get("udp", "delivered_share").map(|d| (1.0 - d) * 100.0);
+        let delivered = if get("bulkwire", "delivered_share") == Some(1.0) { "all" } else { "NOT ALL" };
+        o.push_str(&format!(
+            "{size:>9} {:>12} {:>12} {:>12} {:>9}% {:>14} {:>10}\n",
+            opt(b, 2),
+            opt(t, 2),
+            opt(u, 2),
+            opt(udp_loss, 1),
             opt(ratio, 2),
             delivered
-        );
+        ));
     }
+    o
 }

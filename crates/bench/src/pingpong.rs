@@ -6,14 +6,12 @@ use std::time::Instant;
 use bulkwire_comm::{CommError, Source, Tag, World};
 use serde::{Deserialize, Serialize};
 
-use super::reference::{Sockets, UDP_MAX_PAYLOAD};
-use super::{io, median_us, opt, report, sizes};
+use crate::reference::{Sockets, UDP_MAX_PAYLOAD};
+use crate::rows::{opt, Report, Row};
+use crate::{io, median_us, sizes, sizes_of};
 
 #[derive(clap::Args, Debug, Clone, Serialize, Deserialize)]
 pub struct Args {
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
     /// Round trips per size (fewer for large sizes).
     #[arg(long, default_value_t = 2000)]
     pub iterations: u32,
@@ -25,16 +23,6 @@ pub struct Args {
     /// fares oversubscribed.
     #[arg(short = 'n', long = "np", default_value_t = 2)]
     pub ranks: u32,
-}
-
-/// One row: half round trip in microseconds (median over the round trips).
-#[derive(Debug, Serialize)]
-struct Row {
-    size: usize,
-    bulkwire_us: f64,
-    udp_busy_poll_us: Option<f64>,
-    udp_blocking_us: Option<f64>,
-    tcp_nodelay_us: f64,
 }
 
 const PING: i32 = 101;
@@ -66,7 +54,7 @@ fn round_trips(world: &World, peer: u32, initiator: bool, data: &[u8], n: usize)
 
 /// Median round trips (microseconds) of one size over bulkwire and the
 /// references, measured one after the other between the same two ranks.
-pub(super) struct RoundTrips {
+pub(crate) struct RoundTrips {
     pub bulkwire: f64,
     /// Left out where a spinning process would not have a core of its own,
     /// or the size does not fit in one datagram.
@@ -77,7 +65,7 @@ pub(super) struct RoundTrips {
 }
 
 impl RoundTrips {
-    pub(super) fn measure(
+    pub(crate) fn measure(
         world: &World,
         sockets: &mut Sockets,
         peer: u32,
@@ -106,7 +94,26 @@ impl RoundTrips {
     }
 }
 
-pub(super) fn rank(world: &World, args: &Args) -> Result<(), CommError> {
+/// The variants of a round-trip row, in the order of the table's columns.
+pub(crate) const VARIANTS: [(&str, &str); 4] =
+    [("bulkwire", ""), ("udp", "busy-poll"), ("udp", "blocking"), ("tcp", "nodelay")];
+
+impl RoundTrips {
+    /// Rows of table `bench` for `size`, each `median_us` the round trip
+    /// times `scale` (1/2: the half round trip).
+    pub(crate) fn rows(&self, bench: &str, procs: u32, size: usize, scale: f64) -> Vec<Row> {
+        let values = [Some(self.bulkwire), self.udp_busy_poll, self.udp_blocking, Some(self.tcp_nodelay)];
+        VARIANTS
+            .iter()
+            .zip(values)
+            .filter_map(|(&(source, what), v)| {
+                Some(Row::new(bench, source, what, procs).size(size).with("median_us", v? * scale))
+            })
+            .collect()
+    }
+}
+
+pub(crate) fn rank(world: &World, args: &Args) -> Result<Vec<Row>, CommError> {
     let me = world.rank();
     let (peer, initiator) = (me ^ 1, me % 2 == 0);
     let mut sockets = Sockets::open(world, &[peer])?;
@@ -114,42 +121,52 @@ pub(super) fn rank(world: &World, args: &Args) -> Result<(), CommError> {
     for size in sizes(0, args.max_size) {
         let data = vec![7u8; size];
         let r = RoundTrips::measure(world, &mut sockets, peer, initiator, &data, rounds(args.iterations, size))?;
-        rows.push(Row {
-            size,
-            bulkwire_us: r.bulkwire / 2.0,
-            udp_busy_poll_us: r.udp_busy_poll.map(|x| x / 2.0),
-            udp_blocking_us: r.udp_blocking.map(|x| x / 2.0),
-            tcp_nodelay_us: r.tcp_nodelay / 2.0,
-        });
+        rows.extend(r.rows("pingpong", world.size(), size, 0.5));
     }
     world.barrier()?;
-    report(world, args.json, &rows, |rows| print_table(rows, world.size()));
-    Ok(())
+    Ok(rows)
 }
 
-fn print_table(rows: &[Row], ranks: u32) {
-    match ranks {
-        2 => println!("# half round trip, median, microseconds; 2 ranks on this machine over loopback"),
-        n => println!(
+/// A round-trip table: a line per size, a column per variant.
+pub(crate) fn round_trip_lines(report: &Report, bench: &str, ratio: bool) -> String {
+    let mut o = format!(
+        "{:>9} {:>12} {:>14} {:>14} {:>12}",
+        "size", "bulkwire", "udp busy-poll", "udp blocking", "tcp nodelay"
+    );
+    if ratio {
+        o.push_str(&format!(" {:>16}", "bulkwire/udp-bp"));
+    }
+    o.push('\n');
+    for size in sizes_of(report.table(bench)) {
+        let v: Vec<Option<f64>> = VARIANTS
+            .iter()
+            .map(|(source, what)| report.find(bench, source, what, Some(size)).and_then(|r| r.num("median_us")))
+            .collect();
+        o.push_str(&format!(
+            "{size:>9} {:>12} {:>14} {:>14} {:>12}",
+            opt(v[0], 2),
+            opt(v[1], 2),
+            opt(v[2], 2),
+            opt(v[3], 2)
+        ));
+        if ratio {
+            o.push_str(&format!(" {:>16}", opt(v[0].zip(v[1]).map(|(b, u)| b / u), 2)));
+        }
+        o.push('\n');
+    }
+    o
+}
+
+pub(crate) fn table(report: &Report) -> String {
+    let ranks = report.table("pingpong").next().map_or(2, |r| r.procs);
+    let mut o = match ranks {
+        2 => "# half round trip, median, microseconds; 2 ranks on this machine over loopback\n".to_string(),
+        n => format!(
             "# half round trip, median, microseconds; {n} ranks on this machine over loopback, {} pairs at once, \
-             pair 0-1 shown",
+             pair 0-1 shown\n",
             n / 2
         ),
-    }
-    println!(
-        "{:>9} {:>12} {:>14} {:>14} {:>12} {:>16}",
-        "size", "bulkwire", "udp busy-poll", "udp blocking", "tcp nodelay", "bulkwire/udp-bp"
-    );
-    for r in rows {
-        let ratio = r.udp_busy_poll_us.map(|u| r.bulkwire_us / u);
-        println!(
-            "{:>9} {:>12.2} {:>14} {:>14} {:>12.2} {:>16}",
-            r.size,
-            r.bulkwire_us,
-            opt(r.udp_busy_poll_us, 2),
-            opt(r.udp_blocking_us, 2),
-            r.tcp_nodelay_us,
-            opt(ratio, 2)
-        );
-    }
+    };
+    o.push_str(&round_trip_lines(report, "pingpong", true));
+    o
 }

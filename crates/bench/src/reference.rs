@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use bulkwire_comm::{CommError, Source, Tag, World};
 
-use super::{io, Flow};
+use crate::{io, Flow};
 
 /// Tag of the address exchange.
 const ADDR: i32 = 1000;

@@ -10,7 +10,7 @@ use std::process::Command;
 use serde::{Deserialize, Serialize};
 
 /// The C program, built into this binary so the benchmark needs no checkout.
-const SOURCE: &str = include_str!("../../../../scripts/ompi/bench.c");
+const SOURCE: &str = include_str!("../../../scripts/ompi/bench.c");
 
 /// What the MPI program measured: the median over the repetitions of the
 /// slowest process's time, each operation started by a barrier; and the

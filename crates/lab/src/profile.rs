@@ -1,26 +1,16 @@
 //! `bulkwire profile FILE`: reads the per-superstep traces that a BSP job
 //! writes with `BULKWIRE_PROFILE=FILE` (one `FILE.<pid>` per process, a JSON
-//! object per superstep), prints where the time went and, with `--plot`,
-//! draws computation against communication per superstep.
+//! object per superstep) into rows of table `profile`, one per superstep
+//! over all processes, and draws computation against communication per
+//! superstep.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use bulkwire_bench::rows::{Report, Row};
+use serde::Deserialize;
 
 use crate::plot::{write_png, Line, Panel, PALETTE};
-
-#[derive(clap::Args, Debug)]
-pub struct Args {
-    /// The prefix given in BULKWIRE_PROFILE (the files are FILE.0, FILE.1, …).
-    pub file: PathBuf,
-    /// Draw computation and communication per superstep into this PNG.
-    #[arg(long)]
-    pub plot: Option<PathBuf>,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
-}
 
 /// One superstep of one process, as the bsp layer writes it.
 #[derive(Debug, Deserialize)]
@@ -36,7 +26,7 @@ struct Record {
 }
 
 /// One superstep over all processes: the slowest process sets its length.
-#[derive(Debug, Default, Serialize, PartialEq)]
+#[derive(Debug, Default, PartialEq)]
 struct Superstep {
     superstep: u64,
     processes: u32,
@@ -48,25 +38,27 @@ struct Superstep {
     retransmissions: u64,
 }
 
-pub fn run(args: &Args) -> Result<(), String> {
-    let records = read(&args.file)?;
-    let steps = supersteps(&records);
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&steps).map_err(|e| e.to_string())?);
-    } else {
-        print_table(&steps);
-    }
-    if let Some(out) = &args.plot {
-        plot(out, &steps)?;
-        if !args.json {
-            println!("plot: {}", out.display());
-        }
-    }
-    Ok(())
+/// The rows of the traces `FILE.<pid>` that a job wrote with
+/// `BULKWIRE_PROFILE=FILE` (`prefix`).
+pub fn read(prefix: &Path) -> Result<Report, String> {
+    let rows = supersteps(&records(prefix)?)
+        .iter()
+        .map(|s| {
+            Row::new("profile", "bulkwire", "", s.processes)
+                .with("superstep", s.superstep)
+                .with("computation_max_ms", s.computation_max_s * 1e3)
+                .with("communication_max_ms", s.communication_max_s * 1e3)
+                .with("h_out_max_bytes", s.h_out_max)
+                .with("h_in_max_bytes", s.h_in_max)
+                .with("sent_packets", s.packets)
+                .with("retransmitted_packets", s.retransmissions)
+        })
+        .collect();
+    Ok(Report { rows, notes: Vec::new() })
 }
 
 /// Reads every `FILE.<pid>`.
-fn read(prefix: &Path) -> Result<Vec<Record>, String> {
+fn records(prefix: &Path) -> Result<Vec<Record>, String> {
     let dir = match prefix.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
@@ -120,46 +112,51 @@ fn supersteps(records: &[Record]) -> Vec<Superstep> {
     steps.into_values().collect()
 }
 
-fn print_table(steps: &[Superstep]) {
-    println!("# per superstep, over all processes: the slowest process's times, the largest h-relation");
-    println!(
-        "{:>9} {:>9} {:>16} {:>18} {:>12} {:>12} {:>9} {:>8}",
+/// The table, as text.
+pub fn table(report: &Report) -> String {
+    let mut o =
+        String::from("# per superstep, over all processes: the slowest process's times, the largest h-relation\n");
+    o.push_str(&format!(
+        "{:>9} {:>9} {:>16} {:>18} {:>12} {:>12} {:>9} {:>8}\n",
         "superstep", "procs", "computation ms", "communication ms", "h out max", "h in max", "packets", "resent"
-    );
-    for s in steps {
-        println!(
-            "{:>9} {:>9} {:>16.3} {:>18.3} {:>12} {:>12} {:>9} {:>8}",
-            s.superstep,
-            s.processes,
-            s.computation_max_s * 1e3,
-            s.communication_max_s * 1e3,
-            s.h_out_max,
-            s.h_in_max,
-            s.packets,
-            s.retransmissions
-        );
+    ));
+    let (mut computation, mut communication) = (0.0, 0.0);
+    for r in report.table("profile") {
+        let n = |name: &str| r.num(name).unwrap_or(0.0);
+        computation += n("computation_max_ms");
+        communication += n("communication_max_ms");
+        o.push_str(&format!(
+            "{:>9} {:>9} {:>16.3} {:>18.3} {:>12} {:>12} {:>9} {:>8}\n",
+            n("superstep"),
+            r.procs,
+            n("computation_max_ms"),
+            n("communication_max_ms"),
+            n("h_out_max_bytes"),
+            n("h_in_max_bytes"),
+            n("sent_packets"),
+            n("retransmitted_packets")
+        ));
     }
-    let computation: f64 = steps.iter().map(|s| s.computation_max_s).sum();
-    let communication: f64 = steps.iter().map(|s| s.communication_max_s).sum();
-    let total = (computation + communication).max(f64::MIN_POSITIVE);
-    println!(
-        "# total: computation {:.3} ms ({:.0}%), communication {:.3} ms ({:.0}%)",
-        computation * 1e3,
+    let total = f64::max(computation + communication, f64::MIN_POSITIVE);
+    o.push_str(&format!(
+        "# total: computation {computation:.3} ms ({:.0}%), communication {communication:.3} ms ({:.0}%)\n",
         100.0 * computation / total,
-        communication * 1e3,
         100.0 * communication / total
-    );
+    ));
+    o
 }
 
-fn plot(out: &Path, steps: &[Superstep]) -> Result<(), String> {
-    let series =
-        |f: fn(&Superstep) -> f64| -> Vec<(f64, f64)> { steps.iter().map(|s| (s.superstep as f64, f(s))).collect() };
-    let last = steps.last().map_or(1.0, |s| s.superstep as f64).max(1.0);
+/// Draws computation against communication, and the h-relations, per superstep.
+pub fn plot(out: &Path, report: &Report) -> Result<(), String> {
+    let series = |name: &str, scale: f64| -> Vec<(f64, f64)> {
+        report.table("profile").filter_map(|r| Some((r.num("superstep")?, r.num(name)? * scale))).collect()
+    };
+    let last = report.table("profile").filter_map(|r| r.num("superstep")).fold(1.0, f64::max);
     let top = |points: &[Vec<(f64, f64)>]| {
         points.iter().flatten().map(|p| p.1).fold(0.0, f64::max).max(f64::MIN_POSITIVE) * 1.1
     };
-    let times = vec![series(|s| s.computation_max_s * 1e3), series(|s| s.communication_max_s * 1e3)];
-    let volumes = vec![series(|s| s.h_out_max as f64 / 1024.0), series(|s| s.h_in_max as f64 / 1024.0)];
+    let times = vec![series("computation_max_ms", 1.0), series("communication_max_ms", 1.0)];
+    let volumes = vec![series("h_out_max_bytes", 1.0 / 1024.0), series("h_in_max_bytes", 1.0 / 1024.0)];
     let panel = |title: &str, y_label: &str, points: Vec<Vec<(f64, f64)>>, labels: [&str; 2]| Panel {
         title: title.into(),
         x_label: "superstep".into(),

@@ -11,14 +11,12 @@ use bulkwire_proto::ChannelStats;
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
-use super::reference::{udp_socket_drops, Sockets};
-use super::{intact, io, mib, report, Flow};
+use crate::reference::{udp_socket_drops, Sockets};
+use crate::rows::{Report, Row};
+use crate::{intact, io, mib, sizes_of, Flow};
 
 #[derive(clap::Args, Debug, Clone, Serialize, Deserialize)]
 pub struct Args {
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
     /// Senders (the job has K + 1 ranks; rank 0 receives).
     #[arg(short = 'k', long, default_value_t = 4)]
     pub senders: u32,
@@ -28,16 +26,6 @@ pub struct Args {
     /// Message sizes (the buffer each write hands over), bytes.
     #[arg(long, value_delimiter = ',', default_values_t = [1024, 8192, 64000, 1 << 20])]
     pub sizes: Vec<usize>,
-}
-
-/// One message size: the same K-to-1 flow over bulkwire, raw UDP and TCP.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct FlowRow {
-    pub size: usize,
-    pub senders: u32,
-    pub bulkwire: Flow,
-    pub udp: Flow,
-    pub tcp: Flow,
 }
 
 /// The protocol's counters over a bulkwire flow, every rank summed.
@@ -78,47 +66,48 @@ impl ProtocolCounters {
 const FLOW: i32 = 401;
 const COUNTERS: i32 = 402;
 
-pub(super) fn rank(world: &World, args: &Args) -> Result<(), CommError> {
+/// Rows of table `incast`: per message size, the flow over bulkwire, raw UDP and TCP.
+pub(crate) fn rank(world: &World, args: &Args) -> Result<Vec<Row>, CommError> {
     let senders: Vec<u32> = (1..world.size()).collect();
     let peers = if world.rank() == 0 { senders.clone() } else { vec![0] };
     let mut sockets = Sockets::open(world, &peers)?;
     let mut rows = Vec::new();
     for &size in &args.sizes {
         let count = (args.bytes / size.max(1)).max(1);
-        if let Some(row) = flow_row(world, &mut sockets, &senders, size.max(1), count)? {
-            rows.push(row);
-        }
+        rows.extend(flow_rows("incast", world, &mut sockets, &senders, size.max(1), count)?);
     }
     world.barrier()?;
+    Ok(rows)
+}
+
+pub(crate) fn table(args: &Args, report: &Report) -> String {
     let title = format!(
         "{} senders to 1 receiver on this machine over loopback, {} each per size",
         args.senders,
         mib(args.bytes)
     );
-    report(world, args.json, &rows, |rows| print_flows(&title, rows));
-    Ok(())
+    flow_table(&title, report, "incast")
 }
 
 /// `senders` each write `count` messages of `size` bytes to rank 0, over
-/// bulkwire, raw UDP and TCP in turn. Rank 0 returns the row.
-pub(super) fn flow_row(
+/// bulkwire, raw UDP and TCP in turn. Rank 0 returns a row for each.
+pub(crate) fn flow_rows(
+    bench: &str,
     world: &World,
     sockets: &mut Sockets,
     senders: &[u32],
     size: usize,
     count: usize,
-) -> Result<Option<FlowRow>, CommError> {
+) -> Result<Vec<Row>, CommError> {
     let bulkwire = bulkwire_flow(world, senders, size, count)?;
     world.barrier()?;
     let udp = sockets.udp_flow(world, 0, senders, size, count)?;
     world.barrier()?;
     let tcp = sockets.tcp_flow(0, senders, size, count).map_err(io)?;
-    Ok(match (bulkwire, udp, tcp) {
-        (Some(bulkwire), Some(udp), Some(tcp)) => {
-            Some(FlowRow { size, senders: senders.len() as u32, bulkwire, udp, tcp })
-        }
-        _ => None,
-    })
+    let flows = [("bulkwire", bulkwire), ("udp", udp), ("tcp", tcp)];
+    let row =
+        |(source, flow): (&str, Option<Flow>)| Some(flow?.row(bench, source, "", world.size(), senders.len(), size));
+    Ok(flows.into_iter().filter_map(row).collect())
 }
 
 /// The bulkwire flow: each sender `send`s its messages (each returns once
@@ -174,34 +163,37 @@ fn bulkwire_flow(world: &World, senders: &[u32], size: usize, count: usize) -> R
 }
 
 /// The table of flow rows (incast, and ttcp in `echo`).
-pub(super) fn print_flows(title: &str, rows: &[FlowRow]) {
-    println!("# {title}");
-    println!("# throughput at the receiver, MB/s (10^6 B/s), from the start to the last byte that arrived");
-    println!(
-        "# bulkwire: deliv = share delivered, rexmit = data packets resent, drops = receiver's kernel socket drops"
+pub(crate) fn flow_table(title: &str, report: &Report, bench: &str) -> String {
+    let mut o = format!("# {title}\n");
+    o.push_str("# throughput at the receiver, MB/s (10^6 B/s), from the start to the last byte that arrived\n");
+    o.push_str(
+        "# bulkwire: deliv = share delivered, rexmit = data packets resent, drops = receiver's kernel socket drops\n",
     );
-    println!("# udp: raw datagrams of at most 64000 B, nothing resent; drops = receiver's kernel socket drops");
-    println!(
-        "{:>8} | {:>9} {:>6} {:>7} {:>7} {:>8} | {:>9} {:>6} {:>8} | {:>9} {:>8}",
+    o.push_str("# udp: raw datagrams of at most 64000 B, nothing resent; drops = receiver's kernel socket drops\n");
+    o.push_str(&format!(
+        "{:>8} | {:>9} {:>6} {:>7} {:>7} {:>8} | {:>9} {:>6} {:>8} | {:>9} {:>8}\n",
         "size", "bulkwire", "deliv", "rexmit", "drops", "ms", "udp", "deliv", "drops", "tcp", "ms"
-    );
-    let share = |f: &Flow| format!("{:.1}%", (1.0 - f.loss()) * 100.0);
-    let count = |x: Option<u64>| x.map_or("-".to_string(), |v| v.to_string());
-    for r in rows {
-        let (b, u, t) = (&r.bulkwire, &r.udp, &r.tcp);
-        println!(
-            "{:>8} | {:>9.1} {:>6} {:>7} {:>7} {:>8.1} | {:>9.1} {:>6} {:>8} | {:>9.1} {:>8.1}",
-            r.size,
-            b.mb_per_s,
-            share(b),
-            count(b.protocol.map(|p| p.retransmissions)),
-            count(b.socket_drops),
-            b.seconds * 1e3,
-            u.mb_per_s,
-            share(u),
-            count(u.socket_drops),
-            t.mb_per_s,
-            t.seconds * 1e3
-        );
+    ));
+    let num = |r: Option<&Row>, name: &str| r.and_then(|r| r.num(name));
+    let float = |x: Option<f64>, d: usize| x.map_or("-".to_string(), |v| format!("{v:.d$}"));
+    let count = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.0}"));
+    let share = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{:.1}%", v * 100.0));
+    for size in sizes_of(report.table(bench)) {
+        let [b, u, t] = ["bulkwire", "udp", "tcp"].map(|s| report.find(bench, s, "", Some(size)));
+        o.push_str(&format!(
+            "{:>8} | {:>9} {:>6} {:>7} {:>7} {:>8} | {:>9} {:>6} {:>8} | {:>9} {:>8}\n",
+            size,
+            float(num(b, "mb_per_s"), 1),
+            share(num(b, "delivered_share")),
+            count(num(b, "retransmitted_packets")),
+            count(num(b, "socket_drops_datagrams")),
+            float(num(b, "time_ms"), 1),
+            float(num(u, "mb_per_s"), 1),
+            share(num(u, "delivered_share")),
+            count(num(u, "socket_drops_datagrams")),
+            float(num(t, "mb_per_s"), 1),
+            float(num(t, "time_ms"), 1)
+        ));
     }
+    o
 }

@@ -1,0 +1,259 @@
+//! Benchmarks on real processes, each figure beside references measured in
+//! the same run between the same processes, and the row format in which
+//! every benchmark and experiment reports ([`rows`]).
+//!
+//! A benchmark is one module: its arguments, what each rank of the job does
+//! (`rank`, which returns the rows on rank 0) and its table. The references
+//! that run in the same processes (raw UDP and TCP, [`reference`]) see the
+//! same scheduling and the same interface; those that start processes of
+//! their own (Open MPI, [`mpi`]) run around the job, from the process that
+//! launched it ([`Bench::before_job`], [`Bench::after_job`]).
+//!
+//! The `bulkwire bench` command launches a job whose ranks call [`rank`]
+//! with the [`Bench`] as JSON, reads rank 0's [`Report`] and prints it.
+
+pub mod rows;
+
+mod bw;
+mod echo;
+mod incast;
+pub mod mpi;
+mod pingpong;
+pub mod reference;
+mod total_exchange;
+
+use bulkwire_comm::{CommError, World};
+use serde::{Deserialize, Serialize};
+
+pub use rows::{Report, Row, Value};
+
+#[derive(clap::Subcommand, Debug, Clone, Serialize, Deserialize)]
+pub enum Bench {
+    /// Half round-trip latency between two ranks, 0 B to 4 MiB, beside raw
+    /// UDP (busy-poll and blocking) and TCP (TCP_NODELAY) ping-pong.
+    Pingpong(pingpong::Args),
+    /// Streaming throughput with a window of outstanding sends (as OSU's
+    /// osu_bw), 1 B to 4 MiB, beside TCP and raw UDP.
+    Bw(bw::Args),
+    /// Seed 001's network tests: echo round trips at 64 and 1500 bytes and
+    /// ttcp-style memory-to-memory throughput, beside UDP and TCP.
+    Echo(echo::Args),
+    /// K senders to one receiver (many-to-one congestion): delivered
+    /// throughput, drops and recovery, beside UDP and TCP.
+    Incast(incast::Args),
+    /// BSP total exchange (every process puts to every other in one
+    /// superstep) for each destination order (latin, pid, random), pacing
+    /// on and off, beside an empty sync and Open MPI's MPI_Alltoall.
+    TotalExchange(total_exchange::Args),
+}
+
+impl Bench {
+    /// Processes of the job.
+    pub fn ranks(&self) -> u32 {
+        match self {
+            Bench::Pingpong(a) => a.ranks,
+            Bench::Bw(_) | Bench::Echo(_) => 2,
+            Bench::Incast(a) => a.senders + 1,
+            Bench::TotalExchange(a) => a.ranks,
+        }
+    }
+
+    /// Refuses arguments the benchmark cannot run with.
+    pub fn check(&self) -> Result<(), String> {
+        match self {
+            Bench::Pingpong(a) if a.ranks < 2 || a.ranks % 2 != 0 => {
+                Err("pingpong needs an even number of ranks (pairs)".into())
+            }
+            Bench::Incast(a) if a.senders == 0 => Err("incast needs at least one sender (-k)".into()),
+            Bench::TotalExchange(a) if a.ranks < 2 => Err("a total exchange needs at least two processes".into()),
+            _ => Ok(()),
+        }
+    }
+
+    /// References measured by the launching process before the job
+    /// (`remote`: the ranks run on other hosts).
+    pub fn before_job(&self, remote: bool) -> Report {
+        match self {
+            Bench::TotalExchange(a) => a.open_mpi(remote, "before the job"),
+            _ => Report::default(),
+        }
+    }
+
+    /// References measured again after the job, so that a reader sees
+    /// whether the machine's speed moved while the job ran.
+    pub fn after_job(&self, remote: bool) -> Report {
+        match self {
+            Bench::TotalExchange(a) if !remote => a.open_mpi(remote, "after the job"),
+            _ => Report::default(),
+        }
+    }
+
+    /// The table of `report`, as text.
+    pub fn table(&self, report: &Report) -> String {
+        match self {
+            Bench::Pingpong(_) => pingpong::table(report),
+            Bench::Bw(_) => bw::table(report),
+            Bench::Echo(a) => echo::table(a, report),
+            Bench::Incast(a) => incast::table(a, report),
+            Bench::TotalExchange(_) => total_exchange::table(report),
+        }
+    }
+}
+
+/// What one rank of a benchmark job does; rank 0 returns the rows.
+pub fn rank(bench: &Bench) -> Result<Option<Report>, String> {
+    // BSP benchmarks join the job through bsp, not comm (one runtime per process).
+    if let Bench::TotalExchange(a) = bench {
+        return total_exchange::rank(a).map_err(|e| e.to_string());
+    }
+    let run = || -> Result<Option<Report>, CommError> {
+        let world = World::init()?;
+        if world.size() != bench.ranks() {
+            world.abort(&format!("this benchmark needs {} ranks", bench.ranks()));
+            return Ok(None);
+        }
+        let rows = match bench {
+            Bench::Pingpong(a) => pingpong::rank(&world, a)?,
+            Bench::Bw(a) => bw::rank(&world, a)?,
+            Bench::Echo(a) => echo::rank(&world, a)?,
+            Bench::Incast(a) => incast::rank(&world, a)?,
+            Bench::TotalExchange(_) => unreachable!("run through bsp above"),
+        };
+        let report = (world.rank() == 0).then(|| Report { rows, notes: Vec::new() });
+        world.finalize()?;
+        Ok(report)
+    };
+    run().map_err(|e| e.to_string())
+}
+
+/// `first`, 8, then powers of 4 from 64 up to `max`, and `max` itself.
+fn sizes(first: usize, max: usize) -> Vec<usize> {
+    let mut s = vec![first];
+    if max >= 8 && first < 8 {
+        s.push(8);
+    }
+    let mut x = 64;
+    while x <= max {
+        s.push(x);
+        x *= 4;
+    }
+    if *s.last().expect("nonempty") != max && max > 8 {
+        s.push(max);
+    }
+    s
+}
+
+fn io(e: std::io::Error) -> CommError {
+    CommError::Runtime(e.into())
+}
+
+/// Median of `samples` (seconds), in microseconds.
+fn median_us(mut samples: Vec<f64>) -> f64 {
+    samples.sort_by(|a, b| a.total_cmp(b));
+    samples[samples.len() / 2] * 1e6
+}
+
+/// Throughput in MB/s (10^6 bytes per second, as OSU and ttcp count).
+fn mb_per_s(bytes: u64, seconds: f64) -> f64 {
+    if seconds > 0.0 {
+        bytes as f64 / seconds / 1e6
+    } else {
+        0.0
+    }
+}
+
+/// Whether a benchmark message arrived whole: its length and its first and
+/// last bytes (every byte is 7). The MAC has already checked the contents;
+/// comparing every byte would add work the TCP reference does not do.
+fn intact(got: &[u8], size: usize) -> bool {
+    got.len() == size && got.first().is_none_or(|&b| b == 7) && got.last().is_none_or(|&b| b == 7)
+}
+
+/// `bytes` in MiB, without decimals when whole.
+fn mib(bytes: usize) -> String {
+    match bytes % (1 << 20) {
+        0 => format!("{} MiB", bytes >> 20),
+        _ => format!("{:.2} MiB", bytes as f64 / (1 << 20) as f64),
+    }
+}
+
+/// The sizes that `rows` hold, in the order they first appear.
+fn sizes_of<'a>(rows: impl Iterator<Item = &'a Row>) -> Vec<u64> {
+    let mut sizes = Vec::new();
+    for s in rows.filter_map(|r| r.size_bytes) {
+        if !sizes.contains(&s) {
+            sizes.push(s);
+        }
+    }
+    sizes
+}
+
+/// One measurement of K senders streaming to one receiver, seen at the
+/// receiver.
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+pub struct Flow {
+    /// Payload bytes the senders handed over.
+    pub bytes_sent: u64,
+    /// Payload bytes that arrived.
+    pub bytes_received: u64,
+    /// From the start until the last byte arrived.
+    pub seconds: f64,
+    /// Raw UDP: datagrams sent and received.
+    pub datagrams_sent: Option<u64>,
+    pub datagrams_received: Option<u64>,
+    /// Datagrams the receiving process's UDP sockets dropped because their
+    /// buffers were full (kernel counter; UDP and bulkwire).
+    pub socket_drops: Option<u64>,
+    /// bulkwire: the protocol's counters over the flow, all ranks summed.
+    pub protocol: Option<incast::ProtocolCounters>,
+}
+
+impl Flow {
+    fn new(bytes_sent: u64, bytes_received: u64, seconds: f64) -> Flow {
+        Flow { bytes_sent, bytes_received, seconds, ..Flow::default() }
+    }
+
+    /// The flow as a row of table `bench` (`procs`: the processes of the job).
+    fn row(&self, bench: &str, source: &str, what: &str, procs: u32, senders: usize, size: usize) -> Row {
+        let delivered = if self.bytes_sent == 0 { 1.0 } else { self.bytes_received as f64 / self.bytes_sent as f64 };
+        let mut row = Row::new(bench, source, what, procs)
+            .size(size)
+            .with("senders_count", senders)
+            .with("mb_per_s", mb_per_s(self.bytes_received, self.seconds))
+            .with("time_ms", self.seconds * 1e3)
+            .with("sent_bytes", self.bytes_sent)
+            .with("received_bytes", self.bytes_received)
+            .with("delivered_share", delivered)
+            .with_opt("sent_datagrams", self.datagrams_sent)
+            .with_opt("received_datagrams", self.datagrams_received)
+            .with_opt("socket_drops_datagrams", self.socket_drops);
+        if let Some(p) = &self.protocol {
+            row = row
+                .with("data_packets", p.data_packets)
+                .with("retransmitted_packets", p.retransmissions)
+                .with("timeouts_count", p.timeouts)
+                .with("dropped_packets", p.drops)
+                .with("duplicate_packets", p.duplicates);
+        }
+        row
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_run_in_powers_of_four_up_to_the_largest() {
+        assert_eq!(sizes(0, 70000), [0, 8, 64, 256, 1024, 4096, 16384, 65536, 70000]);
+        assert_eq!(sizes(1, 4096), [1, 8, 64, 256, 1024, 4096]);
+    }
+
+    #[test]
+    fn a_spec_travels_to_the_ranks_as_json() {
+        let bench = Bench::Incast(incast::Args { senders: 3, bytes: 10, sizes: vec![1, 2] });
+        let back: Bench = serde_json::from_str(&serde_json::to_string(&bench).unwrap()).unwrap();
+        assert_eq!(back.ranks(), 4);
+        assert!(Bench::Incast(incast::Args { senders: 0, bytes: 10, sizes: vec![1] }).check().is_err());
+    }
+}

@@ -1,0 +1,222 @@
+//! `bulkwire bench total-exchange`: every process puts `--size` bytes to
+//! every other in one superstep (a p-relation of (p - 1) · size bytes), timed
+//! for each destination order of the sync (seed 002 Table 1: latin square
+//! against pid order), with pacing on and off, beside the cost of an empty
+//! sync (the BSP l) in the same run, and, where streams go before the
+//! barrier (on one host), once more with every byte after it; and, where
+//! Open MPI is installed, the
+//! same exchange with `MPI_Alltoall` over TCP and an empty `MPI_Barrier`
+//! (see [`crate::mpi`]), measured before and after the job.
+
+use bulkwire_bsp::{parse_rate, Bsp, BspError, Order, Reason};
+use serde::{Deserialize, Serialize};
+
+use crate::rows::{opt, Report, Row};
+use crate::{mb_per_s, median_us};
+
+#[derive(clap::Args, Debug, Clone, Serialize, Deserialize)]
+pub struct Args {
+    /// Processes.
+    #[arg(short = 'n', long = "np", default_value_t = 8)]
+    pub ranks: u32,
+    /// Bytes each process puts to each other process.
+    #[arg(long, default_value_t = 16 << 10)]
+    pub size: usize,
+    /// Timed exchanges per order (after a tenth as many, at least two, to
+    /// warm up; the job first makes 1,000 empty syncs).
+    #[arg(long, default_value_t = 30)]
+    pub repetitions: u32,
+    /// The link rate of every process (as tc writes it: 100mbit, 1gbit):
+    /// with pacing on, each process then injects at its share of the
+    /// receiving port. Without it (or BULKWIRE_BSP_RATE), pacing limits
+    /// only the packets in flight.
+    #[arg(long, value_parser = parse_rate)]
+    pub rate: Option<f64>,
+    /// Leave out the Open MPI reference (MPI_Alltoall and MPI_Barrier over TCP).
+    #[arg(long)]
+    pub no_mpi: bool,
+}
+
+impl Args {
+    /// The Open MPI reference (MPI_Barrier and MPI_Alltoall over TCP),
+    /// measured `when` ("before the job", "after the job") by the launching
+    /// process, unless it was left out or the ranks run on other hosts (the
+    /// reference runs on this one).
+    pub fn open_mpi(&self, remote: bool, when: &str) -> Report {
+        let mut report = Report::default();
+        if self.no_mpi {
+            return report;
+        }
+        if remote {
+            report.notes.push("no Open MPI reference: the ranks run on other hosts; it would run on this one".into());
+            return report;
+        }
+        match crate::mpi::total_exchange(self.ranks, self.size, self.repetitions) {
+            Ok(r) => {
+                let sent = (self.size * (self.ranks as usize - 1)) as u64;
+                let row = |what: &str, median_us: f64, mean_us: f64, bytes: Option<u64>| {
+                    Row::new(BENCH, "mpi", what, self.ranks)
+                        .size(self.size)
+                        .with("measured", when)
+                        .with("median_us", median_us)
+                        .with("mean_us", mean_us)
+                        .with_opt("mb_per_s", bytes.map(|b| mb_per_s(b, median_us / 1e6)))
+                };
+                report.rows.push(row("MPI_Barrier", r.barrier_us, r.barrier_mean_us, None));
+                report.rows.push(row("MPI_Alltoall", r.alltoall_us, r.alltoall_mean_us, Some(sent)));
+            }
+            Err(why) => report.notes.push(format!("no Open MPI reference ({when}): {why}")),
+        }
+        report
+    }
+}
+
+const BENCH: &str = "total-exchange";
+
+/// Empty syncs a job makes before its first timed row (see `rank`); as many
+/// barriers open the Open MPI reference (`scripts/ompi/bench.c`).
+const JOB_WARM_UP_SYNCS: usize = 1000;
+
+/// Rows of table `total-exchange`, timed on process 0 (the sync is a
+/// barrier, so every process leaves it at about the same time).
+pub fn rank(args: &Args) -> Result<Option<Report>, BspError> {
+    let mut bsp = Bsp::begin()?;
+    let (me, p) = (bsp.pid(), bsp.nprocs());
+    if args.rate.is_some() {
+        bsp.set_rate(args.rate)?;
+    }
+    let size = args.size;
+    let inbox = bsp.register::<u8>(size * p as usize)?;
+    bsp.sync()?;
+    let data = vec![me as u8 + 1; size];
+    let mut rows = Vec::new();
+
+    let reps = args.repetitions.max(1) as usize;
+    let mut empty = Vec::new();
+    // Each configuration warms up first: the first exchanges after a change
+    // grow buffers and were slower than the rest.
+    // The job's first syncs are slower, whatever they do: where 8
+    // processes share 2 cores, empty syncs after 1,000 others took 105-158
+    // us on average against 131-202 us as the job's first (five
+    // alternating runs). The Open MPI reference warms up alike.
+    for _ in 0..JOB_WARM_UP_SYNCS {
+        bsp.sync()?;
+    }
+    let warm = (reps / 10).max(2);
+    for _ in 0..reps + warm {
+        let t = bsp.time();
+        bsp.sync()?;
+        empty.push(bsp.time() - t);
+    }
+    rows.push(timed(Row::new(BENCH, "bulkwire", "empty sync", p).size(size), empty.split_off(warm), None, 0));
+
+    let eager = bsp.eager();
+    let mut configurations: Vec<(Order, bool, usize)> =
+        [(Order::Latin, true), (Order::Pid, true), (Order::Random, true), (Order::Latin, false), (Order::Pid, false)]
+            .into_iter()
+            .map(|(order, pacing)| (order, pacing, eager))
+            .collect();
+    // Pacing to a link rate sends nothing early: the row would repeat the first.
+    if eager > 0 && bsp.rate().is_none() {
+        configurations.push((Order::Latin, true, 0));
+    }
+    for (order, pacing, eager_bytes) in configurations {
+        bsp.set_order(order);
+        bsp.set_pacing(pacing);
+        bsp.set_eager(eager_bytes);
+        bsp.area_mut(&inbox).fill(0);
+        let mut times = Vec::new();
+        let before = bsp.packet_stats().retransmissions;
+        for _ in 0..reps + warm {
+            let t = bsp.time();
+            for k in 1..p {
+                bsp.put((me + k) % p, &data, &inbox, me as usize * size)?;
+            }
+            bsp.sync()?;
+            times.push(bsp.time() - t);
+        }
+        let retransmissions = bsp.packet_stats().retransmissions - before;
+        let area = bsp.area(&inbox);
+        if let Some(q) =
+            (0..p).find(|&q| q != me && area[q as usize * size..][..size].iter().any(|&b| b != q as u8 + 1))
+        {
+            let reason = Reason::Invalid(format!("the bytes from process {q} did not arrive ({order})"));
+            return Err(bsp.error(bulkwire_bsp::Call::Sync, reason));
+        }
+        let sent = (size * (p as usize - 1)) as u64;
+        let what = format!(
+            "{order}, pacing {}{}",
+            if pacing { "on" } else { "off" },
+            if eager_bytes == 0 && eager > 0 { ", none eager" } else { "" }
+        );
+        // What went early: nothing while pacing keeps to a link rate.
+        let early = if pacing && bsp.rate().is_some() { 0 } else { eager_bytes };
+        let row = Row::new(BENCH, "bulkwire", what, p)
+            .size(size)
+            .with("order", order.to_string())
+            .with("pacing", pacing)
+            .with("eager_bytes", early);
+        rows.push(timed(row, times.split_off(warm), Some(sent), retransmissions));
+    }
+    bsp.set_eager(eager);
+
+    let mut notes = Vec::new();
+    if let Some(r) = bsp.rate() {
+        notes.push(format!("pacing keeps to {} Mbit/s links", r / 1e6));
+    }
+    if eager > 0 && bsp.rate().is_none() {
+        notes.push(format!(
+            "streams of up to {eager} bytes to one destination leave before the barrier \
+             (BULKWIRE_BSP_EAGER, by default on one host), except in the row marked none eager"
+        ));
+    }
+    let report = (me == 0).then_some(Report { rows, notes });
+    bsp.end()?;
+    Ok(report)
+}
+
+/// `row` with the times of `seconds` (per exchange), what each process
+/// sent per second of the median (`bytes` sent per process) and the
+/// retransmissions on process 0.
+fn timed(row: Row, seconds: Vec<f64>, bytes: Option<u64>, retransmissions: u64) -> Row {
+    let min_us = seconds.iter().copied().fold(f64::INFINITY, f64::min) * 1e6;
+    let mean_us = seconds.iter().sum::<f64>() / seconds.len().max(1) as f64 * 1e6;
+    let median = median_us(seconds);
+    row.with("median_us", median)
+        .with("mean_us", mean_us)
+        .with("min_us", min_us)
+        .with_opt("mb_per_s", bytes.map(|b| mb_per_s(b, median / 1e6)))
+        .with("retransmitted_packets", retransmissions)
+}
+
+pub(crate) fn table(report: &Report) -> String {
+    let first = report.table(BENCH).next();
+    let (p, size) = first.map_or((0, 0), |r| (r.procs, r.size_bytes.unwrap_or(0)));
+    let mut o = format!("# total exchange: {p} processes, {size} bytes per pair, median (process 0)\n");
+    o.push_str(&format!(
+        "{:<52} {:>12} {:>12} {:>12} {:>14} {:>8}\n",
+        "", "median us", "mean us", "min us", "MB/s/process", "resent"
+    ));
+    for r in report.table(BENCH) {
+        let what = match (r.source.as_str(), r.text("measured")) {
+            ("mpi", Some(when)) => format!("{}, Open MPI over TCP, {when}", r.what),
+            _ => r.what.clone(),
+        };
+        o.push_str(&format!(
+            "{:<52} {:>12} {:>12} {:>12} {:>14} {:>8}\n",
+            what,
+            opt(r.num("median_us"), 1),
+            opt(r.num("mean_us"), 1),
+            opt(r.num("min_us"), 1),
+            opt(r.num("mb_per_s"), 1),
+            r.num("retransmitted_packets").map_or("-".into(), |n| format!("{n:.0}"))
+        ));
+    }
+    if report.rows.iter().any(|r| r.source == "mpi") {
+        o.push_str(
+            "# MPI rows: median of the slowest process's time, each operation started by a barrier; \
+             mean of as many back to back (scripts/ompi/bench.c)\n",
+        );
+    }
+    o
+}

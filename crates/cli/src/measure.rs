@@ -1,0 +1,178 @@
+//! `bulkwire bench`, `bulkwire sim` and `bulkwire profile`: launching the
+//! benchmarks of `bulkwire-bench` and the experiments of `bulkwire-lab`,
+//! and printing their rows as a table, JSON or CSV.
+
+use std::path::PathBuf;
+
+use bulkwire_bench::{Bench, Report};
+use bulkwire_lab::{profile, reliability, service_switching, warp};
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// How rows are printed: a table by default.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct Format {
+    /// Print the rows as JSON: a list of flat rows (docs/BENCHMARKS.md).
+    #[arg(long, global = true, conflicts_with = "csv")]
+    pub json: bool,
+    /// Print the rows as CSV, a header of every column, then a line per row.
+    #[arg(long, global = true)]
+    pub csv: bool,
+}
+
+impl Format {
+    /// Prints `report`: `table` renders it for people. Beside JSON and CSV,
+    /// the notes go to standard error, so that standard output stays data.
+    fn print(self, report: &Report, table: impl FnOnce(&Report) -> String) {
+        if self.json {
+            println!("{}", report.json());
+        } else if self.csv {
+            print!("{}", report.csv());
+        } else {
+            print!("{}", table(report));
+            for note in &report.notes {
+                println!("# {note}");
+            }
+            return;
+        }
+        for note in &report.notes {
+            eprintln!("# {note}");
+        }
+    }
+}
+
+/// Where a benchmark's ranks run: this machine by default, or hosts
+/// reached over a remote shell as with `bulkwire run --hosts` (for example
+/// network namespaces of a test bed, with `scripts/netns-exec` as the shell).
+#[derive(clap::Args, Debug, Clone)]
+pub struct Placement {
+    /// Run the ranks on these hosts (as `bulkwire run --hosts`).
+    #[arg(long)]
+    pub hosts: Option<String>,
+    /// The remote shell for --hosts (as `bulkwire run --ssh`).
+    #[arg(long, env = "BULKWIRE_SSH", default_value = "ssh")]
+    pub ssh: String,
+    /// Address of the rendezvous (as `bulkwire run --bind`).
+    #[arg(long)]
+    pub bind: Option<std::net::IpAddr>,
+}
+
+/// Runs `bench` as a job of its ranks, with the references measured around
+/// the job, and prints the rows; returns the job's exit code.
+pub fn bench(bench: &Bench, placement: &Placement, format: Format) -> Result<i32, String> {
+    bench.check()?;
+    let remote = placement.hosts.is_some();
+    let mut report = bench.before_job(remote);
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    let spec = serde_json::to_string(bench).map_err(|e| e.to_string())?;
+    let command = vec![exe.to_string_lossy().into_owned(), "__bench-rank".into(), spec];
+    let mut args = crate::launch::Args::local(bench.ranks(), command);
+    args.hosts = placement.hosts.clone();
+    args.ssh = placement.ssh.clone();
+    args.bind = placement.bind;
+    let (status, output) = crate::launch::run_capturing_rank_0(&args)?;
+    // Rank 0 prints its report as one line of JSON; anything else it
+    // printed is passed on.
+    let mut job = None;
+    for line in String::from_utf8_lossy(&output).lines() {
+        match line.strip_prefix(REPORT) {
+            Some(json) => {
+                job = Some(serde_json::from_str::<Report>(json).map_err(|e| format!("rank 0's report: {e}"))?)
+            }
+            None => println!("{line}"),
+        }
+    }
+    let Some(job) = job.filter(|_| status == 0) else {
+        return Ok(if status == 0 { 1 } else { status });
+    };
+    // Measured again only where it was measured before.
+    let after = if report.rows.is_empty() { Report::default() } else { bench.after_job(remote) };
+    // The job's rows first, then the references measured around it.
+    let before = std::mem::take(&mut report.rows);
+    report.rows = [job.rows, before, after.rows].concat();
+    report.notes = [job.notes, std::mem::take(&mut report.notes), after.notes].concat();
+    format.print(&report, |r| bench.table(r));
+    Ok(0)
+}
+
+/// What marks rank 0's report among its output.
+const REPORT: &str = "bulkwire-report ";
+
+#[derive(clap::Args, Debug)]
+pub struct RankArgs {
+    /// The benchmark and its arguments, as JSON.
+    spec: String,
+}
+
+/// One rank of a benchmark job.
+pub fn bench_rank(args: &RankArgs) -> Result<(), String> {
+    let bench: Bench = serde_json::from_str(&args.spec).map_err(|e| format!("bad benchmark spec: {e}"))?;
+    if let Some(report) = bulkwire_bench::rank(&bench)? {
+        println!("{REPORT}{}", serde_json::to_string(&report).map_err(|e| e.to_string())?);
+    }
+    Ok(())
+}
+
+#[derive(clap::Subcommand)]
+pub enum Experiment {
+    /// Loss recovery under random and bursty loss: hole filling against go-back-N.
+    Reliability(reliability::Args),
+    /// Warp rate control: n senders into one FCFS server (seed 003 §3, §6.2).
+    Warp(warp::Args),
+    /// Latency-adaptive switching between ordinary and premium service on a
+    /// congested cell switch (seed 000 §4).
+    ServiceSwitching(service_switching::Args),
+}
+
+/// Runs an experiment in the simulator with a progress bar, and prints it.
+pub fn sim(experiment: &Experiment, format: Format) -> Result<(), String> {
+    let runs = match experiment {
+        Experiment::Reliability(_) => reliability::runs(),
+        Experiment::Warp(_) => warp::runs(),
+        Experiment::ServiceSwitching(a) => a.runs()?,
+    };
+    let bar = ProgressBar::new(runs as u64);
+    bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}").expect("valid template"));
+    let mut progress = |what: &str| {
+        bar.set_message(what.to_string());
+        bar.inc(1);
+    };
+    let (report, files) = match experiment {
+        Experiment::Reliability(a) => (reliability::measure(a, &mut progress)?, Vec::new()),
+        Experiment::Warp(a) => warp::run(a, &mut progress)?,
+        Experiment::ServiceSwitching(a) => service_switching::run(a, &mut progress)?,
+    };
+    bar.finish_and_clear();
+    match experiment {
+        Experiment::Reliability(a) => format.print(&report, |r| reliability::table(a, r)),
+        Experiment::Warp(_) => format.print(&report, warp::table),
+        Experiment::ServiceSwitching(_) => format.print(&report, service_switching::table),
+    }
+    if !files.is_empty() {
+        eprintln!("wrote {}", files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", "));
+    }
+    if matches!(experiment, Experiment::Reliability(_)) && !reliability::all_delivered(&report) {
+        return Err("a run did not deliver every message exactly once".into());
+    }
+    Ok(())
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ProfileArgs {
+    /// The prefix given in BULKWIRE_PROFILE (the files are FILE.0, FILE.1, …).
+    pub file: PathBuf,
+    /// Draw computation and communication per superstep into this PNG.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    #[command(flatten)]
+    pub format: Format,
+}
+
+pub fn profile(args: &ProfileArgs) -> Result<(), String> {
+    let report = profile::read(&args.file)?;
+    args.format.print(&report, profile::table);
+    if let Some(out) = &args.plot {
+        profile::plot(out, &report)?;
+        eprintln!("wrote {}", out.display());
+    }
+    Ok(())
+}
