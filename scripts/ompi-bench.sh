@@ -61,11 +61,16 @@ case "$which" in
     bw) run bw "$@" ;;
     alltoall) run alltoall "$@" ;;
     all)
-        # One JSON document for both sweeps, or the two tables.
-        if $json; then echo '{"pingpong":'; fi
-        run pingpong "$@"
-        if $json; then echo ', "bw":'; else echo; fi
-        run bw "$@"
-        if $json; then echo '}'; fi
+        # One list of rows for both sweeps, or the two tables.
+        if $json; then
+            echo '['
+            run pingpong "$@" | sed '1d;$d' | sed '$s/$/,/'
+            run bw "$@" | sed '1d;$d'
+            echo ']'
+        else
+            run pingpong "$@"
+            echo
+            run bw "$@"
+        fi
         ;;
 esac

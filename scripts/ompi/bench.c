@@ -1,9 +1,13 @@
 /*
- * The sweeps of `bulkwire bench pingpong` and `bulkwire bench bw`, with MPI,
- * printed in the same table format, so that bulkwire can be compared with an
- * MPI library on the same machine. Run by scripts/ompi-bench.sh.
+ * The sweeps of `bulkwire bench pingpong` and `bulkwire bench bw`, and the
+ * total exchange of `bulkwire bench total-exchange`, with MPI, printed as a
+ * table or (--json) as rows of bulkwire's row format (docs/BENCHMARKS.md),
+ * so that bulkwire can be compared with an MPI library on the same machine.
+ * Run by those benchmarks (crates/bench/src/mpi.rs) and by
+ * scripts/ompi-bench.sh.
  *
  *   bench pingpong|bw [--json] [--iterations N] [--max-size BYTES] [--window W]
+ *   bench alltoall [--json] [--iterations N] [--max-size BYTES_PER_PAIR]
  *
  * Sizes, round counts, windows and budgets follow crates/bench/src:
  * pingpong: 0, 8, 64, 256, ... (x4) up to max, median half round trip after
@@ -69,7 +73,10 @@ static void pingpong(int me, long iterations, long max, int json) {
         qsort(samples + warm, n, sizeof(double), cmp);
         double half_us = samples[warm + n / 2] / 2.0 * 1e6;
         if (me == 0) {
-            if (json) printf("  {\"size\": %ld, \"openmpi_us\": %.3f}%s\n", size, half_us, s + 1 < count ? "," : "");
+            if (json)
+                printf("  {\"bench\": \"pingpong\", \"source\": \"mpi\", \"what\": \"tcp\", \"procs\": 2, "
+                       "\"size_bytes\": %ld, \"median_us\": %.3f}%s\n",
+                       size, half_us, s + 1 < count ? "," : "");
             else printf("%9ld %12.2f\n", size, half_us);
         }
         free(samples);
@@ -118,8 +125,9 @@ static void bw(int me, long iterations, long max, long window_arg, int json) {
         double mb_s = (double)size * window * windows / seconds / 1e6;
         if (me == 0) {
             if (json)
-                printf("  {\"size\": %ld, \"window\": %ld, \"windows\": %ld, \"openmpi_mb_s\": %.3f}%s\n", size, window,
-                       windows, mb_s, s + 1 < count ? "," : "");
+                printf("  {\"bench\": \"bw\", \"source\": \"mpi\", \"what\": \"tcp\", \"procs\": 2, "
+                       "\"size_bytes\": %ld, \"mb_per_s\": %.3f, \"window_messages\": %ld, \"windows_count\": %ld}%s\n",
+                       size, mb_s, window, windows, s + 1 < count ? "," : "");
             else printf("%9ld %12.2f\n", size, mb_s);
         }
     }
@@ -185,9 +193,11 @@ static void alltoall(int me, int procs, long reps, long size, int json) {
     if (me == 0) {
         double b = median_us(barrier, reps), x = median_us(exchange, reps);
         if (json)
-            printf("{\"procs\": %d, \"size\": %ld, \"barrier_us\": %.2f, \"alltoall_us\": %.2f, "
-                   "\"barrier_mean_us\": %.2f, \"alltoall_mean_us\": %.2f}\n",
-                   procs, size, b, x, b_mean, x_mean);
+            printf("[\n  {\"bench\": \"total-exchange\", \"source\": \"mpi\", \"what\": \"MPI_Barrier\", "
+                   "\"procs\": %d, \"size_bytes\": %ld, \"median_us\": %.2f, \"mean_us\": %.2f},\n"
+                   "  {\"bench\": \"total-exchange\", \"source\": \"mpi\", \"what\": \"MPI_Alltoall\", "
+                   "\"procs\": %d, \"size_bytes\": %ld, \"median_us\": %.2f, \"mean_us\": %.2f}\n]\n",
+                   procs, size, b, b_mean, procs, size, x, x_mean);
         else {
             printf("# Open MPI over TCP: %d processes, %ld bytes per pair; median of %ld (slowest process, each "
                    "started by a barrier), mean of %ld back to back\n",

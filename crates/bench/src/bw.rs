@@ -24,6 +24,9 @@ pub struct Args {
     /// Largest size, bytes.
     #[arg(long, default_value_t = 4 << 20)]
     pub max_size: usize,
+    /// Leave out the Open MPI reference (the same sweep with Open MPI over TCP).
+    #[arg(long)]
+    pub no_mpi: bool,
 }
 
 /// Bytes of one window at most: 64 messages of 4 MiB would hold 256 MiB of
@@ -148,8 +151,8 @@ pub(crate) fn table(report: &Report) -> String {
          resent: what arrived over the sender's time\n"
     ));
     o.push_str(&format!(
-        "{:>9} {:>12} {:>12} {:>12} {:>10} {:>14} {:>10}\n",
-        "size", "bulkwire", "tcp", "udp", "udp loss", "bulkwire/tcp", "delivered"
+        "{:>9} {:>12} {:>12} {:>12} {:>10} {:>14} {:>10} {:>13}\n",
+        "size", "bulkwire", "tcp", "udp", "udp loss", "bulkwire/tcp", "delivered", "open mpi tcp"
     ));
     for size in sizes_of(report.table("bw")) {
         let get = |source: &str, name: &str| report.find("bw", source, "", Some(size)).and_then(|r| r.num(name));
@@ -157,15 +160,23 @@ pub(crate) fn table(report: &Report) -> String {
         let ratio = b.zip(t.filter(|&t| t > 0.0)).map(|(b, t)| b / t);
         let udp_loss = get("udp", "delivered_share").map(|d| (1.0 - d) * 100.0);
         let delivered = if get("bulkwire", "delivered_share") == Some(1.0) { "all" } else { "NOT ALL" };
+        let mpi = report.find("bw", "mpi", "tcp", Some(size)).and_then(|r| r.num("mb_per_s"));
         o.push_str(&format!(
-            "{size:>9} {:>12} {:>12} {:>12} {:>9}% {:>14} {:>10}\n",
+            "{size:>9} {:>12} {:>12} {:>12} {:>9}% {:>14} {:>10} {:>13}\n",
             opt(b, 2),
             opt(t, 2),
             opt(u, 2),
             opt(udp_loss, 1),
             opt(ratio, 2),
-            delivered
+            delivered,
+            opt(mpi, 2)
         ));
     }
     o
+}
+
+/// The same sweep for the Open MPI program.
+pub(crate) fn mpi_args(args: &Args) -> Vec<String> {
+    let (iterations, window, max) = (args.iterations.to_string(), args.window.to_string(), args.max_size.to_string());
+    ["bw", "--iterations", &iterations, "--window", &window, "--max-size", &max].map(String::from).to_vec()
 }

@@ -74,6 +74,10 @@ impl Bench {
     /// (`remote`: the ranks run on other hosts).
     pub fn before_job(&self, remote: bool) -> Report {
         match self {
+            Bench::Pingpong(a) if !a.no_mpi => {
+                open_mpi(remote, a.ranks, &pingpong::mpi_args(a), "pingpong", "median_us")
+            }
+            Bench::Bw(a) if !a.no_mpi => open_mpi(remote, 2, &bw::mpi_args(a), "bw", "mb_per_s"),
             Bench::TotalExchange(a) => a.open_mpi(remote, "before the job"),
             _ => Report::default(),
         }
@@ -97,6 +101,23 @@ impl Bench {
             Bench::Incast(a) => incast::table(a, report),
             Bench::TotalExchange(_) => total_exchange::table(report),
         }
+    }
+}
+
+/// The Open MPI reference of a two-process sweep (`pingpong`, `bw`),
+/// measured by the launching process: rows, or a note saying why there are
+/// none.
+fn open_mpi(remote: bool, ranks: u32, args: &[String], bench: &str, metric: &str) -> Report {
+    let missing = |why: &str| Report { rows: Vec::new(), notes: vec![format!("no Open MPI reference: {why}")] };
+    if remote {
+        return missing("the ranks run on other hosts; it would run on this one");
+    }
+    if ranks != 2 {
+        return missing("it runs one pair of processes");
+    }
+    match mpi::rows(2, args, bench, metric) {
+        Ok(rows) => Report { rows, notes: Vec::new() },
+        Err(why) => missing(&why),
     }
 }
 

@@ -1,43 +1,24 @@
-//! The Open MPI reference of `bulkwire bench total-exchange`: the same
-//! exchange with `MPI_Alltoall`, and an empty `MPI_Barrier`, with Open MPI
-//! over TCP on loopback, measured in the same run where Open MPI is
-//! installed. The program is `scripts/ompi/bench.c` (also behind
-//! `scripts/ompi-bench.sh`), compiled with `mpicc` into a temporary folder.
+//! The Open MPI reference: the same sweeps as `bench pingpong` and `bench
+//! bw`, and the total exchange of `bench total-exchange` as `MPI_Alltoall`
+//! beside an empty `MPI_Barrier`, with Open MPI over TCP on loopback,
+//! measured in the same run where Open MPI is installed. The program is
+//! `scripts/ompi/bench.c` (also behind `scripts/ompi-bench.sh`), compiled
+//! with `mpicc` into a temporary folder; it prints its figures as rows.
 
 use std::path::Path;
 use std::process::Command;
 
-use serde::{Deserialize, Serialize};
+use crate::rows::Row;
 
 /// The C program, built into this binary so the benchmark needs no checkout.
 const SOURCE: &str = include_str!("../../../scripts/ompi/bench.c");
 
-/// What the MPI program measured: the median over the repetitions of the
-/// slowest process's time, each operation started by a barrier; and the
-/// mean time per operation over as many back to back.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Reference {
-    pub barrier_us: f64,
-    pub alltoall_us: f64,
-    pub barrier_mean_us: f64,
-    pub alltoall_mean_us: f64,
-}
-
-/// The reply of `bench alltoall --json`.
-#[derive(Deserialize)]
-struct Reply {
-    procs: u32,
-    size: u64,
-    barrier_us: f64,
-    alltoall_us: f64,
-    barrier_mean_us: f64,
-    alltoall_mean_us: f64,
-}
-
-/// Runs `MPI_Barrier` and `MPI_Alltoall` of `size` bytes per pair on
-/// `procs` processes, `repetitions` times each. An error says why there is
-/// no reference (Open MPI missing, the build or the run failed).
-pub fn total_exchange(procs: u32, size: usize, repetitions: u32) -> Result<Reference, String> {
+/// Runs the program with `args` (`pingpong …`, `bw …`, `alltoall …`, and
+/// `--json`) on `procs` processes and returns its rows, each checked to be
+/// of table `bench`, from `procs` processes, with a finite, positive
+/// `metric`. An error says why there is no reference (Open MPI missing, the
+/// build or the run failed).
+pub fn rows(procs: u32, args: &[String], bench: &str, metric: &str) -> Result<Vec<Row>, String> {
     let version = Command::new("mpirun")
         .arg("--version")
         .output()
@@ -59,15 +40,12 @@ pub fn total_exchange(procs: u32, size: usize, repetitions: u32) -> Result<Refer
     if !built.status.success() {
         return Err(format!("mpicc failed: {}", String::from_utf8_lossy(&built.stderr).trim()));
     }
-    let ran = mpirun(procs, &program)
-        .args(["alltoall", "--json", "--iterations", &repetitions.max(1).to_string()])
-        .args(["--max-size", &size.max(1).to_string()])
-        .output()
-        .map_err(|e| format!("cannot run mpirun: {e}"))?;
+    let ran =
+        mpirun(procs, &program).args(args).arg("--json").output().map_err(|e| format!("cannot run mpirun: {e}"))?;
     if !ran.status.success() {
         return Err(format!("mpirun failed: {}", String::from_utf8_lossy(&ran.stderr).trim()));
     }
-    parse(&String::from_utf8_lossy(&ran.stdout), procs, size)
+    parse(&String::from_utf8_lossy(&ran.stdout), procs, bench, metric)
 }
 
 /// TCP only (no shared memory), on loopback: the transport bulkwire's
@@ -85,28 +63,26 @@ fn mpirun(procs: u32, program: &Path) -> Command {
     c
 }
 
-/// The reference from the program's output: one JSON line for `procs`
-/// processes and `size` bytes, with finite, positive times.
-fn parse(output: &str, procs: u32, size: usize) -> Result<Reference, String> {
-    let line = output.lines().find(|l| l.trim_start().starts_with('{')).ok_or("the MPI program printed no result")?;
-    let reply: Reply = serde_json::from_str(line).map_err(|e| format!("the MPI program's result {line:?}: {e}"))?;
-    if reply.procs != procs || reply.size != size as u64 {
-        return Err(format!(
-            "the MPI program measured {} processes and {} bytes, not {procs} and {size}",
-            reply.procs, reply.size
-        ));
+/// The rows in the program's output (a JSON list, after any lines of text).
+fn parse(output: &str, procs: u32, bench: &str, metric: &str) -> Result<Vec<Row>, String> {
+    let start = output.find('[').ok_or("the MPI program printed no rows")?;
+    let rows: Vec<Row> =
+        serde_json::from_str(&output[start..]).map_err(|e| format!("the MPI program's rows: {e}: {output}"))?;
+    if rows.is_empty() {
+        return Err("the MPI program printed no rows".into());
     }
-    let valid = |x: f64| x.is_finite() && x > 0.0;
-    let times = [reply.barrier_us, reply.alltoall_us, reply.barrier_mean_us, reply.alltoall_mean_us];
-    if !times.into_iter().all(valid) {
-        return Err(format!("the MPI program's times are not valid: {line}"));
+    for row in &rows {
+        if row.bench != bench || row.source != "mpi" || row.procs != procs {
+            return Err(format!(
+                "the MPI program measured {} of {} processes, not {bench} of {procs}",
+                row.bench, row.procs
+            ));
+        }
+        if !row.num(metric).is_some_and(|x| x.is_finite() && x > 0.0) {
+            return Err(format!("the MPI program's {metric} is not valid: {row:?}"));
+        }
     }
-    Ok(Reference {
-        barrier_us: reply.barrier_us,
-        alltoall_us: reply.alltoall_us,
-        barrier_mean_us: reply.barrier_mean_us,
-        alltoall_mean_us: reply.alltoall_mean_us,
-    })
+    Ok(rows)
 }
 
 #[cfg(test)]
@@ -114,30 +90,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_reference_is_read_from_the_programs_json() {
-        let out = "# something\n{\"procs\": 8, \"size\": 16384, \"barrier_us\": 238.60, \"alltoall_us\": 340.00, \
-                   \"barrier_mean_us\": 140.5, \"alltoall_mean_us\": 250.25}\n";
-        let want =
-            Reference { barrier_us: 238.6, alltoall_us: 340.0, barrier_mean_us: 140.5, alltoall_mean_us: 250.25 };
-        assert_eq!(parse(out, 8, 16384), Ok(want));
+    fn the_reference_is_read_from_the_programs_rows() {
+        let out = "# something\n[\n  {\"bench\": \"total-exchange\", \"source\": \"mpi\", \"what\": \"MPI_Barrier\", \
+                   \"procs\": 8, \"size_bytes\": 16384, \"median_us\": 238.60, \"mean_us\": 140.5}\n]\n";
+        let rows = parse(out, 8, "total-exchange", "median_us").unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!((rows[0].what.as_str(), rows[0].num("mean_us")), ("MPI_Barrier", Some(140.5)));
     }
 
     #[test]
-    fn a_reference_for_another_exchange_or_without_times_is_refused() {
-        let reply = |procs: u32, barrier: f64, mean: f64| {
+    fn rows_of_another_run_or_without_times_are_refused() {
+        let row = |procs: u32, median: &str| {
             format!(
-                "{{\"procs\": {procs}, \"size\": 16384, \"barrier_us\": {barrier}, \"alltoall_us\": 2.0, \
-                 \"barrier_mean_us\": 1.0, \"alltoall_mean_us\": {mean}}}"
+                "[{{\"bench\": \"pingpong\", \"source\": \"mpi\", \"what\": \"tcp\", \"procs\": {procs}, \
+                 \"size_bytes\": 8, \"median_us\": {median}}}]"
             )
         };
-        assert!(parse(&reply(4, 1.0, 2.0), 8, 16384).unwrap_err().contains("4 processes"));
-        assert!(parse(&reply(8, 0.0, 2.0), 8, 16384).unwrap_err().contains("not valid"));
-        assert!(parse(&reply(8, 1.0, f64::NAN), 8, 16384).is_err());
-        assert!(parse(&reply(8, 1.0, 2.0), 8, 16384).is_ok());
-        // An older program without the back-to-back means.
-        let old = "{\"procs\": 8, \"size\": 16384, \"barrier_us\": 1.0, \"alltoall_us\": 2.0}";
-        assert!(parse(old, 8, 16384).is_err());
-        assert!(parse("", 8, 16384).unwrap_err().contains("no result"));
-        assert!(parse("{oops", 8, 16384).is_err());
+        assert!(parse(&row(2, "3.5"), 2, "pingpong", "median_us").is_ok());
+        assert!(parse(&row(4, "3.5"), 2, "pingpong", "median_us").unwrap_err().contains("of 4 processes"));
+        assert!(parse(&row(2, "3.5"), 2, "bw", "mb_per_s").is_err());
+        assert!(parse(&row(2, "0.0"), 2, "pingpong", "median_us").unwrap_err().contains("not valid"));
+        assert!(parse(&row(2, "null"), 2, "pingpong", "median_us").is_err());
+        assert!(parse("", 2, "pingpong", "median_us").unwrap_err().contains("no rows"));
+        assert!(parse("[]", 2, "pingpong", "median_us").unwrap_err().contains("no rows"));
+        assert!(parse("[{oops", 2, "pingpong", "median_us").is_err());
     }
 }

@@ -23,6 +23,9 @@ pub struct Args {
     /// fares oversubscribed.
     #[arg(short = 'n', long = "np", default_value_t = 2)]
     pub ranks: u32,
+    /// Leave out the Open MPI reference (the same sweep with Open MPI over TCP).
+    #[arg(long)]
+    pub no_mpi: bool,
 }
 
 const PING: i32 = 101;
@@ -127,21 +130,25 @@ pub(crate) fn rank(world: &World, args: &Args) -> Result<Vec<Row>, CommError> {
     Ok(rows)
 }
 
-/// A round-trip table: a line per size, a column per variant.
+/// A round-trip table: a line per size, a column per variant, and Open
+/// MPI's where it was measured.
 pub(crate) fn round_trip_lines(report: &Report, bench: &str, ratio: bool) -> String {
+    let mpi = report.table(bench).any(|r| r.source == "mpi");
     let mut o = format!(
         "{:>9} {:>12} {:>14} {:>14} {:>12}",
         "size", "bulkwire", "udp busy-poll", "udp blocking", "tcp nodelay"
     );
+    if mpi {
+        o.push_str(&format!(" {:>13}", "open mpi tcp"));
+    }
     if ratio {
         o.push_str(&format!(" {:>16}", "bulkwire/udp-bp"));
     }
     o.push('\n');
     for size in sizes_of(report.table(bench)) {
-        let v: Vec<Option<f64>> = VARIANTS
-            .iter()
-            .map(|(source, what)| report.find(bench, source, what, Some(size)).and_then(|r| r.num("median_us")))
-            .collect();
+        let median =
+            |source: &str, what: &str| report.find(bench, source, what, Some(size)).and_then(|r| r.num("median_us"));
+        let v: Vec<Option<f64>> = VARIANTS.iter().map(|(source, what)| median(source, what)).collect();
         o.push_str(&format!(
             "{size:>9} {:>12} {:>14} {:>14} {:>12}",
             opt(v[0], 2),
@@ -149,6 +156,9 @@ pub(crate) fn round_trip_lines(report: &Report, bench: &str, ratio: bool) -> Str
             opt(v[2], 2),
             opt(v[3], 2)
         ));
+        if mpi {
+            o.push_str(&format!(" {:>13}", opt(median("mpi", "tcp"), 2)));
+        }
         if ratio {
             o.push_str(&format!(" {:>16}", opt(v[0].zip(v[1]).map(|(b, u)| b / u), 2)));
         }
@@ -169,4 +179,11 @@ pub(crate) fn table(report: &Report) -> String {
     };
     o.push_str(&round_trip_lines(report, "pingpong", true));
     o
+}
+
+/// The same sweep for the Open MPI program.
+pub(crate) fn mpi_args(args: &Args) -> Vec<String> {
+    let iterations = args.iterations.to_string();
+    let max = args.max_size.to_string();
+    ["pingpong", "--iterations", &iterations, "--max-size", &max].map(String::from).to_vec()
 }

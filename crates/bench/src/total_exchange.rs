@@ -51,19 +51,29 @@ impl Args {
             report.notes.push("no Open MPI reference: the ranks run on other hosts; it would run on this one".into());
             return report;
         }
-        match crate::mpi::total_exchange(self.ranks, self.size, self.repetitions) {
-            Ok(r) => {
+        let args = [
+            "alltoall",
+            "--iterations",
+            &self.repetitions.max(1).to_string(),
+            "--max-size",
+            &self.size.max(1).to_string(),
+        ];
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        match crate::mpi::rows(self.ranks, &args, BENCH, "median_us") {
+            Ok(rows) => {
                 let sent = (self.size * (self.ranks as usize - 1)) as u64;
-                let row = |what: &str, median_us: f64, mean_us: f64, bytes: Option<u64>| {
-                    Row::new(BENCH, "mpi", what, self.ranks)
-                        .size(self.size)
-                        .with("measured", when)
-                        .with("median_us", median_us)
-                        .with("mean_us", mean_us)
-                        .with_opt("mb_per_s", bytes.map(|b| mb_per_s(b, median_us / 1e6)))
-                };
-                report.rows.push(row("MPI_Barrier", r.barrier_us, r.barrier_mean_us, None));
-                report.rows.push(row("MPI_Alltoall", r.alltoall_us, r.alltoall_mean_us, Some(sent)));
+                for mut row in rows {
+                    if row.size_bytes != Some(self.size.max(1) as u64) {
+                        report.notes.push(format!("no Open MPI reference ({when}): it measured another size"));
+                        return report;
+                    }
+                    if row.what == "MPI_Alltoall" {
+                        let median = row.num("median_us").unwrap_or(f64::NAN);
+                        row.set("mb_per_s", mb_per_s(sent, median / 1e6));
+                    }
+                    row.set("measured", when);
+                    report.rows.push(row);
+                }
             }
             Err(why) => report.notes.push(format!("no Open MPI reference ({when}): {why}")),
         }

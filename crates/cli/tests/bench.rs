@@ -94,6 +94,10 @@ fn pingpong_reports_every_size_beside_udp_and_tcp() {
         assert!(num(r, "median_us") > 0.0, "{r}");
         assert_eq!(num(r, "procs"), 2.0, "{r}");
     }
+    // Open MPI over TCP runs the same sweep where it is installed.
+    if open_mpi() {
+        assert_eq!(sizes(&of(rows, "pingpong", "mpi", "tcp")), all);
+    }
 }
 
 #[test]
@@ -124,6 +128,9 @@ fn bw_delivers_every_byte_and_reports_udp_loss() {
     }
     for r in of(rows, "bw", "tcp", "") {
         assert!(num(r, "mb_per_s") > 0.0, "{r}");
+    }
+    if open_mpi() {
+        assert_eq!(sizes(&of(rows, "bw", "mpi", "tcp")), all);
     }
     for r in of(rows, "bw", "udp", "") {
         assert!(num(r, "received_bytes") <= num(r, "sent_bytes"), "{r}");
@@ -157,7 +164,7 @@ fn incast_delivers_every_byte_from_every_sender() {
 #[test]
 fn csv_has_a_header_and_a_line_per_row() {
     let out = Command::new(env!("CARGO_BIN_EXE_bulkwire"))
-        .args(["bench", "pingpong", "--iterations", "10", "--max-size", "8", "--csv"])
+        .args(["bench", "pingpong", "--iterations", "10", "--max-size", "8", "--no-mpi", "--csv"])
         .stdin(Stdio::null())
         .output()
         .expect("run bulkwire");
