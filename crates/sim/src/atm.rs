@@ -81,8 +81,8 @@ use bulkwire_wire::PacketType;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use crate::engine::SimRng;
 use crate::network::{Datagram, Delivery, NetStats, Network};
+use crate::rng::SimRng;
 
 /// Link rate of every link, bits per second (the paper's 155 Mb/s).
 pub const LINK_BPS: f64 = 155e6;

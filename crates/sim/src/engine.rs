@@ -7,10 +7,7 @@ use bulkwire_proto::{Path, Time, Transmit};
 use rand::SeedableRng;
 
 use crate::network::{Datagram, Delivery, Network};
-
-/// The one random stream of a simulation. ChaCha is portable and stable
-/// across versions, so a seed means the same run everywhere.
-pub type SimRng = rand_chacha::ChaCha8Rng;
+use crate::rng::SimRng;
 
 /// A simulated process: the sans-IO shape of `proto::Endpoint`.
 pub trait Host {

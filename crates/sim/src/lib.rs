@@ -18,10 +18,12 @@
 pub mod atm;
 mod engine;
 mod network;
+mod rng;
 pub mod service_switching;
 pub mod traces;
 pub mod warp;
 pub mod workload;
 
-pub use engine::{Host, SimRng, Simulator};
+pub use engine::{Host, Simulator};
 pub use network::{Datagram, Delivery, Faults, LinkNetwork, LinkParams, LossModel, NetStats, Network};
+pub use rng::SimRng;

@@ -8,7 +8,7 @@ use bulkwire_wire::PacketType;
 use rand::Rng;
 use serde::Serialize;
 
-use crate::engine::SimRng;
+use crate::rng::SimRng;
 
 /// A datagram arriving at a host.
 #[derive(Clone, Debug)]

@@ -16,8 +16,9 @@ use bulkwire_proto::{
 use bulkwire_wire::JobKey;
 use rand::{Rng, SeedableRng};
 
-use crate::engine::{Host, SimRng, Simulator};
+use crate::engine::{Host, Simulator};
 use crate::network::{Faults, LinkNetwork, LinkParams, LossModel, NetStats, Network};
+use crate::rng::SimRng;
 
 /// One message a rank will send.
 #[derive(Clone, Debug, PartialEq, Eq)]
