@@ -21,7 +21,8 @@ use bulkwire_wire::{
 
 use crate::config::{Config, Strategy};
 use crate::ece::Decision;
-use crate::endpoint::{Event, Path};
+use crate::event::Event;
+use crate::path::Path;
 use crate::pool::{Admission, BufferPool, RecvBudget};
 use crate::rtt::RttEstimator;
 use crate::stats::ChannelStats;

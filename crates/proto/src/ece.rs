@@ -32,8 +32,8 @@ use bulkwire_wire::{
 
 use crate::clock::{self, ClockEstimate, ClockSync};
 use crate::config::{Config, LatencyConfig};
-use crate::endpoint::Path;
 use crate::lme::{LatencyMonitor, Observation, ProbeSchedule};
+use crate::path::Path;
 use crate::stats::LatencyStats;
 use crate::time::Time;
 

@@ -12,19 +12,11 @@ use crate::channel::{Channel, InPlace, SendRate, Shared, SharedPayload};
 use crate::clock::ClockEstimate;
 use crate::config::{Config, ConfigError, Strategy};
 use crate::ece::{Decision, Mode, PeerLink};
+use crate::event::Event;
+use crate::path::Path;
 use crate::pool::{BufferPool, RecvBudget};
 use crate::stats::{ChannelStats, EndpointStats, LatencyStats, PathStats};
 use crate::time::Time;
-
-/// The path class a datagram should travel on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Path {
-    /// Best effort: data while latency is low, and latency probes always.
-    Ordinary,
-    /// Priority class: control traffic (acknowledgements, prods, LSTAT,
-    /// clock sync), and data in high-latency mode.
-    Premium,
-}
 
 /// A datagram the caller must send: `len` bytes written at the start of the
 /// buffer given to [`Endpoint::poll_transmit`].
@@ -33,18 +25,6 @@ pub struct Transmit {
     pub path: Path,
     pub to: u32,
     pub len: usize,
-}
-
-/// What the endpoint tells its application.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Event {
-    /// A whole message, delivered exactly once and in order per channel:
-    /// `data[start..]`. `start` is 0 unless the channel takes its messages
-    /// in place ([`Endpoint::set_in_place`]): then a large message may come
-    /// as the datagram it arrived in, its headers in front.
-    Message { from: u32, channel: u16, data: Vec<u8>, start: usize },
-    /// An authenticated peer broke the protocol; its channel is closed.
-    ProtocolViolation { peer: u32, channel: u16, reason: &'static str },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
