@@ -28,7 +28,6 @@ use std::ops::Range;
 use bulkwire_wire::RECORD_HEADER_LEN;
 
 use crate::reduction::Reader;
-use crate::sync::DATA_HEADER;
 
 const PUT: u8 = 1;
 const SEND: u8 = 2;
@@ -38,6 +37,12 @@ const HPPUT: u8 = 4;
 pub const PUT_HEADER: usize = 1 + 4 + 8 + 8;
 pub const SEND_HEADER: usize = 1 + 4 + 8;
 const REPLY_HEADER: usize = 1 + 8;
+
+/// The headers of the data message that carries a piece of a stream,
+/// which the sync writes: kind u8, superstep u64, last u8. The stream's
+/// format owns their size because a stream is built with room for them
+/// in front (see [`OutStream::hand_off`]).
+pub(crate) const DATA_HEADER: usize = 1 + 8 + 1;
 
 /// Room in front of a stream for the headers of its data message: the
 /// protocol's record header, then the sync's.

@@ -28,7 +28,7 @@ use crate::error::{BspError, Call, Reason};
 use crate::pacing::Pacer;
 use crate::reduction::{Barrier, Dissemination, Reduction};
 use crate::registry::Area;
-use crate::repackaging::{self, Counts, OutStream, Record};
+use crate::repackaging::{self, Counts, OutStream, Record, DATA_HEADER};
 use crate::schedule;
 use crate::stats::SuperstepProfile;
 use crate::{pacing, Bsp, GetTarget, Queue};
@@ -45,7 +45,9 @@ const LAST: u8 = 1;
 /// receiver asked the sender for gets: their replies follow.
 const EAGER_LAST: u8 = 2;
 const HEADER: usize = 1 + 8;
-pub(crate) const DATA_HEADER: usize = HEADER + 1;
+/// A data message's headers are the header and the piece's `last` mark:
+/// the room the stream format keeps for them must be exactly that.
+const _: () = assert!(DATA_HEADER == HEADER + 1);
 /// Supersteps in a row of total exchanges sent before the barrier after
 /// which the barrier takes one round (see `Bsp::reduce`).
 const ONE_ROUND_AFTER: u32 = 2;
