@@ -4,11 +4,15 @@
 //! discard a fraction F of the datagrams it reads, before the protocol sees
 //! them, as if the network or the receiving socket had lost them. The
 //! choice is pseudo-random and reproducible: `BULKWIRE_TEST_DROP_SEED=N`
-//! (default 1) seeds it, mixed with the rank so that ranks lose different
-//! datagrams. It exists so that tests of the layers above (comm, bsp) run
-//! their programs over a lossy network; it is not a way to shape traffic.
+//! (default 1) seeds it, and each rank draws from its own stream of that
+//! seed so that ranks lose different datagrams. It exists so that tests of
+//! the layers above (comm, bsp) run their programs over a lossy network; it
+//! is not a way to shape traffic.
 
 use std::io;
+
+use rand_chacha::rand_core::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 
 /// Fraction of received datagrams to discard.
 pub const DROP: &str = "BULKWIRE_TEST_DROP";
@@ -19,7 +23,8 @@ pub const DROP_SEED: &str = "BULKWIRE_TEST_DROP_SEED";
 pub struct LossInjector {
     /// Drop a datagram when the next random number is below this.
     threshold: u64,
-    state: u64,
+    /// ChaCha, portable: a seed drops the same datagrams on every platform.
+    rng: ChaCha8Rng,
     /// Datagrams discarded so far.
     pub dropped: u64,
 }
@@ -37,21 +42,21 @@ impl LossInjector {
             Ok(s) => s.trim().parse::<u64>().map_err(|_| invalid(&format!("{DROP_SEED}={s:?} is not a number")))?,
             Err(_) => 1,
         };
-        Ok((fraction > 0.0).then(|| LossInjector::new(fraction, seed ^ (u64::from(rank) << 32))))
+        Ok((fraction > 0.0).then(|| LossInjector::new(fraction, seed, rank)))
     }
 
-    pub fn new(fraction: f64, seed: u64) -> LossInjector {
-        LossInjector { threshold: (fraction * u64::MAX as f64) as u64, state: seed, dropped: 0 }
+    /// Drops `fraction` of the datagrams read by `rank`, chosen by `seed`.
+    pub fn new(fraction: f64, seed: u64, rank: u32) -> LossInjector {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        // Each rank draws from its own stream of the seed, independent of the
+        // others', so that ranks lose different datagrams.
+        rng.set_stream(u64::from(rank));
+        LossInjector { threshold: (fraction * u64::MAX as f64) as u64, rng, dropped: 0 }
     }
 
     /// Whether to discard the datagram just read.
     pub fn drops(&mut self) -> bool {
-        // splitmix64: small, fast, and the same sequence on every platform.
-        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        let drop = (z ^ (z >> 31)) < self.threshold;
+        let drop = self.rng.next_u64() < self.threshold;
         self.dropped += u64::from(drop);
         drop
     }
@@ -63,11 +68,14 @@ mod tests {
 
     #[test]
     fn drops_about_the_fraction_asked_reproducibly() {
-        let mut a = LossInjector::new(0.1, 7);
-        let mut b = LossInjector::new(0.1, 7);
+        let mut a = LossInjector::new(0.1, 7, 3);
+        let mut b = LossInjector::new(0.1, 7, 3);
         let picks: Vec<bool> = (0..100_000).map(|_| a.drops()).collect();
         assert!(picks.iter().all(|&p| p == b.drops()));
         assert!((9_000..11_000).contains(&a.dropped), "{}", a.dropped);
-        assert!(!LossInjector::new(0.0, 7).drops());
+        assert!(!LossInjector::new(0.0, 7, 3).drops());
+        // Another rank, same seed: other datagrams.
+        let mut c = LossInjector::new(0.1, 7, 4);
+        assert!(picks.iter().any(|&p| p != c.drops()));
     }
 }
