@@ -8,6 +8,9 @@
 
 use std::str::FromStr;
 
+use rand_chacha::rand_core::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
 /// The order in which a process visits its destinations.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -61,9 +64,14 @@ pub fn rounds(order: Order, pid: u32, p: u32, superstep: u64) -> Vec<u32> {
         Order::Pid => (0..p).collect(),
         Order::Random => {
             let mut perm: Vec<u32> = (0..p).collect();
-            let mut rng = SplitMix(superstep.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ u64::from(pid) << 20 ^ 0xb5b);
+            // Every process computes every other's permutation (see
+            // `schedule`), so it depends on nothing but (superstep, pid):
+            // the superstep seeds ChaCha, which is portable, and each
+            // process draws from its own stream of that seed.
+            let mut rng = ChaCha8Rng::seed_from_u64(superstep);
+            rng.set_stream(u64::from(pid));
             for i in (1..perm.len()).rev() {
-                let j = (rng.next() % (i as u64 + 1)) as usize;
+                let j = (rng.next_u64() % (i as u64 + 1)) as usize;
                 perm.swap(i, j);
             }
             perm
@@ -103,20 +111,6 @@ pub fn schedule(order: Order, pid: u32, p: u32, superstep: u64, talks: impl Fn(u
             Visit { to, contention: contention.max(1) }
         })
         .collect()
-}
-
-/// splitmix64: a tiny, portable generator, so the random order is the same
-/// on every process and platform.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
 }
 
 #[cfg(test)]
