@@ -6,18 +6,15 @@
 //! `bulkwire run -n 4 target/debug/examples/sample_sort [keys_per_process]`
 
 use bulkwire_bsp::{as_bytes, Bsp, BspError};
+use rand_chacha::rand_core::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 
+/// Process `pid`'s keys: its own stream of one seed, so that every run
+/// sorts the same keys and no two processes draw the same ones.
 fn keys(pid: u32, n: usize) -> Vec<u64> {
-    let mut state = 0x1234_5678 ^ u64::from(pid) << 40;
-    (0..n)
-        .map(|_| {
-            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        })
-        .collect()
+    let mut rng = ChaCha8Rng::seed_from_u64(0x1234_5678);
+    rng.set_stream(u64::from(pid));
+    (0..n).map(|_| rng.next_u64()).collect()
 }
 
 fn to_keys(bytes: &[u8]) -> impl Iterator<Item = u64> + '_ {
