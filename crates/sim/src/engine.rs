@@ -4,10 +4,9 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use bulkwire_proto::{Path, Time, Transmit};
-use rand::SeedableRng;
 
 use crate::network::{Datagram, Delivery, Network};
-use crate::rng::SimRng;
+use crate::rng::{self, SimRng, Stream};
 
 /// A simulated process: the sans-IO shape of `proto::Endpoint`.
 pub trait Host {
@@ -77,7 +76,7 @@ impl<H: Host, N: Network> Simulator<H, N> {
             wake_at: vec![None; n],
             nic_wake: vec![None; n],
             network,
-            rng: SimRng::seed_from_u64(seed),
+            rng: rng::stream(seed, Stream::Simulator),
             buf: vec![0; bulkwire_wire::MAX_DATAGRAM],
             deliveries: Vec::new(),
             events_processed: 0,

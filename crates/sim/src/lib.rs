@@ -12,8 +12,8 @@
 //!   of seed 000 §4 (priorities, a shared buffer, push-out, ERICA, ON-OFF
 //!   background), behind the same trait.
 //!
-//! Everything random draws from one seeded ChaCha stream, so the same seed
-//! gives the same run, bit for bit.
+//! Everything random draws from ChaCha streams of one seed, so the same
+//! seed gives the same run, bit for bit.
 
 pub mod atm;
 mod engine;

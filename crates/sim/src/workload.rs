@@ -14,11 +14,11 @@ use bulkwire_proto::{
     ChannelStats, Config, Endpoint, EndpointStats, Event, Memory, Path, SendError, Strategy, Time, Transmit,
 };
 use bulkwire_wire::JobKey;
-use rand::{Rng, SeedableRng};
+use rand::{Rng, RngCore, SeedableRng};
 
 use crate::engine::{Host, Simulator};
 use crate::network::{Faults, LinkNetwork, LinkParams, LossModel, NetStats, Network};
-use crate::rng::SimRng;
+use crate::rng::{self, SimRng, Stream};
 
 /// One message a rank will send.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -74,20 +74,16 @@ impl Plan {
     }
 }
 
-/// The bytes of message `index` from `source`: a splitmix64 stream, so any
-/// corruption, truncation, swap or duplicate shows.
+/// The bytes of message `index` from `source`: random, so any corruption,
+/// truncation, swap or duplicate shows, and a stretch of the source's
+/// stream that no other message uses, entered directly, so a receiver
+/// recomputes any message from `(seed, source, index)` alone.
 pub fn message_bytes(seed: u64, source: u32, index: usize, len: usize) -> Vec<u8> {
-    let mut state = seed ^ ((source as u64) << 48) ^ (index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    let mut out = Vec::with_capacity(len);
-    while out.len() < len {
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        let take = (len - out.len()).min(8);
-        out.extend_from_slice(&z.to_le_bytes()[..take]);
-    }
+    let mut rng = rng::stream(seed, Stream::Messages(source));
+    // 2^32 words (16 GiB) of the stream per message, more than any message.
+    rng.set_word_pos((index as u128) << 32);
+    let mut out = vec![0; len];
+    rng.fill_bytes(&mut out);
     out
 }
 
