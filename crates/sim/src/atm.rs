@@ -69,20 +69,20 @@
 //! is rare; the real port does see those later cells and their effect on
 //! everything after them.
 //!
-//! Everything random draws from a [`SimRng`] seeded from [`AtmConfig::seed`];
-//! the simulator's own stream is not used, so a seed gives the same
-//! background whatever the hosts do.
+//! Everything random draws from [`AtmConfig::seed`], each port from its own
+//! stream of it; the simulator's own stream is not used, so a seed gives the
+//! same background whatever the hosts do.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bulkwire_proto::{Path, Time};
 use bulkwire_wire::PacketType;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 use serde::Serialize;
 
 use crate::network::{Datagram, Delivery, NetStats, Network};
-use crate::rng::SimRng;
+use crate::rng::{self, SimRng, Stream};
 
 /// Link rate of every link, bits per second (the paper's 155 Mb/s).
 pub const LINK_BPS: f64 = 155e6;
@@ -554,16 +554,16 @@ pub struct OutputPort {
 }
 
 impl OutputPort {
-    /// A port with `background` (none if `background` is `None`).
+    /// A port with `background` (none if `background` is `None`), drawn
+    /// from `rng`.
     pub fn new(
         buffer_cells: usize,
         background: Option<&Background>,
         abr: &AbrParams,
         erica: &EricaParams,
         return_delay: Duration,
-        seed: u64,
+        mut rng: SimRng,
     ) -> OutputPort {
-        let mut rng = SimRng::seed_from_u64(seed);
         let slot_secs = CELL_BITS as f64 / LINK_BPS;
         let (mean_on_slots, mean_off_slots, source_spacing) = match background {
             Some(b) if b.duty_cycle() > 0.0 => (
@@ -872,8 +872,8 @@ impl AtmNetwork {
         let ports = (0..config.hosts)
             .map(|h| {
                 let background = (config.congested_port == Some(h)).then_some(&config.background);
-                let seed = config.seed ^ (h as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-                OutputPort::new(config.buffer_cells, background, &config.abr, &config.erica, return_delay, seed)
+                let rng = rng::stream(config.seed, Stream::Port(h));
+                OutputPort::new(config.buffer_cells, background, &config.abr, &config.erica, return_delay, rng)
             })
             .collect();
         AtmNetwork {
@@ -1025,10 +1025,13 @@ impl Network for AtmNetwork {
 
 #[cfg(test)]
 mod tests {
+    use rand::SeedableRng;
+
     use super::*;
 
     fn bare_port(buffer: usize) -> OutputPort {
-        OutputPort::new(buffer, None, &AbrParams::default(), &EricaParams::default(), Duration::from_micros(10), 1)
+        let rng = SimRng::seed_from_u64(1);
+        OutputPort::new(buffer, None, &AbrParams::default(), &EricaParams::default(), Duration::from_micros(10), rng)
     }
 
     fn host(datagram: u64, class: CellClass) -> Occupant {
@@ -1177,8 +1180,15 @@ mod tests {
     }
 
     fn load_port(background: Background, buffer: usize, seconds: f64) -> OutputPort {
-        let mut port =
-            OutputPort::new(buffer, Some(&background), &AbrParams::default(), &EricaParams::default(), cell_time(), 5);
+        let rng = SimRng::seed_from_u64(5);
+        let mut port = OutputPort::new(
+            buffer,
+            Some(&background),
+            &AbrParams::default(),
+            &EricaParams::default(),
+            cell_time(),
+            rng,
+        );
         port.advance_to(slot_of(Time::from_nanos((seconds * 1e9) as u64)));
         port
     }

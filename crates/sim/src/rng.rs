@@ -21,6 +21,8 @@ pub type SimRng = rand_chacha::ChaCha8Rng;
 pub(crate) enum Stream {
     /// The simulator's own draws: the faults and delays of the network.
     Simulator,
+    /// The background traffic of the switch port toward host `h`.
+    Port(usize),
     /// The bytes of the messages sent by rank `r`.
     Messages(u32),
 }
@@ -31,6 +33,7 @@ impl Stream {
     fn number(self) -> u64 {
         match self {
             Stream::Simulator => 0,
+            Stream::Port(h) => (1 << 32) | h as u64,
             Stream::Messages(r) => (2 << 32) | u64::from(r),
         }
     }
