@@ -23,10 +23,12 @@ use std::time::Duration;
 
 use bulkwire_proto::{Config, LatencyConfig, Time};
 use bulkwire_wire::JobKey;
+use rand::{RngCore, SeedableRng};
 use serde::Serialize;
 
 use crate::atm::{AtmConfig, AtmNetwork, CellClass, DataClass, CELL_BYTES};
 use crate::engine::Simulator;
+use crate::rng::SimRng;
 use crate::traces::{generate, TraceKind};
 use crate::workload::{Plan, PlannedMessage, WorkloadHost};
 
@@ -312,7 +314,7 @@ impl Report {
                 let mut outcomes: Vec<Vec<RunOutcome>> = vec![Vec::new(); Mode::ALL.len()];
                 for rep in 0..lengths.repetitions {
                     // The modes of a repetition share the background and the trace.
-                    let run_seed = mix(seed, t as u64, (load * 1000.0).round() as u64, rep as u64);
+                    let run_seed = seed_of_run(seed, t, load, rep);
                     for (m, &mode) in Mode::ALL.iter().enumerate() {
                         let spec = RunSpec {
                             seed: run_seed,
@@ -366,12 +368,15 @@ impl Point {
     }
 }
 
-/// A run's seed from the experiment's seed and the run's coordinates (splitmix64).
-fn mix(seed: u64, a: u64, b: u64, c: u64) -> u64 {
-    let mut z = seed ^ a.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ b.wrapping_mul(0xbf58_476d_1ce4_e5b9) ^ c << 40;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+/// A run's seed from the experiment's seed and the run's coordinates: number
+/// `rep` of the experiment's stream for (trace, load), entered directly, so
+/// that a run's seed does not depend on which other runs the experiment makes.
+fn seed_of_run(seed: u64, trace: usize, load: f64, rep: usize) -> u64 {
+    let mut rng = SimRng::seed_from_u64(seed);
+    rng.set_stream(((trace as u64) << 32) | (load * 1000.0).round() as u64);
+    // A u64 is two of ChaCha's 32-bit words.
+    rng.set_word_pos(2 * rep as u128);
+    rng.next_u64()
 }
 
 #[cfg(test)]
