@@ -81,9 +81,10 @@ pub fn bench(bench: &Bench, placement: &Placement, format: Format) -> Result<i32
             None => println!("{line}"),
         }
     }
-    let Some(job) = job.filter(|_| status == 0) else {
-        return Ok(if status == 0 { 1 } else { status });
-    };
+    if status != 0 {
+        return Ok(status);
+    }
+    let job = job.ok_or("rank 0 of the benchmark job ended without its report")?;
     // Measured again only where it was measured before.
     let after = if report.rows.is_empty() { Report::default() } else { bench.after_job(remote) };
     // The job's rows first, then the references measured around it.
