@@ -82,10 +82,16 @@ void bsp_hpget(int pid, const void *src, int offset, void *dst, int nbytes);
 
 /* --- bulk synchronous message passing ---------------------------------- */
 
-/* Sets the tag size from the next superstep on; *tag_nbytes gets the old one. */
+/* Sets the tag size from the next superstep on. *tag_nbytes gets the size
+ * that was pending for the next superstep: at the first call of a
+ * superstep the size in effect, at a later call the size the previous call
+ * asked for (as BSPonMPI). Collective: every process makes the same calls. */
 void bsp_set_tagsize(int *tag_nbytes);
 /* Queues a message for pid, delivered in the next superstep. */
 void bsp_send(int pid, const void *tag, const void *payload, int payload_nbytes);
+/* The queue's order: by sending process, lowest pid first, and each
+ * process's messages in the order it sent them; the same under loss and for
+ * every destination order of the sync (BULKWIRE_BSP_ORDER). */
 /* Messages and payload bytes still in this superstep's queue. */
 void bsp_qsize(int *nmessages, int *accum_nbytes);
 /* Payload size of the first message (-1 if none) and its tag, at the tag

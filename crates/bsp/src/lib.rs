@@ -815,12 +815,15 @@ impl Bsp {
     // ----- BSMP ---------------------------------------------------------------
 
     /// `bsp_set_tagsize`: the tag size from the next sync on (every process
-    /// must ask for the same); returns the size in effect now.
+    /// must ask for the same). Returns the size that was pending for the
+    /// next superstep before this call: the size in effect now at the first
+    /// call of a superstep, the size the previous call asked for at a later
+    /// one (as BSPonMPI does).
     pub fn set_tagsize(&mut self, size: usize) -> Result<usize, BspError> {
         self.usable(Call::SetTagsize)?;
-        self.next_tagsize = size;
+        let pending = std::mem::replace(&mut self.next_tagsize, size);
         self.tagsize_calls = self.tagsize_calls.saturating_add(1);
-        Ok(self.tagsize)
+        Ok(pending)
     }
 
     /// The tag size in effect in this superstep.
