@@ -18,6 +18,8 @@
  *   xfail: why                       a known gap of the library: the case
  *                                    runs, but its failure does not fail
  *                                    the suite
+ *   orders: every                    also run in pid and random destination
+ *                                    order, every byte after the barrier
  */
 #ifndef CONFORMANCE_CHECK_H
 #define CONFORMANCE_CHECK_H

@@ -4,8 +4,9 @@
 //! its header comment what it expects (see `tests/bsp-conformance/check.h`).
 //! Each is compiled with `scripts/bspcc` against the `libbsp` this build made
 //! and run with `bulkwire run -n P` for P = 1, 2, 3, 4 and 8, several jobs at
-//! a time, with and without injected loss (the examples also in every
-//! destination order); a summary table is printed, and the test fails if any
+//! a time, with and without injected loss (the examples, and the cases
+//! marked `orders: every`, also in every destination order); a summary
+//! table is printed, and the test fails if any
 //! run does not do what its program expects (including a run that hangs or
 //! dies of a signal).
 //!
@@ -45,6 +46,9 @@ struct Case {
     args: Vec<String>,
     /// A known gap of the library: a failure is reported, not fatal.
     xfail: Option<String>,
+    /// `orders: every`: the case also runs in every destination order of
+    /// the sync, with every byte after the barrier.
+    every_order: bool,
 }
 
 impl Case {
@@ -77,6 +81,7 @@ fn parse(source: &Path) -> Result<Case, String> {
         stdin: None,
         args: Vec::new(),
         xfail: None,
+        every_order: false,
     };
     let mut seen_expect = false;
     for line in header.lines() {
@@ -106,6 +111,8 @@ fn parse(source: &Path) -> Result<Case, String> {
             "stdin" => case.stdin = quoted(value).into_iter().next().map(|s| s + "\n"),
             "args" => case.args = value.split_whitespace().map(str::to_string).collect(),
             "xfail" => case.xfail = Some(value.to_string()),
+            "orders" if value == "every" => case.every_order = true,
+            "orders" => return Err(format!("{name}: unknown orders {value:?} (only `every`)")),
             _ => {}
         }
     }
@@ -312,12 +319,28 @@ fn judge(case: &Case, p: u32, out: &RunOutput) -> Option<String> {
 struct Variant {
     name: &'static str,
     env: &'static [(&'static str, &'static str)],
+    /// Whether every case runs in it, or only those marked `orders: every`.
+    every_case: bool,
 }
 
-const DEFAULT: Variant = Variant { name: "default", env: &[] };
+const DEFAULT: Variant = Variant { name: "default", env: &[], every_case: true };
 /// Injected receive loss: every case must give the same result.
-const LOSSY: Variant =
-    Variant { name: "5% loss", env: &[("BULKWIRE_TEST_DROP", "0.05"), ("BULKWIRE_TEST_DROP_SEED", "7")] };
+const LOSSY: Variant = Variant {
+    name: "5% loss",
+    env: &[("BULKWIRE_TEST_DROP", "0.05"), ("BULKWIRE_TEST_DROP_SEED", "7")],
+    every_case: true,
+};
+/// The other destination orders of the sync, every byte after the barrier.
+const PID_ORDER: Variant = Variant {
+    name: "pid order",
+    env: &[("BULKWIRE_BSP_ORDER", "pid"), ("BULKWIRE_BSP_EAGER", "0")],
+    every_case: false,
+};
+const RANDOM_ORDER: Variant = Variant {
+    name: "random order",
+    env: &[("BULKWIRE_BSP_ORDER", "random"), ("BULKWIRE_BSP_EAGER", "0")],
+    every_case: false,
+};
 
 struct Outcome {
     case: usize,
@@ -361,9 +384,9 @@ fn run_suite(title: &str, dir: &Path, variants: &[Variant]) {
     let mut runs = Vec::new();
     // Large jobs first, so the slowest runs do not all end up last.
     for &p in procs.iter().rev() {
-        for v in 0..variants.len() {
+        for (v, variant) in variants.iter().enumerate() {
             for (i, case) in cases.iter().enumerate() {
-                if case.applies_to(p) {
+                if case.applies_to(p) && (variant.every_case || case.every_order) {
                     runs.push((i, v, p));
                 }
             }
@@ -416,14 +439,14 @@ fn run_suite(title: &str, dir: &Path, variants: &[Variant]) {
         start.elapsed() - compiled,
     );
     println!(
-        "{:<10} {:>4} {:>8} {:>8} {:>8} {:>8} {:>10}",
+        "{:<12} {:>4} {:>8} {:>8} {:>8} {:>8} {:>10}",
         "variant", "P", "passed", "failed", "known", "n/a", "slowest"
     );
     for (&(v, p), &[passed, failed, known]) in &table {
         let slowest = outcomes.iter().filter(|o| o.p == p && o.variant == v).map(|o| o.took).max().unwrap_or_default();
-        let na = cases.len() - passed - failed - known;
+        let na = cases.iter().filter(|c| variants[v].every_case || c.every_order).count() - passed - failed - known;
         let name = variants[v].name;
-        println!("{name:<10} {p:>4} {passed:>8} {failed:>8} {known:>8} {na:>8} {slowest:>10.2?}");
+        println!("{name:<12} {p:>4} {passed:>8} {failed:>8} {known:>8} {na:>8} {slowest:>10.2?}");
     }
     for case in cases.iter().filter(|c| c.xfail.is_some()) {
         let failed = outcomes.iter().filter(|o| cases[o.case].name == case.name && o.failure.is_some()).count();
@@ -460,7 +483,7 @@ fn run_suite(title: &str, dir: &Path, variants: &[Variant]) {
 
 #[test]
 fn bsplib_conformance_suite() {
-    run_suite("BSPlib conformance", Path::new("tests/bsp-conformance"), &[DEFAULT, LOSSY]);
+    run_suite("BSPlib conformance", Path::new("tests/bsp-conformance"), &[DEFAULT, LOSSY, PID_ORDER, RANDOM_ORDER]);
 }
 
 #[test]
@@ -468,13 +491,9 @@ fn bsplib_c_examples() {
     // Every destination order of the sync (seed 002 §3) gives the same
     // results, with small streams sent before the barrier (the default on
     // one host) and with every byte after it.
-    let latin = Variant { name: "latin", env: &[("BULKWIRE_BSP_ORDER", "latin")] };
-    let pid =
-        Variant { name: "pid, nothing eager", env: &[("BULKWIRE_BSP_ORDER", "pid"), ("BULKWIRE_BSP_EAGER", "0")] };
-    let random = Variant {
-        name: "random, nothing eager",
-        env: &[("BULKWIRE_BSP_ORDER", "random"), ("BULKWIRE_BSP_EAGER", "0")],
-    };
+    let latin = Variant { name: "latin", env: &[("BULKWIRE_BSP_ORDER", "latin")], every_case: true };
+    let pid = Variant { every_case: true, ..PID_ORDER };
+    let random = Variant { every_case: true, ..RANDOM_ORDER };
     run_suite("BSPlib C examples", Path::new("examples/bsp"), &[latin, pid, random, LOSSY]);
 }
 
