@@ -11,6 +11,8 @@
  *   expect: ok                       exit status 0 and one "ok" line
  *   expect: abort "word" "word" ...  a non-zero exit (not a signal) whose
  *                                    output contains every quoted word
+ *   expect: signal "word" ...        a process killed by a signal (exit
+ *                                    status 128 + n) and every quoted word
  *   procs: >=2 | 1 | 2 4 ...         the values of P the case applies to
  *   output: "text"                   stdout also contains text ({P} is P)
  *   stdin: "text"                    fed to the job's standard input

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
@@ -29,6 +30,12 @@ pub struct Args {
     /// Prefix every line of output with the rank that wrote it.
     #[arg(long)]
     pub tag_output: bool,
+    /// Give each rank a pseudo-terminal as its standard output, so that C's
+    /// stdio flushes every line instead of buffering what goes to a pipe:
+    /// output printed just before a crash or abort() is not lost. Ranks
+    /// started on this machine only.
+    #[arg(long)]
+    pub unbuffered: bool,
     /// Address of the rendezvous; the ranks' sockets bind to the interface
     /// that reaches it. Loopback by default; with hosts, the address the
     /// first host reaches this machine by.
@@ -62,6 +69,7 @@ impl Args {
         Args {
             ranks,
             tag_output: false,
+            unbuffered: false,
             bind: None,
             hosts: None,
             hostfile: None,
@@ -140,6 +148,11 @@ fn run_job(args: &Args, mut capture: Option<Captured>) -> Result<i32, String> {
     if hosts.is_some() && args.launcher != Engine::Local {
         return Err("--hosts and --hostfile start ranks over ssh; they do not go with --launcher".into());
     }
+    if args.unbuffered && (hosts.is_some() || args.launcher != Engine::Local) {
+        return Err("--unbuffered gives terminals to ranks this machine starts itself; elsewhere line-buffer \
+                    the program's output (setvbuf, stdbuf -oL, or srun's own --unbuffered)"
+            .into());
+    }
     let bind = match (args.bind, &hosts) {
         (Some(ip), _) => ip,
         (None, Some(hosts)) => crate::hosts::local_address_towards(hosts)?,
@@ -176,13 +189,28 @@ fn run_job(args: &Args, mut capture: Option<Captured>) -> Result<i32, String> {
     let mut labels = Vec::new();
     for (index, (mut cmd, label)) in commands.into_iter().enumerate() {
         cmd.env(JOB, format!("{job:x}")).env(KEY, key.to_hex()).env(RENDEZVOUS, rendezvous.to_string());
+        let terminal = match args.unbuffered {
+            true => {
+                let (master, slave) = terminal().map_err(|e| {
+                    kill_all(&children, libc::SIGKILL);
+                    format!("cannot open a terminal for {label}: {e}")
+                })?;
+                cmd.stdout(Stdio::from(slave));
+                Some(std::fs::File::from(master))
+            }
+            false => None,
+        };
         let mut child = spawn(cmd).map_err(|e| {
             kill_all(&children, libc::SIGKILL);
             format!("cannot start {label} ({:?}): {e}", args.command[0])
         })?;
         let prefix =
             if args.tag_output && args.launcher == Engine::Local { format!("[{index}] ") } else { String::new() };
-        if let Some(out) = child.stdout.take() {
+        let out: Option<Box<dyn Read + Send>> = match terminal {
+            Some(master) => Some(Box::new(master)),
+            None => child.stdout.take().map(|o| Box::new(o) as Box<dyn Read + Send>),
+        };
+        if let Some(out) = out {
             match capture.take().filter(|_| index == 0) {
                 Some(into) => outputs.push(forward(out, into, prefix.clone())),
                 None => outputs.push(forward(out, std::io::stdout(), prefix.clone())),
@@ -206,7 +234,10 @@ fn run_job(args: &Args, mut capture: Option<Captured>) -> Result<i32, String> {
     }
     drop(tx);
     let local = args.launcher == Engine::Local;
-    let code = supervise(args.ranks, local, &children, &labels, &key, job, &rx);
+    // What a rank printed to a pipe with C's stdio and had not flushed dies
+    // with it: say so when one dies of a signal.
+    let pipes = local && hosts.is_none() && !args.unbuffered;
+    let code = supervise(args.ranks, local, pipes, &children, &labels, &key, job, &rx);
     for t in outputs {
         let _ = t.join();
     }
@@ -490,12 +521,52 @@ fn kill_all(pids: &[u32], signal: i32) {
     }
 }
 
-fn describe(status: &ExitStatus) -> String {
-    match (status.code(), status.signal()) {
-        (Some(code), _) => format!("exited with status {code}"),
-        (None, Some(sig)) => format!("was killed by signal {sig} ({})", signal_name(sig)),
-        _ => "ended".into(),
+/// How a process ended; `pipe`: its standard output was a pipe.
+fn describe(status: &ExitStatus, pipe: bool) -> String {
+    let sig = match (status.code(), status.signal()) {
+        (Some(code), _) => return format!("exited with status {code}"),
+        (None, Some(sig)) => sig,
+        _ => return "ended".into(),
+    };
+    let how = match sig {
+        libc::SIGABRT => format!("aborted (signal {sig}, SIGABRT)"),
+        _ => format!("was killed by signal {sig} ({})", signal_name(sig)),
+    };
+    match pipe {
+        true => format!(
+            "{how}; its standard output was a pipe, so what it printed with C's stdio and had not flushed is \
+             lost (bulkwire run --unbuffered flushes every line)"
+        ),
+        false => how,
     }
+}
+
+/// A pseudo-terminal (master, slave) whose output is passed on as written:
+/// no "\r" added before "\n".
+fn terminal() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let (mut master, mut slave) = (-1, -1);
+    // SAFETY: openpty writes two new descriptors; the null name, termios and
+    // window size are allowed.
+    let rc =
+        unsafe { libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), std::ptr::null()) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both are fresh descriptors that nothing else owns.
+    let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+    // SAFETY: a termios is plain data; tcgetattr fills it on success.
+    let mut mode: libc::termios = unsafe { std::mem::zeroed() };
+    // SAFETY: `slave` is a valid terminal descriptor.
+    if unsafe { libc::tcgetattr(slave.as_raw_fd(), &mut mode) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    mode.c_oflag &= !libc::OPOST;
+    mode.c_lflag &= !(libc::ECHO | libc::ICANON);
+    // SAFETY: as above, with the mode read from it.
+    if unsafe { libc::tcsetattr(slave.as_raw_fd(), libc::TCSANOW, &mode) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((master, slave))
 }
 
 fn signal_name(sig: i32) -> &'static str {
@@ -517,9 +588,11 @@ fn code_of(status: &ExitStatus) -> i32 {
 
 /// The launcher's main loop. `pids` are the processes this launcher
 /// started: the ranks themselves (`local`), or one engine that starts them.
+#[allow(clippy::too_many_arguments)]
 fn supervise(
     size: u32,
     local: bool,
+    pipes: bool,
     pids: &[u32],
     labels: &[String],
     key: &JobKey,
@@ -594,7 +667,7 @@ fn supervise(
                 exited[process] = true;
                 let who = format!("{} (pid {})", labels[process], pids[process]);
                 if !status.success() {
-                    let reason = format!("{who} {}", describe(&status));
+                    let reason = format!("{who} {}", describe(&status, pipes));
                     fail(&mut failure, &mut kill_at, &mut streams, key, reason, code_of(&status));
                 } else if local {
                     let rank = process as u32;

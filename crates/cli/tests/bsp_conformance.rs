@@ -31,6 +31,9 @@ enum Expect {
     Ok,
     /// A non-zero exit, not by a signal, with all these words in the output.
     Abort(Vec<String>),
+    /// A process killed by a signal (the job exits with 128 + the signal),
+    /// with all these words in the output.
+    Signal(Vec<String>),
 }
 
 #[derive(Clone, Debug)]
@@ -96,6 +99,14 @@ fn parse(source: &Path) -> Result<Case, String> {
                     return Err(format!("{name}: `expect: abort` needs at least one quoted word"));
                 }
                 case.expect = Expect::Abort(words);
+                seen_expect = true;
+            }
+            "expect" if value.starts_with("signal") => {
+                let words = quoted(value);
+                if words.is_empty() {
+                    return Err(format!("{name}: `expect: signal` needs at least one quoted word"));
+                }
+                case.expect = Expect::Signal(words);
                 seen_expect = true;
             }
             "expect" => return Err(format!("{name}: unknown expectation {value:?}")),
@@ -305,6 +316,16 @@ fn judge(case: &Case, p: u32, out: &RunOutput) -> Option<String> {
             }
             if all.contains("FAIL ") {
                 return Some("a check failed before the expected abort".into());
+            }
+            let missing: Vec<&String> = words.iter().filter(|w| !all.contains(w.as_str())).collect();
+            if !missing.is_empty() {
+                return Some(format!("the output lacks {missing:?}"));
+            }
+            None
+        }
+        Expect::Signal(words) => {
+            if code < 128 {
+                return Some(format!("exit status {code}, expected 128 + a signal"));
             }
             let missing: Vec<&String> = words.iter().filter(|w| !all.contains(w.as_str())).collect();
             if !missing.is_empty() {

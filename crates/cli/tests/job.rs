@@ -507,3 +507,51 @@ fn jobs_started_by_slurm_srun() {
     assert!(!out.status.success(), "{stderr}");
     assert!(took < Duration::from_secs(10), "took {took:?}: {stderr}");
 }
+
+/// A C program that prints with stdio and then calls abort(): its output
+/// goes to a pipe and is lost, and the launcher says why; with
+/// `--unbuffered` every line reaches the terminal the rank writes to.
+#[test]
+fn a_rank_that_aborts_loses_buffered_output_unless_unbuffered() {
+    if is_rank() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("bulkwire-abort-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (source, program) = (dir.join("abort.c"), dir.join("abort"));
+    std::fs::write(
+        &source,
+        "#include <stdio.h>\n#include <stdlib.h>\n\
+         int main(void) { printf(\"printed before the abort\\n\"); abort(); }\n",
+    )
+    .unwrap();
+    let built = Command::new("cc").arg("-o").arg(&program).arg(&source).output();
+    if !built.is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped: no C compiler (cc)");
+        return;
+    }
+    let run = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_bulkwire"))
+            .args(["run", "-n", "2"])
+            .args(extra)
+            .arg(&program)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run bulkwire");
+        assert_eq!(out.status.code(), Some(128 + libc::SIGABRT), "{:?}", text(&out));
+        text(&out)
+    };
+    let (stdout, stderr) = run(&[]);
+    assert!(!stdout.contains("printed before the abort"), "a pipe's buffer dies with the process: {stdout}");
+    assert!(stderr.contains("aborted (signal 6, SIGABRT)") && stderr.contains("--unbuffered"), "{stderr}");
+    let (stdout, stderr) = run(&["--unbuffered"]);
+    assert!(stdout.lines().any(|l| l == "printed before the abort"), "{stdout}");
+    assert!(stderr.contains("aborted") && !stderr.contains("was a pipe"), "{stderr}");
+    // Only ranks this machine starts itself get a terminal.
+    let out = Command::new(env!("CARGO_BIN_EXE_bulkwire"))
+        .args(["run", "-n", "1", "--unbuffered", "--hosts", "h1", "true"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success() && text(&out).1.contains("--unbuffered"), "{:?}", text(&out));
+    let _ = std::fs::remove_dir_all(dir);
+}
