@@ -61,6 +61,20 @@ impl Extremes {
     pub fn agree(&self) -> bool {
         self.min.value == self.max.value
     }
+
+    /// No value: what a process contributes to a check it has no say in.
+    /// Merging keeps the other side, so the first real value replaces it.
+    fn none() -> Extremes {
+        Extremes {
+            min: Witness { value: u64::MAX, pid: u32::MAX, detail: 0 },
+            max: Witness { value: 0, pid: 0, detail: 0 },
+        }
+    }
+
+    /// Whether some process contributed a value.
+    pub fn any(&self) -> bool {
+        self.min.value <= self.max.value
+    }
 }
 
 /// What the barrier reduces: two p × p bit-matrices (row i: the processes
@@ -75,8 +89,14 @@ pub struct Reduction {
     pub out_bytes: Vec<u64>,
     /// 1 for `bsp_end`, 0 for `bsp_sync`.
     pub ending: Extremes,
-    /// Digest of the superstep's `push_reg`/`pop_reg` sequence.
+    /// Digest of the superstep's `push_reg`/`pop_reg` sequence, from the
+    /// processes that know which registration each of their pops removes
+    /// (not those that popped NULL while several registrations of NULL
+    /// could be meant: they take the choice of the others).
     pub registrations: Extremes,
+    /// The same digest from every process, the undecided ones with their
+    /// most recent registration of NULL: what counts when no process knows.
+    pub registrations_all: Extremes,
     /// Tag size in effect in the next superstep (the low 48 bits) and how
     /// many times the process called `bsp_set_tagsize` in this one (above).
     pub tagsize: Extremes,
@@ -107,6 +127,11 @@ impl Reduction {
                 pid,
                 u64::from(registrations.1) << 32 | u64::from(registrations.2),
             ),
+            registrations_all: Extremes::of(
+                registrations.0,
+                pid,
+                u64::from(registrations.1) << 32 | u64::from(registrations.2),
+            ),
             tagsize: Extremes::of(
                 u64::from(tagsize.1.min(0xffff)) << TAGSIZE_CALLS_SHIFT | tagsize.0.min(TAGSIZE_MAX),
                 pid,
@@ -128,6 +153,13 @@ impl Reduction {
             let bit = self.bit(pid, to);
             self.asks[bit / 64] |= 1 << (bit % 64);
         }
+        self
+    }
+
+    /// This process popped NULL while several registrations of NULL could be
+    /// meant: it leaves the digest to the processes that know.
+    pub fn undecided_registrations(mut self) -> Reduction {
+        self.registrations = Extremes::none();
         self
     }
 
@@ -169,7 +201,7 @@ impl Reduction {
     /// Bytes of an encoded reduction of `p` processes.
     pub fn encoded_len(p: u32) -> usize {
         let words = (p as usize * p as usize).div_ceil(64);
-        4 + 8 * (2 * words + p as usize) + 4 * 2 * (8 + 4 + 8)
+        4 + 8 * (2 * words + p as usize) + CHECKS * 2 * (8 + 4 + 8)
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -178,7 +210,7 @@ impl Reduction {
         for w in self.words.iter().chain(&self.asks).chain(&self.out_bytes) {
             out.extend_from_slice(&w.to_le_bytes());
         }
-        for e in [&self.ending, &self.registrations, &self.tagsize, &self.eager_to_all] {
+        for e in [&self.ending, &self.registrations, &self.registrations_all, &self.tagsize, &self.eager_to_all] {
             for w in [&e.min, &e.max] {
                 out.extend_from_slice(&w.value.to_le_bytes());
                 out.extend_from_slice(&w.pid.to_le_bytes());
@@ -192,12 +224,13 @@ impl Reduction {
     pub fn decode(bytes: &[u8], p: u32) -> Result<Reduction, String> {
         let n = (p as usize * p as usize).div_ceil(64);
         let (mut words, mut asks, mut out_bytes) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::new());
-        let [ending, registrations, tagsize, eager_to_all] = read(bytes, p, |part, _, x| match part {
-            Part::Words => words.push(x),
-            Part::Asks => asks.push(x),
-            Part::OutBytes => out_bytes.push(x),
-        })?;
-        Ok(Reduction { p, words, asks, out_bytes, ending, registrations, tagsize, eager_to_all })
+        let [ending, registrations, registrations_all, tagsize, eager_to_all] =
+            read(bytes, p, |part, _, x| match part {
+                Part::Words => words.push(x),
+                Part::Asks => asks.push(x),
+                Part::OutBytes => out_bytes.push(x),
+            })?;
+        Ok(Reduction { p, words, asks, out_bytes, ending, registrations, registrations_all, tagsize, eager_to_all })
     }
 
     /// Merges a peer's encoded reduction into this one, read in place (a
@@ -206,13 +239,15 @@ impl Reduction {
     /// extremes. After an error `self` may hold part of it: the sync fails
     /// with the error.
     pub fn merge_encoded(&mut self, bytes: &[u8]) -> Result<(), String> {
-        let [ending, registrations, tagsize, eager_to_all] = read(bytes, self.p, |part, i, x| match part {
-            Part::Words => self.words[i] |= x,
-            Part::Asks => self.asks[i] |= x,
-            Part::OutBytes => self.out_bytes[i] = self.out_bytes[i].max(x),
-        })?;
+        let [ending, registrations, registrations_all, tagsize, eager_to_all] =
+            read(bytes, self.p, |part, i, x| match part {
+                Part::Words => self.words[i] |= x,
+                Part::Asks => self.asks[i] |= x,
+                Part::OutBytes => self.out_bytes[i] = self.out_bytes[i].max(x),
+            })?;
         self.ending.merge(&ending);
         self.registrations.merge(&registrations);
+        self.registrations_all.merge(&registrations_all);
         self.tagsize.merge(&tagsize);
         self.eager_to_all.merge(&eager_to_all);
         Ok(())
@@ -223,7 +258,16 @@ impl Reduction {
         if !self.ending.agree() {
             return Some(Reason::SyncMismatch { ended: self.ending.max.pid, synced: self.ending.min.pid, superstep });
         }
-        if !self.registrations.agree() {
+        if !self.registrations.any() && !self.registrations_all.agree() {
+            let (a, b) = (self.registrations_all.min.pid, self.registrations_all.max.pid);
+            let detail = format!(
+                "in superstep {superstep} every process popped NULL while several registrations of NULL were in \
+                 effect, and processes {a} and {b} would remove different ones: the choice is ambiguous (pass the \
+                 registered address on at least one process)"
+            );
+            return Some(Reason::RegistrationsDiffer { detail });
+        }
+        if self.registrations.any() && !self.registrations.agree() {
             let describe = |w: &Witness| {
                 format!(
                     "process {} made {} bsp_push_reg and {} bsp_pop_reg",
@@ -260,6 +304,10 @@ impl Reduction {
 /// Where the count of `bsp_set_tagsize` calls sits in the tag size's
 /// witness value, above the size itself.
 const TAGSIZE_CALLS_SHIFT: u32 = 48;
+
+/// The checks a reduction carries: ending, registrations (twice), tag size,
+/// eager to all.
+const CHECKS: usize = 5;
 const TAGSIZE_MAX: u64 = (1 << TAGSIZE_CALLS_SHIFT) - 1;
 
 /// Partners per round unless `BULKWIRE_BSP_FANOUT` says otherwise.
@@ -351,7 +399,7 @@ enum Part {
 
 /// Reads an encoded reduction of `p` processes, handing each word of its
 /// vectors to `word(part, index, value)`; returns its checks.
-fn read(bytes: &[u8], p: u32, mut word: impl FnMut(Part, usize, u64)) -> Result<[Extremes; 4], String> {
+fn read(bytes: &[u8], p: u32, mut word: impl FnMut(Part, usize, u64)) -> Result<[Extremes; CHECKS], String> {
     let mut r = Reader(bytes);
     if r.u32()? != p {
         return Err("reduction for another number of processes".into());
@@ -362,7 +410,7 @@ fn read(bytes: &[u8], p: u32, mut word: impl FnMut(Part, usize, u64)) -> Result<
             word(part, i, r.u64()?);
         }
     }
-    let mut extremes = [Extremes::of(0, 0, 0); 4];
+    let mut extremes = [Extremes::of(0, 0, 0); CHECKS];
     for e in &mut extremes {
         for w in [&mut e.min, &mut e.max] {
             *w = Witness { value: r.u64()?, pid: r.u32()?, detail: r.u64()? };
@@ -531,5 +579,39 @@ mod tests {
         let mut same = Reduction::local(3, 1, |_| false, 9, false, (0, 0, 0), (4, 2));
         assert!(same.merge_encoded(&bytes[..bytes.len() - 1]).is_err());
         assert!(same.merge_encoded(&[bytes.clone(), vec![0]].concat()).is_err(), "trailing bytes");
+    }
+
+    #[test]
+    fn a_process_undecided_about_a_pop_of_null_leaves_the_check_to_the_others() {
+        let p = 3;
+        let merged = |undecided: &[u32], digests: [u64; 3]| {
+            let parts: Vec<Reduction> = (0..p)
+                .map(|i| {
+                    let r = Reduction::local(p, i, |_| false, 0, false, (digests[i as usize], 2, 1), (0, 0));
+                    if undecided.contains(&i) {
+                        r.undecided_registrations()
+                    } else {
+                        r
+                    }
+                })
+                .collect();
+            let mut all = parts[0].clone();
+            for r in &parts[1..] {
+                all.merge_encoded(&r.encode()).unwrap();
+            }
+            all
+        };
+        // Process 1 removed another registration of NULL for now: no matter.
+        let r = merged(&[1], [5, 9, 5]);
+        assert_eq!(r.disagreement(3), None);
+        assert_eq!((r.registrations.min.value, r.registrations.max.value), (5, 5));
+        // Those who decide must still agree.
+        assert!(matches!(merged(&[1], [5, 9, 6]).disagreement(3), Some(Reason::RegistrationsDiffer { .. })));
+        // Nobody decided: their choices must agree, or the choice is ambiguous.
+        assert_eq!(merged(&[0, 1, 2], [7, 7, 7]).disagreement(3), None);
+        match merged(&[0, 1, 2], [7, 8, 7]).disagreement(3) {
+            Some(Reason::RegistrationsDiffer { detail }) => assert!(detail.contains("ambiguous"), "{detail}"),
+            other => panic!("{other:?}"),
+        }
     }
 }

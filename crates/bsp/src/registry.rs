@@ -7,6 +7,13 @@
 //! the same registration the same slot, and a put names its target by slot.
 //! The sequence itself is checked at the sync (its digest travels in the
 //! barrier), so processes that differ learn it there.
+//!
+//! A process that takes no part in a registration passes NULL, and may do
+//! so for several registrations at once; its `pop_reg(NULL)` then cannot
+//! tell which of them the others pop. It removes the most recent for the
+//! time being and leaves the digest to the processes that know; after the
+//! barrier it takes the choice that makes its sequence theirs
+//! ([`Registry::settle`]).
 
 use rustc_hash::FxHashMap as HashMap;
 
@@ -36,10 +43,43 @@ pub(crate) struct Area {
     pub owned: Option<usize>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum Op {
     Push(Slot),
     Pop(Slot),
+    /// A pop of NULL while several registrations of NULL could be meant:
+    /// `slot` is the one removed for now (the most recent), `candidates`
+    /// every one that was in effect or pushed before it in this superstep
+    /// and not removed by another pop than of NULL, most recent first.
+    PopNull {
+        slot: Slot,
+        candidates: Vec<Slot>,
+    },
+}
+
+impl Op {
+    /// The value the digest mixes in for the operation.
+    fn word(&self) -> u64 {
+        match *self {
+            Op::Push(_) => 1,
+            Op::Pop(s) | Op::PopNull { slot: s, .. } => 2 << 32 | u64::from(s),
+        }
+    }
+}
+
+/// Choices of NULL pops tried at most before the sync calls the choice
+/// ambiguous (k pops among n registrations of NULL: n!/(n-k)! choices).
+const MAX_CHOICES: usize = 1 << 16;
+
+/// FNV-1a over the operations' words.
+fn digest_of(words: impl Iterator<Item = u64>) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for x in words {
+        for b in x.to_le_bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
 }
 
 #[derive(Debug, Default)]
@@ -79,6 +119,32 @@ impl Registry {
     /// never in effect.
     pub fn pop(&mut self, addr: usize) -> Result<Slot, Reason> {
         let slot = self.most_recent(addr, |s| matches!(s, State::Active | State::Pushed))?;
+        if addr == 0 {
+            // Registrations of NULL another NULL pop of this superstep
+            // removed for now may be the ones the others meant there.
+            let taken_for_now: Vec<Slot> = self
+                .ops
+                .iter()
+                .filter_map(|op| match op {
+                    Op::PopNull { slot, .. } => Some(*slot),
+                    _ => None,
+                })
+                .collect();
+            let stack = self.by_addr.get(&0).map(Vec::as_slice).unwrap_or(&[]);
+            let candidates: Vec<Slot> = stack
+                .iter()
+                .rev()
+                .copied()
+                .filter(|s| {
+                    matches!(self.slots[*s as usize].0, State::Active | State::Pushed) || taken_for_now.contains(s)
+                })
+                .collect();
+            if candidates.len() > 1 {
+                self.mark(slot, true);
+                self.ops.push(Op::PopNull { slot, candidates });
+                return Ok(slot);
+            }
+        }
         self.mark_popped(slot);
         Ok(slot)
     }
@@ -96,9 +162,82 @@ impl Registry {
     }
 
     fn mark_popped(&mut self, slot: Slot) {
-        let state = &mut self.slots[slot as usize].0;
-        *state = if *state == State::Pushed { State::PushedPopped } else { State::Popped };
+        self.mark(slot, true);
         self.ops.push(Op::Pop(slot));
+    }
+
+    /// Marks `slot` popped in this superstep, or (`popped` false) takes
+    /// the mark back.
+    fn mark(&mut self, slot: Slot, popped: bool) {
+        let state = &mut self.slots[slot as usize].0;
+        *state = match (*state, popped) {
+            (State::Pushed, true) => State::PushedPopped,
+            (State::Active, true) => State::Popped,
+            (State::PushedPopped, false) => State::Pushed,
+            (State::Popped, false) => State::Active,
+            (other, _) => other,
+        };
+    }
+
+    /// Whether a pop of NULL in this superstep could mean several
+    /// registrations: the process then takes the others' choice at the sync.
+    pub fn undecided(&self) -> bool {
+        self.ops.iter().any(|op| matches!(op, Op::PopNull { .. }))
+    }
+
+    /// After the barrier: gives the undecided pops of NULL the registrations
+    /// that make this superstep's sequence's digest `target` (the other
+    /// processes'). Returns false where no choice does (the processes
+    /// differ), or where too many choices would have to be tried.
+    pub fn settle(&mut self, target: u64) -> bool {
+        let nulls: Vec<usize> = (0..self.ops.len()).filter(|&i| matches!(self.ops[i], Op::PopNull { .. })).collect();
+        let mut words: Vec<u64> = self.ops.iter().map(Op::word).collect();
+        let mut chosen: Vec<Slot> = Vec::with_capacity(nulls.len());
+        let mut tried = 0;
+        if !self.choose(&nulls, &mut words, &mut chosen, target, &mut tried) {
+            return false;
+        }
+        // Take back the marks made for now, then make the chosen ones.
+        for &i in &nulls {
+            if let Op::PopNull { slot, .. } = self.ops[i] {
+                self.mark(slot, false);
+            }
+        }
+        for (&i, &new) in nulls.iter().zip(&chosen) {
+            if let Op::PopNull { slot, .. } = &mut self.ops[i] {
+                *slot = new;
+            }
+            self.mark(new, true);
+        }
+        true
+    }
+
+    /// Depth-first over the choices of the NULL pops at `nulls[chosen.len()..]`.
+    fn choose(
+        &self,
+        nulls: &[usize],
+        words: &mut [u64],
+        chosen: &mut Vec<Slot>,
+        target: u64,
+        tried: &mut usize,
+    ) -> bool {
+        let Some(&i) = nulls.get(chosen.len()) else {
+            *tried += 1;
+            return digest_of(words.iter().copied()) == target;
+        };
+        let Op::PopNull { candidates, .. } = &self.ops[i] else { unreachable!("nulls index NULL pops") };
+        for &c in candidates {
+            if chosen.contains(&c) || *tried >= MAX_CHOICES {
+                continue;
+            }
+            words[i] = 2 << 32 | u64::from(c);
+            chosen.push(c);
+            if self.choose(nulls, words, chosen, target, tried) {
+                return true;
+            }
+            chosen.pop();
+        }
+        false
     }
 
     /// The registration a put or get at `addr` names.
@@ -126,29 +265,11 @@ impl Registry {
     }
 
     /// A digest of this superstep's calls, and how many pushes and pops.
+    /// A pop also names its slot, so popping different registrations is a
+    /// difference too.
     pub fn digest(&self) -> (u64, u32, u32) {
-        // FNV-1a over the sequence; a pop also names its slot, so popping
-        // different registrations is a difference too.
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        let mut mix = |x: u64| {
-            for b in x.to_le_bytes() {
-                h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
-            }
-        };
-        let (mut pushes, mut pops) = (0, 0);
-        for op in &self.ops {
-            match *op {
-                Op::Push(_) => {
-                    pushes += 1;
-                    mix(1);
-                }
-                Op::Pop(s) => {
-                    pops += 1;
-                    mix(2 << 32 | u64::from(s));
-                }
-            }
-        }
-        (h, pushes, pops)
+        let pushes = self.ops.iter().filter(|op| matches!(op, Op::Push(_))).count() as u32;
+        (digest_of(self.ops.iter().map(Op::word)), pushes, self.ops.len() as u32 - pushes)
     }
 
     /// The sync: this superstep's pops and pushes take effect. Returns the
@@ -158,7 +279,7 @@ impl Registry {
         for op in std::mem::take(&mut self.ops) {
             match op {
                 Op::Push(s) => self.slots[s as usize].0 = State::Active,
-                Op::Pop(s) => {
+                Op::Pop(s) | Op::PopNull { slot: s, .. } => {
                     let (state, area) = &mut self.slots[s as usize];
                     *state = State::Free;
                     if let Some(stack) = self.by_addr.get_mut(&area.addr) {
@@ -228,6 +349,61 @@ mod tests {
         r.apply();
         assert_eq!(r.resolve(300), Err(Reason::NotRegistered { addr: 300, pending: false }));
         assert_eq!(r.pop_slot(gone), Err(Reason::NotRegistered { addr: 300, pending: false }));
+    }
+
+    #[test]
+    fn a_pop_of_null_takes_the_registration_the_others_popped() {
+        // Process 0 registers 100 and 200; process 1 NULL for both.
+        let (mut zero, mut one) = (Registry::default(), Registry::default());
+        let (a, b) = (zero.push(area(100, 4)), zero.push(area(200, 4)));
+        assert_eq!((one.push(area(0, 0)), one.push(area(0, 0))), (a, b));
+        zero.apply();
+        one.apply();
+        // Process 0 pops the older; process 1's NULL could be either.
+        assert_eq!(zero.pop(100), Ok(a));
+        assert_eq!(one.pop(0), Ok(b), "the most recent, for now");
+        assert!(one.undecided() && !zero.undecided());
+        assert_ne!(one.digest(), zero.digest());
+        assert!(one.settle(zero.digest().0));
+        assert_eq!(one.digest(), zero.digest());
+        // Its marks follow the choice: b stays, a goes at the sync.
+        assert_eq!(one.resolve(0), Ok(b));
+        one.apply();
+        zero.apply();
+        assert_eq!(one.pop(0), Ok(b), "one registration of NULL left: a plain pop");
+        assert!(!one.undecided());
+        // Both free lists give the next push the same slot.
+        zero.pop(200).unwrap();
+        one.apply();
+        zero.apply();
+        assert_eq!(one.push(area(7, 1)), zero.push(area(8, 1)));
+    }
+
+    #[test]
+    fn several_pops_of_null_take_distinct_registrations() {
+        let (mut zero, mut one) = (Registry::default(), Registry::default());
+        for addr in [100, 200, 300] {
+            zero.push(area(addr, 4));
+            one.push(area(0, 0));
+        }
+        zero.apply();
+        one.apply();
+        // Process 0 pops 100 and 300; process 1 pops NULL twice.
+        zero.pop(100).unwrap();
+        zero.pop(300).unwrap();
+        one.pop(0).unwrap();
+        one.pop(0).unwrap();
+        assert!(one.settle(zero.digest().0));
+        assert_eq!(one.digest(), zero.digest());
+        one.apply();
+        assert_eq!(one.pop(0), Ok(1), "the registration process 0 kept (200)");
+        // No choice matches a sequence with another number of pops.
+        let mut two = Registry::default();
+        two.push(area(0, 0));
+        two.push(area(0, 0));
+        two.apply();
+        two.pop(0).unwrap();
+        assert!(!two.settle(zero.digest().0));
     }
 
     #[test]

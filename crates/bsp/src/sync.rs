@@ -425,6 +425,7 @@ impl Bsp {
             (self.next_tagsize as u64, self.tagsize_calls),
         )
         .asking(me, |to| to != me && !self.outboxes[to as usize].requests.is_empty());
+        let local = if self.registry.undecided() { local.undecided_registrations() } else { local };
         let eager = self.eager_streams(call);
         let eager_to_all = p > 1 && (0..p).all(|q| q == me || eager[q as usize] > 0);
         let global = self.reduce(local.eager_to_all(me, eager_to_all), &eager).map_err(fail)?;
@@ -437,6 +438,24 @@ impl Bsp {
         .map_err(fail)?;
         if let Some(reason) = global.disagreement(s) {
             return Err(fail(reason));
+        }
+        if self.registry.undecided() {
+            // Pops of NULL take the registrations the others popped (or,
+            // where every process popped NULL, the most recent, as all did).
+            let agreed = if global.registrations.any() { global.registrations } else { global.registrations_all };
+            if !self.registry.settle(agreed.min.value) {
+                let (_, pushes, pops) = self.registry.digest();
+                let w = agreed.min;
+                let detail = format!(
+                    "process {me} popped NULL while several registrations of NULL were in effect, and no choice \
+                     of them makes its {pushes} bsp_push_reg and {pops} bsp_pop_reg in superstep {s} match \
+                     process {}'s {} and {}",
+                    w.pid,
+                    w.detail >> 32,
+                    w.detail & 0xffff_ffff
+                );
+                return Err(fail(Reason::RegistrationsDiffer { detail }));
+            }
         }
         self.eager_to_all_streak =
             if global.all_eager_to_all() { self.eager_to_all_streak.saturating_add(1) } else { 0 };
