@@ -5,7 +5,15 @@
 # receiver's port is a shared bottleneck, as on a switched cluster. Root only.
 #
 #   scripts/netns-testbed.sh up [N] [RATE]     # default 8 hosts, 100mbit
+#   scripts/netns-testbed.sh bottleneck [N] [RATE]
 #   scripts/netns-testbed.sh down [N]
+#
+# `bottleneck` makes the last host's downlink a port with two classes, as
+# a switch with a premium service has: premium (DSCP EF, what bulkwire's
+# premium sockets send) guaranteed a fifth of RATE and served first, best
+# effort the rest with a drop-tail queue of 64 packets. Traffic sent to that
+# host from the switch's own address (10.90.0.254) at more than RATE, such
+# as a UDP flood, congests the best-effort class only.
 #
 # Run a job or a benchmark on it with scripts/netns-exec as the remote shell:
 #   bulkwire bench --hosts bwh0,bwh1,…,bwh7 --ssh scripts/netns-exec --bind 10.90.0.254 total-exchange -n 8
@@ -13,6 +21,18 @@ set -euo pipefail
 action="${1:-}"
 n="${2:-8}"
 rate="${3:-100mbit}"
+
+# RATE times $2 (default 1) over $1, in kbit (tc's units).
+rate_part() {
+    local kbit
+    case "$rate" in
+        *gbit) kbit=$((${rate%gbit} * 1000000)) ;;
+        *mbit) kbit=$((${rate%mbit} * 1000)) ;;
+        *kbit) kbit=${rate%kbit} ;;
+        *) echo "netns-testbed: RATE must end in kbit, mbit or gbit: $rate" >&2; exit 2 ;;
+    esac
+    echo "$((kbit * ${2:-1} / $1))kbit"
+}
 
 down() {
     for i in $(seq 0 $((n - 1))); do
@@ -23,7 +43,7 @@ down() {
 }
 
 case "$action" in
-    up)
+    up | bottleneck)
         down
         ip link add bwbr type bridge
         ip addr add 10.90.0.254/24 dev bwbr
@@ -38,14 +58,24 @@ case "$action" in
             ip -n "$ns" link set lo up
             # The switch port towards the host (its downlink) and the host's
             # own uplink: each direction at RATE, with a queue of ~10 ms.
-            tc qdisc add dev "bwp$i" root tbf rate "$rate" burst 32kb latency 10ms
+            if [ "$action" = bottleneck ] && [ "$i" = $((n - 1)) ]; then
+                tc qdisc add dev "bwp$i" root handle 1: htb default 20
+                tc class add dev "bwp$i" parent 1: classid 1:1 htb rate "$rate" quantum 1514
+                tc class add dev "bwp$i" parent 1:1 classid 1:10 htb rate "$(rate_part 5)" ceil "$rate" prio 0 quantum 1514
+                tc class add dev "bwp$i" parent 1:1 classid 1:20 htb rate "$(rate_part 5 4)" ceil "$rate" prio 1 quantum 1514
+                tc qdisc add dev "bwp$i" parent 1:10 handle 10: pfifo limit 64
+                tc qdisc add dev "bwp$i" parent 1:20 handle 20: pfifo limit 64
+                tc filter add dev "bwp$i" parent 1: protocol ip prio 1 u32 match ip tos 0xb8 0xfc flowid 1:10
+            else
+                tc qdisc add dev "bwp$i" root tbf rate "$rate" burst 32kb latency 10ms
+            fi
             ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 32kb latency 10ms
         done
         echo "test bed up: $n hosts bwh0..bwh$((n - 1)) at $rate; rendezvous address 10.90.0.254"
         ;;
     down) down ;;
     *)
-        echo "usage: $0 up [N] [RATE] | down [N]" >&2
+        echo "usage: $0 up [N] [RATE] | bottleneck [N] [RATE] | down [N]" >&2
         exit 2
         ;;
 esac

@@ -14,7 +14,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use bulkwire_runtime::rendezvous::{read_msg, write_msg, ToLauncher, ToRank};
-use bulkwire_runtime::{new_job_id, new_key, JOB, KEY, LOCAL_SIZE, RANK, RENDEZVOUS, SIZE};
+use bulkwire_runtime::{new_job_id, new_key, JOB, KEY, LOCAL_SIZE, PATHS, RANK, RENDEZVOUS, SIZE};
 use bulkwire_wire::JobKey;
 
 /// A rank that sends no heartbeat for this long is declared hung.
@@ -53,6 +53,15 @@ pub struct Args {
     /// command line.
     #[arg(long, env = "BULKWIRE_SSH", default_value = "ssh")]
     pub ssh: String,
+    /// Which path class carries the job's data: ordinary (best effort),
+    /// premium (DSCP EF), or adaptive (premium while the ordinary path's
+    /// latency is high). As BULKWIRE_PATHS; ordinary by default.
+    #[arg(long, value_enum)]
+    pub paths: Option<PathsChoice>,
+    /// Say which paths the job's data takes, and when a pair's data changes
+    /// path (BULKWIRE_VERBOSE=1 in every rank).
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
     /// Who starts the processes: this machine (`local`), or an engine the
     /// cluster already has (`srun`, Open MPI's or MPICH's `mpirun`), which
     /// then handles placement and output.
@@ -70,6 +79,8 @@ impl Args {
             ranks,
             tag_output: false,
             unbuffered: false,
+            paths: None,
+            verbose: false,
             bind: None,
             hosts: None,
             hostfile: None,
@@ -78,6 +89,27 @@ impl Args {
             command,
         }
     }
+}
+
+impl Args {
+    /// The job's settings given as flags, for every rank's environment.
+    fn settings(&self) -> Vec<(&'static str, String)> {
+        let mut settings = Vec::new();
+        if let Some(paths) = self.paths {
+            settings.push((PATHS, format!("{paths:?}").to_ascii_lowercase()));
+        }
+        if self.verbose {
+            settings.push(("BULKWIRE_VERBOSE", "1".to_string()));
+        }
+        settings
+    }
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PathsChoice {
+    Ordinary,
+    Premium,
+    Adaptive,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -189,6 +221,7 @@ fn run_job(args: &Args, mut capture: Option<Captured>) -> Result<i32, String> {
     let mut labels = Vec::new();
     for (index, (mut cmd, label)) in commands.into_iter().enumerate() {
         cmd.env(JOB, format!("{job:x}")).env(KEY, key.to_hex()).env(RENDEZVOUS, rendezvous.to_string());
+        cmd.envs(args.settings());
         let terminal = match args.unbuffered {
             true => {
                 let (master, slave) = terminal().map_err(|e| {
@@ -272,6 +305,9 @@ fn engine_command(args: &Args, engine: Engine) -> Result<Command, String> {
                 String::from_utf8_lossy(&version.stdout).into_owned() + &String::from_utf8_lossy(&version.stderr);
             if version.contains("Open MPI") || version.contains("OpenRTE") {
                 cmd.args(["-np", &n, "--oversubscribe", "-x", JOB, "-x", KEY, "-x", RENDEZVOUS]);
+                for (name, _) in args.settings() {
+                    cmd.args(["-x", name]);
+                }
                 if args.tag_output {
                     cmd.arg("--tag-output");
                 }
@@ -281,7 +317,11 @@ fn engine_command(args: &Args, engine: Engine) -> Result<Command, String> {
                 }
             } else {
                 // MPICH's Hydra.
-                cmd.args(["-n", &n, "-genvlist", &format!("{JOB},{KEY},{RENDEZVOUS}")]);
+                let mut names = format!("{JOB},{KEY},{RENDEZVOUS}");
+                for (name, _) in args.settings() {
+                    names = format!("{names},{name}");
+                }
+                cmd.args(["-n", &n, "-genvlist", &names]);
                 if args.tag_output {
                     cmd.arg("-prepend-rank");
                 }
@@ -334,6 +374,9 @@ fn ssh_command(args: &Args, host: &str, remote: &RemoteRank) -> Result<Command, 
     // along, as they do to local ranks; what the launcher sets per rank,
     // and the key, do not.
     for (name, value) in forwarded_settings(std::env::vars()) {
+        script.push_str(&format!(" {name}={}", shell_quote(&value)));
+    }
+    for (name, value) in args.settings() {
         script.push_str(&format!(" {name}={}", shell_quote(&value)));
     }
     for word in &args.command {

@@ -555,3 +555,139 @@ fn a_rank_that_aborts_loses_buffered_output_unless_unbuffered() {
     assert!(!out.status.success() && text(&out).1.contains("--unbuffered"), "{:?}", text(&out));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Adaptive paths on real packets (seed 000 §3): two hosts of the namespace
+/// test bed, the receiver behind a port whose best-effort class a UDP flood
+/// congests while the premium class stays free. Rank 0 streams messages to
+/// rank 1 throughout; while the flood lasts, rank 1's latency monitor sees
+/// the ordinary path's queue and moves rank 0's data to the premium path,
+/// and back once it is over. Every message arrives, in order. Needs root,
+/// iproute2 and tc's htb; skipped otherwise.
+#[test]
+fn adaptive_paths_leave_a_congested_ordinary_class_and_come_back() {
+    const MESSAGES: u32 = 8000;
+    if is_rank() {
+        let world = World::init().unwrap();
+        let start = Instant::now();
+        if world.rank() == 0 {
+            // About 5 s: a message of 1,000 bytes every 0.6 ms.
+            for i in 0..MESSAGES {
+                let mut data = vec![(i % 251) as u8; 1000];
+                data[..4].copy_from_slice(&i.to_le_bytes());
+                world.send(1, 9, &data).unwrap();
+                let due = Duration::from_micros(600) * (i + 1);
+                while start.elapsed() < due {
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+            }
+        } else {
+            for i in 0..MESSAGES {
+                let (_, data) = world.recv(Source::Rank(0), Tag::Is(9)).unwrap();
+                assert_eq!(data.len(), 1000);
+                assert_eq!(u32::from_le_bytes(data[..4].try_into().unwrap()), i, "in order, once each");
+                assert!(data[4..].iter().all(|&b| b == (i % 251) as u8));
+            }
+        }
+        world.barrier().unwrap();
+        if world.rank() == 0 {
+            let s = world.runtime().latency_stats(1).unwrap();
+            let premium = world.runtime().stats().premium.data;
+            println!(
+                "adaptive: to premium {} times, back {} times; {} data packets on premium",
+                s.switches_to_high, s.switches_to_low, premium.packets
+            );
+        }
+        world.finalize().unwrap();
+        return;
+    }
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let testbed = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/netns-testbed.sh");
+    if !root || !have("ip") || !have("tc") {
+        eprintln!("skipped: needs root, iproute2 and tc for the namespace test bed");
+        return;
+    }
+    let up = Command::new(&testbed).args(["bottleneck", "2", "100mbit"]).output().unwrap();
+    if !up.status.success() {
+        eprintln!("skipped: the test bed did not come up: {}", String::from_utf8_lossy(&up.stderr));
+        return;
+    }
+    // 120 Mbit/s of 1,400-byte datagrams into the receiver's 100 Mbit/s
+    // port, from 1.5 s to 3.5 s of the job.
+    let flood = std::thread::spawn(|| {
+        std::thread::sleep(Duration::from_millis(1500));
+        let socket = UdpSocket::bind("10.90.0.254:0").unwrap();
+        let payload = [0u8; 1400];
+        let gap = Duration::from_secs_f64(1428.0 * 8.0 / 120e6);
+        let start = Instant::now();
+        let mut sent = 0u32;
+        while start.elapsed() < Duration::from_secs(2) {
+            let _ = socket.send_to(&payload, "10.90.0.2:9");
+            sent += 1;
+            while start.elapsed() < gap * sent {
+                std::hint::spin_loop();
+            }
+        }
+    });
+    let root_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = Command::new(env!("CARGO_BIN_EXE_bulkwire"))
+        .args(["run", "-n", "2", "--hosts", "bwh0,bwh1", "--bind", "10.90.0.254", "--paths", "adaptive", "--verbose"])
+        .arg("--ssh")
+        .arg(root_dir.join("scripts/netns-exec"))
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", "adaptive_paths_leave_a_congested_ordinary_class_and_come_back", "--nocapture"])
+        .args(["--test-threads=1"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    flood.join().unwrap();
+    let _ = Command::new(&testbed).args(["down", "2"]).status();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.contains("bulkwire: adaptive paths"), "--verbose says which paths: {stderr}");
+    // The test harness may print its own words before the rank's line.
+    let line = stdout.split("adaptive: ").nth(1).and_then(|l| l.lines().next()).unwrap_or_else(|| panic!("{stdout}"));
+    let numbers: Vec<u64> = line.split(' ').filter_map(|w| w.parse().ok()).collect();
+    let (to_premium, back, premium_packets) = (numbers[0], numbers[1], numbers[2]);
+    assert!(to_premium >= 1 && back >= 1, "switched to premium and back: {line}\n{stderr}");
+    assert!(premium_packets > 0, "{line}");
+    assert!(stderr.contains("rank 0: data to rank 1 on the premium path"), "{stderr}");
+}
+
+/// `--paths premium` puts every data packet on the premium sockets; a bad
+/// BULKWIRE_PATHS stops the job with a message that says what is allowed.
+#[test]
+fn premium_paths_carry_all_data_and_a_bad_setting_is_refused() {
+    if is_rank() {
+        let world = World::init().unwrap();
+        let peer = 1 - world.rank();
+        for i in 0..50u32 {
+            world.send(peer, 3, &vec![i as u8; 5000]).unwrap();
+            let (_, data) = world.recv(Source::Rank(peer), Tag::Is(3)).unwrap();
+            assert_eq!(data, vec![i as u8; 5000]);
+        }
+        world.barrier().unwrap();
+        let s = world.runtime().stats();
+        println!(
+            "rank {} data packets: ordinary {} premium {}",
+            world.rank(),
+            s.ordinary.data.packets,
+            s.premium.data.packets
+        );
+        world.finalize().unwrap();
+        return;
+    }
+    let test = "premium_paths_carry_all_data_and_a_bad_setting_is_refused";
+    let (out, _) = launch(2, test, &["--paths", "premium"]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    for rank in 0..2 {
+        let line = stdout.split(&format!("rank {rank} data packets: ")).nth(1).unwrap_or_else(|| panic!("{stdout}"));
+        let numbers: Vec<u64> = line.split_whitespace().filter_map(|w| w.parse().ok()).take(2).collect();
+        assert!(numbers[0] == 0 && numbers[1] >= 50, "rank {rank}: {line}");
+    }
+    let (out, _) = launch_with_env(2, test, &[], &[("BULKWIRE_PATHS", "fastest")]);
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success(), "{stdout}");
+    assert!(stderr.contains("expected ordinary, premium or adaptive"), "{stderr}");
+}

@@ -66,6 +66,9 @@ pub struct Config {
     /// `Some` probes the ordinary path and moves data to the premium path
     /// while its latency is high.
     pub latency: Option<LatencyConfig>,
+    /// All data on the premium path (the paper's premium-only service), for
+    /// comparison; excludes `latency`.
+    pub premium_only: bool,
 }
 
 /// Parameters of the Latency Monitoring Engine, the clock resynchronisation
@@ -92,6 +95,14 @@ pub struct LatencyConfig {
     /// Period of the clock exchange on the premium path; `None` trusts the
     /// clocks as they are (simulation with perfect clocks, as in the paper).
     pub clock_sync_period: Option<Duration>,
+    /// Latency samples from which each peer's TM and Tm are derived, from
+    /// the least of them by [`LatencyConfig::from_base_latency`]'s rule,
+    /// before any decision; 0 uses `high_threshold` and `low_threshold` as
+    /// given. A real network's base latency is not known in advance.
+    pub calibration_samples: u32,
+    /// The least base latency calibration believes: below it, a process's
+    /// wait for a core would pass for congestion.
+    pub least_base: Duration,
 }
 
 impl LatencyConfig {
@@ -114,11 +125,20 @@ impl LatencyConfig {
         LatencyConfig {
             monitor_interval: interval,
             loss_threshold: interval,
-            high_threshold: base * 2,
-            low_threshold: base * 3 / 2,
+            high_threshold: LatencyConfig::thresholds_for(base).0,
+            low_threshold: LatencyConfig::thresholds_for(base).1,
             poll_interval: interval,
             clock_sync_period: Some(interval * 10),
+            calibration_samples: 0,
+            least_base: Duration::ZERO,
         }
+    }
+
+    /// TM and Tm for a path whose base latency is `base` (see
+    /// [`LatencyConfig::from_base_latency`]).
+    pub fn thresholds_for(base: Duration) -> (Duration, Duration) {
+        let base = base.max(Duration::from_micros(1));
+        (base * 2, base * 3 / 2)
     }
 
     /// The values of the paper's Table 2 (seed 000 §4.1), with clocks taken
@@ -131,6 +151,8 @@ impl LatencyConfig {
             low_threshold: Duration::from_micros(90),
             poll_interval: Duration::from_millis(100),
             clock_sync_period: None,
+            calibration_samples: 0,
+            least_base: Duration::ZERO,
         }
     }
 
@@ -189,6 +211,7 @@ impl Config {
             max_rto: Duration::from_secs(1),
             reorder_fraction: 0.25,
             latency: None,
+            premium_only: false,
         }
     }
 
@@ -223,6 +246,9 @@ impl Config {
         }
         if !(0.0..=1.0).contains(&self.reorder_fraction) {
             return Err(ConfigError::BadReorderFraction);
+        }
+        if self.premium_only && self.latency.is_some() {
+            return Err(ConfigError::BadLatencyConfig("premium-only data needs no latency monitor"));
         }
         if let Some(latency) = &self.latency {
             latency.validate()?;

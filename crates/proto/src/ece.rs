@@ -104,6 +104,34 @@ impl Decision {
     }
 }
 
+/// TM and Tm: above `high` a latency is high, below `low` low again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Thresholds {
+    pub high: Duration,
+    pub low: Duration,
+}
+
+impl Thresholds {
+    /// The thresholds `cfg` gives.
+    pub fn of(cfg: &LatencyConfig) -> Thresholds {
+        Thresholds { high: cfg.high_threshold, low: cfg.low_threshold }
+    }
+
+    /// The thresholds for a path whose base latency is `base`.
+    pub fn for_base(base: Duration) -> Thresholds {
+        let (high, low) = LatencyConfig::thresholds_for(base);
+        Thresholds { high, low }
+    }
+}
+
+/// Calibration of a peer's thresholds: the least of the first samples.
+#[derive(Clone, Copy, Debug, Default)]
+struct Calibration {
+    samples: u32,
+    least: Option<Duration>,
+    done: Option<Thresholds>,
+}
+
 /// The receiver's judgement of the ordinary path of one peer, with
 /// hysteresis between TM and Tm.
 #[derive(Clone, Debug, Default)]
@@ -119,16 +147,17 @@ impl ModeJudge {
         self.requested
     }
 
-    /// A new decision if the observation calls for one.
-    pub(crate) fn judge(&mut self, now: Time, observation: Observation, cfg: &LatencyConfig) -> Option<Decision> {
+    /// A new decision if the observation calls for one, against TM and Tm.
+    pub(crate) fn judge(&mut self, now: Time, observation: Observation, thresholds: Thresholds) -> Option<Decision> {
+        let Thresholds { high, low } = thresholds;
         let (mode, reason, probe_timestamp, latency) = match (self.requested, observation) {
-            (Mode::LowLatency, Observation::Sample { latency, timestamp }) if latency > cfg.high_threshold => {
+            (Mode::LowLatency, Observation::Sample { latency, timestamp }) if latency > high => {
                 (Mode::HighLatency, LstatReason::LatencyHigh, timestamp, latency)
             }
             (Mode::LowLatency, Observation::Lost { timestamp, .. }) => {
                 (Mode::HighLatency, LstatReason::ProbeLost, timestamp, Duration::ZERO)
             }
-            (Mode::HighLatency, Observation::Sample { latency, timestamp }) if latency < cfg.low_threshold => {
+            (Mode::HighLatency, Observation::Sample { latency, timestamp }) if latency < low => {
                 (Mode::LowLatency, LstatReason::LatencyLow, timestamp, latency)
             }
             _ => return None,
@@ -193,6 +222,7 @@ pub(crate) struct PeerLink {
     /// A clock request to answer: the request and its arrival.
     clock_reply: Option<(ClockSyncPayload, Time)>,
     judge: ModeJudge,
+    calibration: Calibration,
     sending: SendingMode,
     pub(crate) stats: LatencyStats,
     /// Queued in the endpoint's list of links with something to send.
@@ -266,16 +296,37 @@ impl PeerLink {
         self.observe(now, sample, cfg)
     }
 
-    fn observe(&mut self, now: Time, observation: Observation, cfg: &LatencyConfig) -> Option<Decision> {
-        match observation {
-            Observation::Sample { latency, .. } => {
-                self.stats.samples += 1;
-                self.stats.samples_high += (latency > cfg.high_threshold) as u64;
-                self.stats.samples_low += (latency < cfg.low_threshold) as u64;
-            }
-            Observation::Lost { count, .. } => self.stats.probes_lost += count,
+    /// TM and Tm for this peer: as configured, or once calibrated, from
+    /// the least latency of the first samples; `None` while calibrating.
+    pub(crate) fn thresholds(&self, cfg: &LatencyConfig) -> Option<Thresholds> {
+        match cfg.calibration_samples {
+            0 => Some(Thresholds::of(cfg)),
+            _ => self.calibration.done,
         }
-        let decision = self.judge.judge(now, observation, cfg);
+    }
+
+    fn observe(&mut self, now: Time, observation: Observation, cfg: &LatencyConfig) -> Option<Decision> {
+        if let Observation::Lost { count, .. } = observation {
+            self.stats.probes_lost += count;
+        }
+        if let (Observation::Sample { latency, .. }, None) = (observation, self.thresholds(cfg)) {
+            // Calibrating: no decision until the path's base latency is known.
+            let c = &mut self.calibration;
+            c.samples += 1;
+            c.least = Some(c.least.map_or(latency, |l| l.min(latency)));
+            if c.samples >= cfg.calibration_samples {
+                c.done = c.least.map(|least| Thresholds::for_base(least.max(cfg.least_base)));
+            }
+            self.stats.samples += 1;
+            return None;
+        }
+        let thresholds = self.thresholds(cfg)?;
+        if let Observation::Sample { latency, .. } = observation {
+            self.stats.samples += 1;
+            self.stats.samples_high += (latency > thresholds.high) as u64;
+            self.stats.samples_low += (latency < thresholds.low) as u64;
+        }
+        let decision = self.judge.judge(now, observation, thresholds);
         self.stats.decisions += decision.is_some() as u64;
         decision
     }
@@ -373,22 +424,22 @@ mod tests {
         let mut j = ModeJudge::default();
         let now = Time::ZERO;
         for us in [50, 95, 99, 100, 91, 60] {
-            assert_eq!(j.judge(now, sample(us), &cfg()), None, "{us} us stays low");
+            assert_eq!(j.judge(now, sample(us), Thresholds::of(&cfg())), None, "{us} us stays low");
         }
-        let d = j.judge(now, sample(101), &cfg()).unwrap();
+        let d = j.judge(now, sample(101), Thresholds::of(&cfg())).unwrap();
         assert_eq!((d.mode, d.reason, d.epoch), (Mode::HighLatency, LstatReason::LatencyHigh, 1));
         // Hovering between Tm and TM, above and below either by a hair, in high mode.
         for us in [150, 100, 95, 90, 99, 90, 500] {
-            assert_eq!(j.judge(now, sample(us), &cfg()), None, "{us} us stays high");
+            assert_eq!(j.judge(now, sample(us), Thresholds::of(&cfg())), None, "{us} us stays high");
         }
         let lost = Observation::Lost { count: 1, timestamp: 7 };
-        assert_eq!(j.judge(now, lost, &cfg()), None, "a loss in high mode changes nothing");
-        let d = j.judge(now, sample(89), &cfg()).unwrap();
+        assert_eq!(j.judge(now, lost, Thresholds::of(&cfg())), None, "a loss in high mode changes nothing");
+        let d = j.judge(now, sample(89), Thresholds::of(&cfg())).unwrap();
         assert_eq!((d.mode, d.reason, d.epoch), (Mode::LowLatency, LstatReason::LatencyLow, 2));
         for us in [95, 99, 100, 90] {
-            assert_eq!(j.judge(now, sample(us), &cfg()), None, "{us} us stays low");
+            assert_eq!(j.judge(now, sample(us), Thresholds::of(&cfg())), None, "{us} us stays low");
         }
-        let d = j.judge(now, lost, &cfg()).unwrap();
+        let d = j.judge(now, lost, Thresholds::of(&cfg())).unwrap();
         assert_eq!((d.mode, d.reason, d.probe_timestamp, d.epoch), (Mode::HighLatency, LstatReason::ProbeLost, 7, 3));
     }
 
@@ -396,7 +447,7 @@ mod tests {
     fn a_decision_is_repeated_until_applied_but_not_faster_than_asked() {
         let mut j = ModeJudge::default();
         assert_eq!(j.repeat(Time::ZERO, 0, Duration::from_millis(100)), None, "nothing decided yet");
-        let d = j.judge(Time::ZERO, sample(200), &cfg()).unwrap();
+        let d = j.judge(Time::ZERO, sample(200), Thresholds::of(&cfg())).unwrap();
         let ms = |m: u64| Time::from_nanos(m * 1_000_000);
         assert_eq!(j.repeat(ms(50), 0, Duration::from_millis(100)), None, "too soon");
         assert_eq!(j.repeat(ms(100), 0, Duration::from_millis(100)), Some(d));
@@ -418,5 +469,34 @@ mod tests {
         assert_eq!(s.mode(), Mode::LowLatency);
         assert_eq!(s.apply(&status(4, Mode::LowLatency)), None, "no change, but applied");
         assert_eq!(s.applied_epoch, 4);
+    }
+
+    #[test]
+    fn thresholds_follow_the_least_of_the_first_samples() {
+        // Perfect clocks (table 2); three samples calibrate, 250 us at least.
+        let cfg = LatencyConfig { calibration_samples: 3, least_base: Duration::from_micros(250), ..cfg() };
+        let mut link = PeerLink::default();
+        let at = |latency_us: u64| (Time::ZERO + Duration::from_millis(10), 10_000_000 - latency_us * 1000);
+        assert_eq!(link.thresholds(&cfg), None);
+        for us in [900, 400, 700] {
+            let (now, stamp) = at(us);
+            assert_eq!(link.on_data(now, stamp, &cfg), None, "no decision while calibrating");
+        }
+        // The least was 400 us: TM 800 us, Tm 600 us.
+        let t = link.thresholds(&cfg).unwrap();
+        assert_eq!((t.high, t.low), (Duration::from_micros(800), Duration::from_micros(600)));
+        let (now, stamp) = at(700);
+        assert_eq!(link.on_data(now, stamp, &cfg), None, "between Tm and TM");
+        let (now, stamp) = at(801);
+        assert_eq!(link.on_data(now, stamp, &cfg).map(|d| d.mode), Some(Mode::HighLatency));
+        // Below the floor, the floor counts.
+        let mut quiet = PeerLink::default();
+        for us in [20, 30, 25] {
+            let (now, stamp) = at(us);
+            quiet.on_data(now, stamp, &cfg);
+        }
+        assert_eq!(quiet.thresholds(&cfg).map(|t| t.high), Some(Duration::from_micros(500)));
+        // Without calibration, the configured thresholds from the start.
+        assert_eq!(PeerLink::default().thresholds(&LatencyConfig::table2()), Some(Thresholds::of(&cfg)));
     }
 }

@@ -385,7 +385,10 @@ impl Endpoint {
                 }
                 PacketType::Lstat => match LatencyStatus::read(packet.payload) {
                     Ok((status, ranges)) => {
-                        self.links[header.source as usize].on_lstat(&status);
+                        if let Some(mode) = self.links[header.source as usize].on_lstat(&status) {
+                            let data_path = mode.data_path();
+                            self.events.push_back(Event::ModeChanged { peer: header.source, data_path });
+                        }
                         lstat = Some((status, ranges));
                     }
                     Err(_) => {
@@ -708,7 +711,10 @@ impl Endpoint {
     /// A channel together with the endpoint resources it works with.
     fn split(&mut self, index: usize) -> (&mut Channel, Shared<'_>) {
         let peer = self.channels[index].peer as usize;
-        let data_path = self.links.get(peer).map_or(Path::Ordinary, |l| l.mode().data_path());
+        let data_path = match self.cfg.premium_only {
+            true => Path::Premium,
+            false => self.links.get(peer).map_or(Path::Ordinary, |l| l.mode().data_path()),
+        };
         let sh = Shared {
             cfg: &self.cfg,
             send_pool: &mut self.send_pool,

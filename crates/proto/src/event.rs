@@ -13,4 +13,8 @@ pub enum Event {
     Message { from: u32, channel: u16, data: Vec<u8>, start: usize },
     /// An authenticated peer broke the protocol; its channel is closed.
     ProtocolViolation { peer: u32, channel: u16, reason: &'static str },
+    /// The path that carries this endpoint's data to `peer` changed (the
+    /// peer's latency monitor asked for it, seed 000 §3.2): `Premium` while
+    /// the ordinary path's latency is high, `Ordinary` when it is low again.
+    ModeChanged { peer: u32, data_path: crate::Path },
 }

@@ -12,3 +12,12 @@ pub enum Path {
     /// clock sync), and data in high-latency mode.
     Premium,
 }
+
+impl std::fmt::Display for Path {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Path::Ordinary => "ordinary",
+            Path::Premium => "premium",
+        })
+    }
+}

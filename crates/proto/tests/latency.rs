@@ -20,6 +20,8 @@ fn latency_config() -> LatencyConfig {
         loss_threshold: Duration::from_millis(10),
         high_threshold: Duration::from_micros(200),
         low_threshold: Duration::from_micros(150),
+        calibration_samples: 0,
+        least_base: Duration::ZERO,
         poll_interval: Duration::from_millis(10),
         clock_sync_period: None,
     }
@@ -79,6 +81,8 @@ struct Pair {
     /// Every datagram sent, dropped or not.
     log: Vec<Seen>,
     received: [Vec<Vec<u8>>; 2],
+    /// The paths each end's data took after each `Event::ModeChanged`.
+    data_paths: [Vec<Path>; 2],
 }
 
 impl Pair {
@@ -92,6 +96,7 @@ impl Pair {
             drop: Box::new(|_| false),
             log: Vec::new(),
             received: [Vec::new(), Vec::new()],
+            data_paths: [Vec::new(), Vec::new()],
         }
     }
 
@@ -123,6 +128,10 @@ impl Pair {
                 match e {
                     Event::Message { data, .. } => self.received[i].push(data),
                     Event::ProtocolViolation { reason, .. } => panic!("protocol violation: {reason}"),
+                    Event::ModeChanged { peer, data_path } => {
+                        assert_eq!(peer as usize, 1 - i);
+                        self.data_paths[i].push(data_path);
+                    }
                 }
             }
         }
@@ -251,6 +260,9 @@ fn latency_between_the_thresholds_does_not_flap() {
     assert_eq!(modes, vec![Mode::LowLatency, Mode::HighLatency, Mode::LowLatency]);
     let s = p.ends[0].latency_stats(1).unwrap();
     assert_eq!((s.switches_to_high, s.switches_to_low), (1, 1), "{s:?}");
+    // Each switch is an event for the application.
+    assert_eq!(p.data_paths[0], [Path::Premium, Path::Ordinary]);
+    assert!(p.data_paths[1].is_empty(), "the receiver's own data did not move");
     let r = p.ends[1].latency_stats(0).unwrap();
     assert!(r.samples > 100, "data samples the path too: {r:?}");
     assert_eq!(p.received[1].len(), i);
@@ -378,4 +390,24 @@ fn a_lost_lstat_is_sent_again_when_a_probe_shows_it_was_not_applied() {
     assert_eq!(p.ends[0].mode(1), Mode::HighLatency);
     let r = p.ends[1].latency_stats(0).unwrap();
     assert_eq!((r.decisions, r.lstat_repeats), (1, 1), "{r:?}");
+}
+
+#[test]
+fn premium_only_sends_every_data_packet_on_premium_without_probing() {
+    let config = |rank| {
+        let mut c = Config::new(JOB, JobKey::new([4; 32]), rank, 2);
+        c.initial_rtt = BASE * 2;
+        c.premium_only = true;
+        c
+    };
+    let mut p = Pair::new(config(0), config(1));
+    for i in 0..20 {
+        p.send(0, &msg(i, 3000));
+    }
+    p.run_until(ms(50));
+    assert_eq!(p.received[1].len(), 20);
+    let data: Vec<&Seen> = p.log.iter().filter(|s| s.packet_type == DATA).collect();
+    assert!(!data.is_empty() && data.iter().all(|s| s.path == Path::Premium), "{data:?}");
+    assert!(p.log.iter().all(|s| s.packet_type != PROBE), "no latency monitor");
+    assert!(p.data_paths.iter().all(Vec::is_empty));
 }

@@ -14,6 +14,7 @@ use bulkwire_wire::Coverage;
 
 use crate::env::JobEnv;
 use crate::loss::LossInjector;
+use crate::paths::Paths;
 use crate::rendezvous::{Control, ToLauncher, ToRank};
 use crate::sockets::{PathSockets, RecvBatch, SendBatch, SocketOptions};
 
@@ -113,6 +114,9 @@ pub struct Engine {
     /// When the step of the current wait wants another try even if nothing
     /// arrives (a pacer's next send), set by [`Engine::wake_within`].
     wake_at: Option<Time>,
+    /// Say on standard error when a pair's data changes path
+    /// (`BULKWIRE_VERBOSE`).
+    verbose: bool,
 }
 
 impl Engine {
@@ -215,6 +219,14 @@ impl Engine {
                 }
                 Some(Event::ProtocolViolation { peer, reason, .. }) => {
                     self.failure.get_or_insert_with(|| format!("rank {peer} broke the protocol: {reason}"));
+                }
+                // Counted by the endpoint (`latency_stats`); said when asked.
+                Some(Event::ModeChanged { peer, data_path }) => {
+                    if self.verbose {
+                        let rank = self.endpoint.config().rank;
+                        let at = self.now().as_nanos() as f64 / 1e9;
+                        eprintln!("bulkwire: rank {rank}: data to rank {peer} on the {data_path} path ({at:.3} s)");
+                    }
                 }
                 None => break,
             }
@@ -369,6 +381,13 @@ impl Runtime {
         config.packet_buffers = packet_buffers(sockets.recv_buffer_bytes()?, config.max_datagram);
         config.initial_rtt = Duration::from_micros(if ip.is_loopback() { 50 } else { 500 });
         config.min_rto = Duration::from_micros(500);
+        let paths = Paths::from_lookup(|name| std::env::var(name).ok())
+            .map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, why))?;
+        paths.apply(&mut config);
+        let verbose = std::env::var("BULKWIRE_VERBOSE").is_ok_and(|v| !v.is_empty() && v != "0");
+        if verbose && env.rank == 0 {
+            eprintln!("bulkwire: {}", paths.describe());
+        }
         let endpoint = Endpoint::new(config)?;
         let max_datagram = endpoint.config().max_datagram;
 
@@ -394,6 +413,7 @@ impl Runtime {
             failure: None,
             loss: LossInjector::from_env(env.rank)?,
             wake_at: None,
+            verbose,
         };
         // Spinning pays only when every process of the job here has a core.
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
@@ -442,6 +462,12 @@ impl Runtime {
     /// The endpoint's counters: packets, retransmissions, rejected datagrams.
     pub fn stats(&self) -> bulkwire_proto::EndpointStats {
         self.inner.lock().endpoint.stats()
+    }
+
+    /// The latency engines' counters toward `peer` (adaptive paths only):
+    /// probes, samples, decisions, switches each way.
+    pub fn latency_stats(&self, peer: u32) -> Option<bulkwire_proto::LatencyStats> {
+        self.inner.lock().endpoint.latency_stats(peer)
     }
 
     /// The addresses of `rank`'s sockets.

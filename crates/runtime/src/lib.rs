@@ -13,6 +13,8 @@
 //!   see busy-poll latency; a background thread blocks in `poll(2)` for the
 //!   rest of the time, fires timers, and keeps the launcher informed, so an
 //!   idle or oversubscribed machine is not burnt.
+//! - [`Paths`]: which path class carries the job's data (`BULKWIRE_PATHS`:
+//!   ordinary, premium, or adaptive under the latency monitor).
 //! - [`LossInjector`]: `BULKWIRE_TEST_DROP` discards a seeded fraction of
 //!   received datagrams, so tests run programs over a lossy network.
 //! - [`malloc`]: the C library's allocator keeps the memory the runtime
@@ -22,6 +24,7 @@ mod engine;
 mod env;
 mod loss;
 pub mod malloc;
+mod paths;
 pub mod rendezvous;
 mod sockets;
 
@@ -29,4 +32,5 @@ pub use engine::{Engine, Inbound, Runtime, RuntimeError};
 pub use env::{new_job_id, new_key, JobEnv, JobEnvError};
 pub use env::{JOB, KEY, LOCAL_SIZE, RANK, RENDEZVOUS, SIZE};
 pub use loss::{LossInjector, DROP, DROP_SEED};
+pub use paths::{Paths, HIGH as LATENCY_HIGH, INTERVAL as LATENCY_INTERVAL, LOW as LATENCY_LOW, PATHS};
 pub use sockets::{PathSockets, SocketOptions};

@@ -144,6 +144,7 @@ impl WorkloadHost {
                 Event::ProtocolViolation { peer, channel, reason } => self
                     .errors
                     .push(format!("rank {}: protocol violation by {peer} on channel {channel}: {reason}", self.rank)),
+                Event::ModeChanged { .. } => {}
             }
         }
         let sends = &self.plan.sends[self.rank as usize];
