@@ -29,6 +29,12 @@ use crate::time::Time;
 /// Samples kept for the fit.
 pub const MAX_SAMPLES: usize = 16;
 
+/// Exchanges made at once when the peer is first heard from, a twentieth of
+/// the period apart, as NTP's initial burst does: one or two samples fit a
+/// drift badly (two samples 1 ms apart with 0.1 us of error each already
+/// give 100 ppm), and latency is judged on the estimate from the start.
+pub const BURST: usize = 8;
+
 /// Largest drift believed, as a fraction (1000 ppm): anything beyond is a
 /// bad fit, not a clock.
 const MAX_DRIFT: f64 = 1e-3;
@@ -123,8 +129,14 @@ impl ClockSync {
     pub fn handle_timeout(&mut self, now: Time) {
         if now >= self.next_request {
             self.request_due = true;
-            self.next_request = now + self.period;
+            let gap = if self.settled() { self.period } else { self.period / 20 };
+            self.next_request = now + gap;
         }
+    }
+
+    /// Whether the initial burst of exchanges has given its samples.
+    pub fn settled(&self) -> bool {
+        self.samples.len() >= BURST
     }
 
     pub fn has_request(&self) -> bool {
@@ -253,5 +265,22 @@ mod tests {
         assert_eq!(e.latency(11_000, Time::from_nanos(10_500)), Duration::from_nanos(500));
         assert_eq!(e.latency(20_000, Time::from_nanos(10_500)), Duration::ZERO);
         assert_eq!(e.to_local(11_000, Time::from_nanos(10_500)), Time::from_nanos(10_000));
+    }
+
+    #[test]
+    fn the_first_exchanges_come_in_a_burst_then_one_a_period() {
+        let period = Duration::from_millis(100);
+        let mut sync = ClockSync::new(period);
+        let mut at = Vec::new();
+        while at.len() < BURST + 2 {
+            let due = sync.poll_timeout().expect("a next exchange");
+            at.push(due.as_nanos());
+            exchange(&mut sync, due.as_nanos(), 1e6, 0.0, 30_000, 30_000);
+            assert_eq!(sync.settled(), at.len() >= BURST);
+        }
+        let gaps: Vec<u64> = at.windows(2).map(|w| w[1] - w[0]).collect();
+        let burst = (period / 20).as_nanos() as u64;
+        assert!(gaps[..BURST - 1].iter().all(|&g| g == burst), "{gaps:?}");
+        assert_eq!(gaps[BURST], period.as_nanos() as u64, "{gaps:?}");
     }
 }

@@ -310,14 +310,18 @@ impl PeerLink {
             self.stats.probes_lost += count;
         }
         if let (Observation::Sample { latency, .. }, None) = (observation, self.thresholds(cfg)) {
-            // Calibrating: no decision until the path's base latency is known.
+            // Calibrating: no decision until the path's base latency is
+            // known, from samples taken on a settled clock estimate.
+            self.stats.samples += 1;
+            if self.clock.as_ref().is_some_and(|c| !c.settled()) {
+                return None;
+            }
             let c = &mut self.calibration;
             c.samples += 1;
             c.least = Some(c.least.map_or(latency, |l| l.min(latency)));
             if c.samples >= cfg.calibration_samples {
                 c.done = c.least.map(|least| Thresholds::for_base(least.max(cfg.least_base)));
             }
-            self.stats.samples += 1;
             return None;
         }
         let thresholds = self.thresholds(cfg)?;
