@@ -2,7 +2,7 @@
 //! at a rendezvous, forwards their output and input, and stops every one of
 //! them when one fails, hangs or the user interrupts.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use bulkwire_runtime::rendezvous::{read_msg, write_msg, ToLauncher, ToRank};
+use bulkwire_runtime::rendezvous::{read_msg, write_msg, PeerReport, ToLauncher, ToRank};
 use bulkwire_runtime::{new_job_id, new_key, JOB, KEY, LOCAL_SIZE, PATHS, RANK, RENDEZVOUS, SIZE};
 use bulkwire_wire::JobKey;
 
@@ -62,6 +62,13 @@ pub struct Args {
     /// path (BULKWIRE_VERBOSE=1 in every rank).
     #[arg(long, short = 'v')]
     pub verbose: bool,
+    /// At the end, print every rank's traffic to every peer on standard
+    /// error: data and control by path, switches, retransmissions, probes.
+    #[arg(long)]
+    pub stats: bool,
+    /// Write the same statistics to this file as JSON rows (docs/BENCHMARKS.md).
+    #[arg(long, value_name = "FILE")]
+    pub stats_json: Option<std::path::PathBuf>,
     /// Who starts the processes: this machine (`local`), or an engine the
     /// cluster already has (`srun`, Open MPI's or MPICH's `mpirun`), which
     /// then handles placement and output.
@@ -81,6 +88,8 @@ impl Args {
             unbuffered: false,
             paths: None,
             verbose: false,
+            stats: false,
+            stats_json: None,
             bind: None,
             hosts: None,
             hostfile: None,
@@ -100,6 +109,9 @@ impl Args {
         }
         if self.verbose {
             settings.push(("BULKWIRE_VERBOSE", "1".to_string()));
+        }
+        if self.stats || self.stats_json.is_some() {
+            settings.push(("BULKWIRE_STATS", "1".to_string()));
         }
         settings
     }
@@ -270,9 +282,16 @@ fn run_job(args: &Args, mut capture: Option<Captured>) -> Result<i32, String> {
     // What a rank printed to a pipe with C's stdio and had not flushed dies
     // with it: say so when one dies of a signal.
     let pipes = local && hosts.is_none() && !args.unbuffered;
-    let code = supervise(args.ranks, local, pipes, &children, &labels, &key, job, &rx);
+    let (code, reports) = supervise(args.ranks, local, pipes, &children, &labels, &key, job, &rx);
     for t in outputs {
         let _ = t.join();
+    }
+    if args.stats {
+        eprint!("{}", crate::stats::table(&reports));
+    }
+    if let Some(path) = &args.stats_json {
+        std::fs::write(path, crate::stats::json(&reports, args.ranks))
+            .map_err(|e| format!("cannot write the statistics to {}: {e}", path.display()))?;
     }
     Ok(code)
 }
@@ -641,7 +660,7 @@ fn supervise(
     key: &JobKey,
     job: u64,
     rx: &Receiver<Ev>,
-) -> i32 {
+) -> (i32, BTreeMap<u32, Vec<PeerReport>>) {
     let n = size as usize;
     let mut streams: HashMap<u32, TcpStream> = HashMap::new();
     let mut addrs: Vec<Option<(SocketAddr, SocketAddr)>> = vec![None; n];
@@ -653,6 +672,7 @@ fn supervise(
     let mut max_datagram = usize::MAX;
     let mut failure: Option<Failure> = None;
     let mut kill_at: Option<Instant> = None;
+    let mut reports = BTreeMap::new();
 
     while exited.iter().any(|e| !e) {
         let event = match rx.recv_timeout(Duration::from_millis(100)) {
@@ -688,6 +708,9 @@ fn supervise(
                     ToLauncher::Heartbeat => {}
                     ToLauncher::Failed { reason } => {
                         fail(&mut failure, &mut kill_at, &mut streams, key, format!("rank {rank} failed: {reason}"), 1)
+                    }
+                    ToLauncher::Stats { peers } => {
+                        reports.insert(rank, peers);
                     }
                     ToLauncher::Finished => {
                         finished[rank as usize] = true;
@@ -753,7 +776,7 @@ fn supervise(
             kill_at = Some(Instant::now() + GRACE);
         }
     }
-    failure.map_or(0, |f| f.code)
+    (failure.map_or(0, |f| f.code), reports)
 }
 
 #[cfg(test)]

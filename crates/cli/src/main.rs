@@ -5,6 +5,7 @@ mod demo;
 mod hosts;
 mod launch;
 mod measure;
+mod stats;
 
 use clap::{Parser, Subcommand};
 

@@ -678,9 +678,20 @@ fn premium_paths_carry_all_data_and_a_bad_setting_is_refused() {
         return;
     }
     let test = "premium_paths_carry_all_data_and_a_bad_setting_is_refused";
-    let (out, _) = launch(2, test, &["--paths", "premium"]);
+    let json = std::env::temp_dir().join(format!("bulkwire-stats-{}.json", std::process::id()));
+    let (out, _) = launch(2, test, &["--paths", "premium", "--stats", "--stats-json", json.to_str().unwrap()]);
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}\n{stderr}");
+    // --stats: a table at the end, and the same as rows.
+    assert!(stderr.contains("bulkwire run: traffic by rank and peer"), "{stderr}");
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for row in &rows {
+        assert_eq!(row["bench"], "job");
+        assert_eq!(row["ordinary_data_packets"], 0, "{row}");
+        assert!(row["premium_data_packets"].as_u64().unwrap() >= 50, "{row}");
+    }
     for rank in 0..2 {
         let line = stdout.split(&format!("rank {rank} data packets: ")).nth(1).unwrap_or_else(|| panic!("{stdout}"));
         let numbers: Vec<u64> = line.split_whitespace().filter_map(|w| w.parse().ok()).take(2).collect();

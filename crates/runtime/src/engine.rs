@@ -15,7 +15,7 @@ use bulkwire_wire::Coverage;
 use crate::env::JobEnv;
 use crate::loss::LossInjector;
 use crate::paths::Paths;
-use crate::rendezvous::{Control, ToLauncher, ToRank};
+use crate::rendezvous::{Control, PeerReport, ToLauncher, ToRank};
 use crate::sockets::{PathSockets, RecvBatch, SendBatch, SocketOptions};
 
 /// A peer that acknowledges nothing for this long is declared unreachable.
@@ -464,6 +464,40 @@ impl Runtime {
         self.inner.lock().endpoint.stats()
     }
 
+    /// This rank's traffic to every other rank so far (see [`PeerReport`]).
+    pub fn peer_reports(&self) -> Vec<PeerReport> {
+        let e = self.inner.lock();
+        let cfg = e.endpoint.config();
+        (0..cfg.ranks)
+            .filter(|&peer| peer != cfg.rank)
+            .map(|peer| {
+                let mut c = bulkwire_proto::ChannelStats::default();
+                for channel in 0..cfg.channels {
+                    c.add(&e.endpoint.channel_stats(peer, channel).unwrap_or_default());
+                }
+                let l = e.endpoint.latency_stats(peer).unwrap_or_default();
+                PeerReport {
+                    peer,
+                    ordinary_data_packets: c.ordinary.data.packets,
+                    ordinary_data_bytes: c.ordinary.data.bytes,
+                    premium_data_packets: c.premium.data.packets,
+                    premium_data_bytes: c.premium.data.bytes,
+                    ordinary_control_bytes: c.ordinary.control.bytes,
+                    premium_control_bytes: c.premium.control.bytes,
+                    retransmitted_packets: c.retransmissions,
+                    explicit_acks: c.explicit_acks_sent,
+                    prods: c.prods_sent,
+                    lstats: c.lstats_sent,
+                    switches_to_premium: l.switches_to_high,
+                    switches_to_ordinary: l.switches_to_low,
+                    probes_sent: l.probes_sent,
+                    probes_lost: l.probes_lost,
+                    clock_exchanges: l.clock_requests,
+                }
+            })
+            .collect()
+    }
+
     /// The latency engines' counters toward `peer` (adaptive paths only):
     /// probes, samples, decisions, switches each way.
     pub fn latency_stats(&self, peer: u32) -> Option<bulkwire_proto::LatencyStats> {
@@ -677,6 +711,10 @@ impl Runtime {
             Ok(())
         })?;
         self.wait(|e| Ok(e.endpoint.is_idle().then_some(())))?;
+        if std::env::var("BULKWIRE_STATS").is_ok_and(|v| !v.is_empty() && v != "0") {
+            let peers = self.peer_reports();
+            self.inner.report(&ToLauncher::Stats { peers });
+        }
         self.inner.report(&ToLauncher::Finished);
         while !self.inner.released.load(Ordering::SeqCst) {
             let e = self.inner.lock();

@@ -38,6 +38,37 @@ pub enum ToLauncher {
     },
     /// The rank has finished cleanly.
     Finished,
+    /// What the rank's traffic to each peer was, sent before `Finished`
+    /// when the job asked for statistics (`BULKWIRE_STATS`).
+    Stats {
+        peers: Vec<PeerReport>,
+    },
+}
+
+/// One rank's traffic to one peer over the job, by path (datagrams, whole
+/// with header and MAC), and the latency engines' counters toward it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerReport {
+    pub peer: u32,
+    pub ordinary_data_packets: u64,
+    pub ordinary_data_bytes: u64,
+    pub premium_data_packets: u64,
+    pub premium_data_bytes: u64,
+    /// Acknowledgements, prods and LSTATs (probes and clock exchanges are
+    /// counted apart, below).
+    pub ordinary_control_bytes: u64,
+    pub premium_control_bytes: u64,
+    pub retransmitted_packets: u64,
+    pub explicit_acks: u64,
+    pub prods: u64,
+    pub lstats: u64,
+    /// Switches of this rank's data toward the peer.
+    pub switches_to_premium: u64,
+    pub switches_to_ordinary: u64,
+    pub probes_sent: u64,
+    /// The peer's probes this rank saw lost.
+    pub probes_lost: u64,
+    pub clock_exchanges: u64,
 }
 
 /// Messages from the launcher to a rank.

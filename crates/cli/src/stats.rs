@@ -1,0 +1,80 @@
+//! `bulkwire run --stats`: every rank's traffic to every peer, as each rank
+//! reported it when it finished.
+
+use std::collections::BTreeMap;
+
+use bulkwire_bench::rows::{Report, Row};
+use bulkwire_runtime::rendezvous::PeerReport;
+
+/// The statistics as a table for people.
+pub fn table(reports: &BTreeMap<u32, Vec<PeerReport>>) -> String {
+    let mut o = String::from(
+        "bulkwire run: traffic by rank and peer (data and control datagrams, headers included; \
+         switches of the rank's data toward the peer)\n",
+    );
+    o.push_str(&format!(
+        "{:>6} {:>12} {:>12} {:>12} {:>12} {:>9} {:>12} {:>12} {:>8} {:>8} {:>8}\n",
+        "to",
+        "ordinary",
+        "ord MB",
+        "premium",
+        "prem MB",
+        "prem %",
+        "control kB",
+        "switches",
+        "resent",
+        "probes",
+        "lost"
+    ));
+    for (rank, peers) in reports {
+        for p in peers {
+            let data = p.ordinary_data_bytes + p.premium_data_bytes;
+            let share = if data == 0 { 0.0 } else { 100.0 * p.premium_data_bytes as f64 / data as f64 };
+            o.push_str(&format!(
+                "{:>6} {:>12} {:>12.3} {:>12} {:>12.3} {:>8.1}% {:>12.1} {:>12} {:>8} {:>8} {:>8}\n",
+                format!("{rank}>{}", p.peer),
+                p.ordinary_data_packets,
+                p.ordinary_data_bytes as f64 / 1e6,
+                p.premium_data_packets,
+                p.premium_data_bytes as f64 / 1e6,
+                share,
+                (p.ordinary_control_bytes + p.premium_control_bytes) as f64 / 1e3,
+                format!("+{} -{}", p.switches_to_premium, p.switches_to_ordinary),
+                p.retransmitted_packets,
+                p.probes_sent,
+                p.probes_lost
+            ));
+        }
+    }
+    o
+}
+
+/// The statistics as rows: table `job`, a row per rank and peer.
+pub fn json(reports: &BTreeMap<u32, Vec<PeerReport>>, ranks: u32) -> String {
+    let rows = reports
+        .iter()
+        .flat_map(|(rank, peers)| {
+            peers.iter().map(move |p| {
+                Row::new("job", "bulkwire", format!("rank {rank} to rank {}", p.peer), ranks)
+                    .with("rank", *rank)
+                    .with("peer", p.peer)
+                    .with("ordinary_data_packets", p.ordinary_data_packets)
+                    .with("ordinary_data_bytes", p.ordinary_data_bytes)
+                    .with("premium_data_packets", p.premium_data_packets)
+                    .with("premium_data_bytes", p.premium_data_bytes)
+                    .with("ordinary_control_bytes", p.ordinary_control_bytes)
+                    .with("premium_control_bytes", p.premium_control_bytes)
+                    .with("retransmitted_packets", p.retransmitted_packets)
+                    .with("explicit_ack_packets", p.explicit_acks)
+                    .with("prod_packets", p.prods)
+                    .with("lstat_packets", p.lstats)
+                    .with("switches_to_premium_count", p.switches_to_premium)
+                    .with("switches_to_ordinary_count", p.switches_to_ordinary)
+                    .with("probe_packets", p.probes_sent)
+                    .with("lost_probe_packets", p.probes_lost)
+                    .with("clock_exchanges_count", p.clock_exchanges)
+            })
+        })
+        .collect();
+    Report { rows, notes: Vec::new() }.json() + "\n"
+}
