@@ -1,5 +1,6 @@
-//! `bulkwire demo`: a small job on this machine. Each rank passes a token
-//! around a ring, then all meet in barriers; rank 0 prints a latency summary.
+//! `bulkwire demo`: a small job, on this machine unless `--hosts` says
+//! otherwise. Each rank passes a token around a ring, then all meet in
+//! barriers; rank 0 prints a latency summary.
 
 use bulkwire_comm::{CommError, Source, Tag, World};
 
@@ -14,6 +15,15 @@ pub struct Args {
     /// Bytes passed at each ring step.
     #[arg(long, default_value_t = 8)]
     size: usize,
+    /// Where the ranks run (this machine by default).
+    #[command(flatten)]
+    placement: crate::measure::Placement,
+    /// Which paths carry the data (as `bulkwire run --paths`).
+    #[arg(long, value_enum)]
+    paths: Option<crate::launch::PathsChoice>,
+    /// Print every rank's traffic to every peer at the end (as `bulkwire run --stats`).
+    #[arg(long)]
+    stats: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -29,7 +39,7 @@ pub fn run(args: &Args) -> Result<i32, String> {
         return Err("the demo needs at least 2 ranks".into());
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
-    let launch = crate::launch::Args::local(
+    let mut launch = crate::launch::Args::local(
         args.ranks,
         vec![
             exe.to_string_lossy().into_owned(),
@@ -40,6 +50,11 @@ pub fn run(args: &Args) -> Result<i32, String> {
             args.size.to_string(),
         ],
     );
+    launch.hosts = args.placement.hosts.clone();
+    launch.ssh = args.placement.ssh.clone();
+    launch.bind = args.placement.bind;
+    launch.paths = args.paths;
+    launch.stats = args.stats;
     crate::launch::run(&launch)
 }
 

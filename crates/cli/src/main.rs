@@ -41,6 +41,13 @@ enum Command {
     /// Where a BSP job's time went, per superstep, from the traces it wrote
     /// with BULKWIRE_PROFILE=FILE; `--plot out.png` draws them.
     Profile(measure::ProfileArgs),
+    /// Tools for the namespace test bed (scripts/netns-testbed.sh).
+    Lab {
+        #[command(flatten)]
+        format: measure::Format,
+        #[command(subcommand)]
+        tool: measure::LabTool,
+    },
     /// Experiments in the deterministic network simulator.
     Sim {
         #[command(flatten)]
@@ -60,6 +67,7 @@ fn main() {
         Command::BenchRank(args) => measure::bench_rank(&args).map(|()| 0),
         Command::Profile(args) => measure::profile(&args).map(|()| 0),
         Command::Sim { experiment, format } => measure::sim(&experiment, format).map(|()| 0),
+        Command::Lab { tool, format } => measure::lab(&tool, format).map(|()| 0),
     };
     match result {
         Ok(code) => std::process::exit(code),

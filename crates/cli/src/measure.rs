@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use bulkwire_bench::{Bench, Report};
-use bulkwire_lab::{profile, reliability, service_switching, warp};
+use bulkwire_lab::{background, profile, reliability, service_switching, warp};
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// How rows are printed: a table by default.
@@ -174,6 +174,20 @@ pub fn profile(args: &ProfileArgs) -> Result<(), String> {
     if let Some(out) = &args.plot {
         profile::plot(out, &report)?;
         eprintln!("wrote {}", out.display());
+    }
+    Ok(())
+}
+
+#[derive(clap::Subcommand)]
+pub enum LabTool {
+    /// Background traffic of exponential ON-OFF UDP sources, some premium
+    /// (DSCP EF), offering a load ρ of a bottleneck's rate (seed 000 §4.1).
+    Background(background::Args),
+}
+
+pub fn lab(tool: &LabTool, format: Format) -> Result<(), String> {
+    match tool {
+        LabTool::Background(args) => format.print(&background::run(args)?, background::table),
     }
     Ok(())
 }

@@ -4,9 +4,11 @@
 //! Each experiment is one module: its arguments, `run` (which measures,
 //! writes its CSV files and PNG plots and returns its rows in the format of
 //! [`bulkwire_bench::rows`]) and `table` (the rows as text, beside the
-//! paper's figures where the paper has them). The simulator drives them
-//! today; the same modules are the place for runs on the namespace test bed.
+//! paper's figures where the paper has them). The simulator drives most of
+//! them; [`background`] loads the namespace test bed's bottleneck with
+//! ON-OFF traffic for runs on real packets.
 
+pub mod background;
 pub mod plot;
 pub mod profile;
 pub mod reliability;
