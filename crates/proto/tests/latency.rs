@@ -411,3 +411,36 @@ fn premium_only_sends_every_data_packet_on_premium_without_probing() {
     assert!(p.log.iter().all(|s| s.packet_type != PROBE), "no latency monitor");
     assert!(p.data_paths.iter().all(Vec::is_empty));
 }
+
+#[test]
+fn a_step_of_a_peers_clock_moves_the_pair_once_and_back() {
+    // Clocks resynchronised every 20 ms; both ranks stream a message every
+    // 2 ms over an ordinary path of 80 us. At 300 ms rank 0's clock steps
+    // 5 ms forward (a wall clock set by NTP): rank 1's packets then seem
+    // 5 ms late to it until the clock exchanges catch up.
+    let mut cfg = latency_config();
+    cfg.clock_sync_period = Some(Duration::from_millis(20));
+    let mut p = Pair::new(config(0, cfg.clone()), config(1, cfg));
+    p.delay = Box::new(|_, path, _| if path == Path::Ordinary { Duration::from_micros(80) } else { BASE });
+    let mut i = 0;
+    while p.now < ms(1500) {
+        if p.now >= ms(300) && p.clocks[0].offset == 0.0 {
+            p.clocks[0].offset = 5e6;
+        }
+        p.send(0, &msg(i, 200));
+        p.send(1, &msg(i, 200));
+        i += 1;
+        p.run_until(p.now + Duration::from_millis(2));
+    }
+    p.run_until(p.now + Duration::from_millis(50));
+    assert_eq!((p.received[0].len(), p.received[1].len()), (i, i), "every message arrives");
+    // Rank 1's data moves to premium while rank 0's estimate is wrong,
+    // once, and comes back: no storm of switches.
+    let s = p.ends[1].latency_stats(0).unwrap();
+    assert_eq!((s.switches_to_high, s.switches_to_low), (1, 1), "{s:?}");
+    assert_eq!(p.ends[1].mode(0), Mode::LowLatency);
+    let r = p.ends[0].latency_stats(1).unwrap();
+    assert_eq!(r.switches(), 0, "rank 0's own data is judged by rank 1, whose clock did not move: {r:?}");
+    let latency = p.ends[0].last_latency(1).unwrap();
+    assert!(latency.abs_diff(Duration::from_micros(80)) < Duration::from_micros(5), "re-synchronised: {latency:?}");
+}
