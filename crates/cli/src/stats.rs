@@ -9,41 +9,41 @@ use bulkwire_runtime::rendezvous::PeerReport;
 /// The statistics as a table for people.
 pub fn table(reports: &BTreeMap<u32, Vec<PeerReport>>) -> String {
     let mut o = String::from(
-        "bulkwire run: traffic by rank and peer (data and control datagrams, headers included; \
-         switches of the rank's data toward the peer)\n",
+        "bulkwire run: traffic by rank and peer: data datagrams by path, feedback kB by kind (headers \
+         included), switches of the rank's data toward the peer\n",
     );
-    o.push_str(&format!(
-        "{:>6} {:>12} {:>12} {:>12} {:>12} {:>9} {:>12} {:>12} {:>8} {:>8} {:>8}\n",
-        "to",
-        "ordinary",
-        "ord MB",
-        "premium",
-        "prem MB",
-        "prem %",
-        "control kB",
-        "switches",
-        "resent",
-        "probes",
-        "lost"
-    ));
+    let header = [
+        "to", "ordinary", "ord MB", "premium", "prem MB", "prem %", "acks", "prods", "lstat", "probes", "clock",
+        "switches", "resent", "probes", "lost",
+    ];
+    let widths = [6, 10, 9, 10, 9, 7, 8, 8, 8, 8, 8, 9, 7, 7, 5];
+    let line = |cells: Vec<String>| -> String {
+        let cells: Vec<String> = cells.iter().zip(widths).map(|(c, w)| format!("{c:>w$}")).collect();
+        cells.join(" ") + "\n"
+    };
+    o.push_str(&line(header.iter().map(|h| h.to_string()).collect()));
     for (rank, peers) in reports {
         for p in peers {
             let data = p.ordinary_data_bytes + p.premium_data_bytes;
             let share = if data == 0 { 0.0 } else { 100.0 * p.premium_data_bytes as f64 / data as f64 };
-            o.push_str(&format!(
-                "{:>6} {:>12} {:>12.3} {:>12} {:>12.3} {:>8.1}% {:>12.1} {:>12} {:>8} {:>8} {:>8}\n",
+            let kb = |bytes: u64| format!("{:.1}", bytes as f64 / 1e3);
+            o.push_str(&line(vec![
                 format!("{rank}>{}", p.peer),
-                p.ordinary_data_packets,
-                p.ordinary_data_bytes as f64 / 1e6,
-                p.premium_data_packets,
-                p.premium_data_bytes as f64 / 1e6,
-                share,
-                (p.ordinary_control_bytes + p.premium_control_bytes) as f64 / 1e3,
+                p.ordinary_data_packets.to_string(),
+                format!("{:.3}", p.ordinary_data_bytes as f64 / 1e6),
+                p.premium_data_packets.to_string(),
+                format!("{:.3}", p.premium_data_bytes as f64 / 1e6),
+                format!("{share:.1}%"),
+                kb(p.ack_bytes),
+                kb(p.prod_bytes),
+                kb(p.lstat_bytes),
+                kb(p.probe_bytes),
+                kb(p.clock_sync_bytes),
                 format!("+{} -{}", p.switches_to_premium, p.switches_to_ordinary),
-                p.retransmitted_packets,
-                p.probes_sent,
-                p.probes_lost
-            ));
+                p.retransmitted_packets.to_string(),
+                p.probes_sent.to_string(),
+                p.probes_lost.to_string(),
+            ]));
         }
     }
     o
@@ -73,6 +73,11 @@ pub fn json(reports: &BTreeMap<u32, Vec<PeerReport>>, ranks: u32) -> String {
                     .with("probe_packets", p.probes_sent)
                     .with("lost_probe_packets", p.probes_lost)
                     .with("clock_exchanges_count", p.clock_exchanges)
+                    .with("ack_bytes", p.ack_bytes)
+                    .with("prod_bytes", p.prod_bytes)
+                    .with("lstat_bytes", p.lstat_bytes)
+                    .with("probe_bytes", p.probe_bytes)
+                    .with("clock_sync_bytes", p.clock_sync_bytes)
             })
         })
         .collect();

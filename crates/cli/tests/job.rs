@@ -691,6 +691,7 @@ fn premium_paths_carry_all_data_and_a_bad_setting_is_refused() {
         assert_eq!(row["bench"], "job");
         assert_eq!(row["ordinary_data_packets"], 0, "{row}");
         assert!(row["premium_data_packets"].as_u64().unwrap() >= 50, "{row}");
+        assert!(row["ack_bytes"].as_u64().is_some() && row["probe_bytes"] == 0, "no latency monitor: {row}");
     }
     for rank in 0..2 {
         let line = stdout.split(&format!("rank {rank} data packets: ")).nth(1).unwrap_or_else(|| panic!("{stdout}"));

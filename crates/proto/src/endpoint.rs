@@ -527,6 +527,7 @@ impl Endpoint {
             let link = &mut self.links[peer as usize];
             link.in_ready = false;
             if let Some((path, len)) = link.poll_transmit(now, peer, &self.cfg, buf) {
+                link.stats.feedback.record(buf[1], len);
                 if link.has_work() {
                     self.mark_link_ready(peer);
                 }
@@ -545,6 +546,9 @@ impl Endpoint {
                 };
                 let counters = if data { &mut counters.data } else { &mut counters.control };
                 counters.record(wire_len);
+                if !data {
+                    ch.stats.feedback.record(buf[1], wire_len);
+                }
                 self.count_sent(path, data, wire_len);
                 let ch = &self.channels[index];
                 let free = self.send_pool.available() > 0;

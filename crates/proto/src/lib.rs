@@ -43,7 +43,7 @@ pub use ece::Mode;
 pub use endpoint::{Endpoint, Memory, SendError, Transmit};
 pub use event::Event;
 pub use path::Path;
-pub use stats::{ChannelStats, EndpointStats, LatencyStats, PathCounters, PathStats};
+pub use stats::{ChannelStats, EndpointStats, FeedbackBytes, LatencyStats, PathCounters, PathStats};
 pub use time::Time;
 pub use warp::{
     critical_epsilon, is_stable, rap_step, stability_product, BufferedSubmission, WarpConfig, WarpEstimator, WarpRate,

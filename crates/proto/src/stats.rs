@@ -1,6 +1,6 @@
 //! Counters.
 
-use bulkwire_wire::RejectCounters;
+use bulkwire_wire::{PacketType, RejectCounters};
 
 /// Counters of one channel (one direction pair between two ranks).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -41,6 +41,44 @@ pub struct ChannelStats {
     pub premium: PathStats,
     pub lstats_sent: u64,
     pub lstats_received: u64,
+    /// Feedback sent, in bytes of whole datagrams, by kind (seed 000
+    /// counts feedback apart from data: it is premium traffic paid for).
+    pub feedback: FeedbackBytes,
+}
+
+/// Bytes of feedback datagrams sent, by kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FeedbackBytes {
+    pub acks: u64,
+    pub prods: u64,
+    pub lstats: u64,
+    /// The latency monitor's probes and the clock exchanges (the
+    /// endpoint's, not a channel's: counted per peer in [`LatencyStats`]).
+    pub probes: u64,
+    pub clock_sync: u64,
+}
+
+impl FeedbackBytes {
+    pub fn add(&mut self, o: &FeedbackBytes) {
+        self.acks += o.acks;
+        self.prods += o.prods;
+        self.lstats += o.lstats;
+        self.probes += o.probes;
+        self.clock_sync += o.clock_sync;
+    }
+
+    /// Counts a feedback datagram of `packet_type` (its second byte) and `len` bytes.
+    pub(crate) fn record(&mut self, packet_type: u8, len: usize) {
+        let len = len as u64;
+        match packet_type {
+            t if t == PacketType::Ack as u8 => self.acks += len,
+            t if t == PacketType::Prod as u8 => self.prods += len,
+            t if t == PacketType::Lstat as u8 => self.lstats += len,
+            t if t == PacketType::Probe as u8 => self.probes += len,
+            t if t == PacketType::ClockSync as u8 => self.clock_sync += len,
+            _ => {}
+        }
+    }
 }
 
 impl ChannelStats {
@@ -66,6 +104,7 @@ impl ChannelStats {
         self.premium.add(&o.premium);
         self.lstats_sent += o.lstats_sent;
         self.lstats_received += o.lstats_received;
+        self.feedback.add(&o.feedback);
     }
 }
 
@@ -135,6 +174,8 @@ pub struct LatencyStats {
     /// Clock exchanges this endpoint started, and replies that gave a sample.
     pub clock_requests: u64,
     pub clock_samples: u64,
+    /// Bytes of probes and of clock exchanges (requests and replies) sent.
+    pub feedback: FeedbackBytes,
 }
 
 impl LatencyStats {
@@ -151,6 +192,7 @@ impl LatencyStats {
         self.switches_to_low += o.switches_to_low;
         self.clock_requests += o.clock_requests;
         self.clock_samples += o.clock_samples;
+        self.feedback.add(&o.feedback);
     }
 
     /// Mode switches in both directions.

@@ -262,6 +262,9 @@ fn latency_between_the_thresholds_does_not_flap() {
     assert_eq!((s.switches_to_high, s.switches_to_low), (1, 1), "{s:?}");
     // Each switch is an event for the application.
     assert_eq!(p.data_paths[0], [Path::Premium, Path::Ordinary]);
+    // The receiver's decisions went out as LSTATs, counted as feedback.
+    let fb = p.ends[1].channel_stats(0, 0).unwrap().feedback;
+    assert!(fb.lstats > 0 && fb.probes == 0, "probes belong to no channel: {fb:?}");
     assert!(p.data_paths[1].is_empty(), "the receiver's own data did not move");
     let r = p.ends[1].latency_stats(0).unwrap();
     assert!(r.samples > 100, "data samples the path too: {r:?}");
@@ -352,6 +355,8 @@ fn clock_offset_and_drift_are_estimated() {
         let s = p.ends[me].latency_stats(peer).unwrap();
         assert_eq!((s.decisions, s.switches()), (0, 0), "{s:?}");
         assert!(s.clock_samples >= 45, "{s:?}");
+        // Probes and clock exchanges are feedback, counted in bytes.
+        assert!(s.feedback.probes >= s.probes_sent * 60 && s.feedback.clock_sync > 0, "{s:?}");
     }
     // Clock exchanges travel on premium.
     assert!(p.log.iter().filter(|s| s.packet_type == PacketType::ClockSync as u8).all(|s| s.path == Path::Premium));

@@ -493,6 +493,11 @@ impl Runtime {
                     probes_sent: l.probes_sent,
                     probes_lost: l.probes_lost,
                     clock_exchanges: l.clock_requests,
+                    ack_bytes: c.feedback.acks,
+                    prod_bytes: c.feedback.prods,
+                    lstat_bytes: c.feedback.lstats,
+                    probe_bytes: l.feedback.probes,
+                    clock_sync_bytes: l.feedback.clock_sync,
                 }
             })
             .collect()

@@ -69,6 +69,12 @@ pub struct PeerReport {
     /// The peer's probes this rank saw lost.
     pub probes_lost: u64,
     pub clock_exchanges: u64,
+    /// Feedback sent to the peer, bytes by kind.
+    pub ack_bytes: u64,
+    pub prod_bytes: u64,
+    pub lstat_bytes: u64,
+    pub probe_bytes: u64,
+    pub clock_sync_bytes: u64,
 }
 
 /// Messages from the launcher to a rank.
