@@ -55,7 +55,8 @@ pub struct Args {
     pub ssh: String,
     /// Which path class carries the job's data: ordinary (best effort),
     /// premium (DSCP EF), or adaptive (premium while the ordinary path's
-    /// latency is high). As BULKWIRE_PATHS; ordinary by default.
+    /// latency is high). As BULKWIRE_PATHS; by default adaptive where the
+    /// premium path is distinct (across hosts), ordinary on one host.
     #[arg(long, value_enum)]
     pub paths: Option<PathsChoice>,
     /// Say which paths the job's data takes, and when a pair's data changes

@@ -329,7 +329,8 @@ impl Runtime {
         }
         crate::malloc::keep_freed_memory()?;
         let (mut control, ip) = Control::connect(&env)?;
-        let sockets = PathSockets::bind(ip, &SocketOptions::from_env()?)?;
+        let options = SocketOptions::from_env()?;
+        let sockets = PathSockets::bind(ip, &options)?;
         let (ordinary, premium) = sockets.addrs()?;
         // Loopback carries the largest datagrams (one system call moves
         // 64 KB); elsewhere a datagram fills one frame of the job's
@@ -381,7 +382,9 @@ impl Runtime {
         config.packet_buffers = packet_buffers(sockets.recv_buffer_bytes()?, config.max_datagram);
         config.initial_rtt = Duration::from_micros(if ip.is_loopback() { 50 } else { 500 });
         config.min_rto = Duration::from_micros(500);
-        let paths = Paths::from_lookup(|name| std::env::var(name).ok())
+        // The premium path is distinct where packets leave the host marked.
+        let distinct = !loopback && options.premium_dscp != 0;
+        let paths = Paths::from_lookup(|name| std::env::var(name).ok(), distinct)
             .map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, why))?;
         paths.apply(&mut config);
         let verbose = std::env::var("BULKWIRE_VERBOSE").is_ok_and(|v| !v.is_empty() && v != "0");

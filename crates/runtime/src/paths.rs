@@ -1,11 +1,15 @@
 //! Which path class carries a job's data (seed 000's three services), from
 //! the job's settings:
 //!
-//! - `BULKWIRE_PATHS=ordinary` (the default): data on the best-effort path;
+//! - `BULKWIRE_PATHS=ordinary`: data on the best-effort path;
 //! - `premium`: all data on the premium path (DSCP EF, `SO_PRIORITY`);
 //! - `adaptive`: the Latency Monitoring Engine probes the ordinary path of
 //!   every pair and the ECE moves a pair's data to the premium path while
 //!   its one-way latency is high (`proto::ece`).
+//!
+//! Unset, a job is adaptive where the premium path is distinct: its
+//! sockets leave the host (on loopback both paths are the same memory
+//! copy) and carry a DSCP other than 0. Elsewhere it is ordinary.
 //!
 //! Adaptive thresholds: each pair's TM and Tm follow its base latency,
 //! taken as the least of its first [`CALIBRATION_SAMPLES`] latency samples
@@ -44,8 +48,9 @@ pub enum Paths {
 }
 
 impl Paths {
-    /// Reads the setting from `lookup` (the environment, or a map in tests).
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Paths, String> {
+    /// Reads the setting from `lookup` (the environment, or a map in tests);
+    /// `distinct`: whether the premium path differs from the ordinary one.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>, distinct: bool) -> Result<Paths, String> {
         let choice = lookup(PATHS).map(|v| v.trim().to_ascii_lowercase());
         let number = |name: &str| -> Result<Option<u64>, String> {
             match lookup(name) {
@@ -55,6 +60,10 @@ impl Paths {
                     _ => Err(format!("{name}={v:?}: expected a positive whole number")),
                 },
             }
+        };
+        let choice = match choice.as_deref() {
+            None | Some("") if distinct => Some("adaptive".to_string()),
+            _ => choice,
         };
         match choice.as_deref() {
             None | Some("" | "ordinary") => Ok(Paths::Ordinary),
@@ -120,7 +129,16 @@ mod tests {
     use super::*;
 
     fn paths(vars: &[(&str, &str)]) -> Result<Paths, String> {
-        Paths::from_lookup(|name| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string()))
+        Paths::from_lookup(|name| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string()), false)
+    }
+
+    #[test]
+    fn unset_means_adaptive_where_the_premium_path_is_distinct() {
+        let none = |_: &str| None;
+        assert!(matches!(Paths::from_lookup(none, true), Ok(Paths::Adaptive(_))));
+        assert_eq!(Paths::from_lookup(none, false), Ok(Paths::Ordinary));
+        let ordinary = |name: &str| (name == PATHS).then(|| "ordinary".to_string());
+        assert_eq!(Paths::from_lookup(ordinary, true), Ok(Paths::Ordinary), "a choice wins");
     }
 
     #[test]
