@@ -93,6 +93,8 @@ pub struct LatencyMonitor {
     /// Local time after which the next probe is lost.
     deadline: Option<Time>,
     last_latency: Option<Duration>,
+    /// The newest probe that arrived, whatever its deadline said.
+    last_arrived: Option<u64>,
 }
 
 impl LatencyMonitor {
@@ -112,10 +114,28 @@ impl LatencyMonitor {
         clock: Option<&ClockEstimate>,
         loss_threshold: Duration,
     ) -> (Option<Observation>, Option<Observation>) {
-        if probe.number < self.next_number {
-            return (None, None);
+        if self.last_arrived.is_some_and(|n| probe.number <= n) {
+            return (None, None); // old or repeated
         }
+        self.last_arrived = Some(probe.number);
         let interval = probe.interval.max(MIN_INTERVAL.as_nanos() as u64);
+        if probe.number < self.next_number {
+            // Counted lost at its deadline, here late. Its latency is real,
+            // and the probes still awaited are due an interval apart from
+            // its real departure: a sender's probes leave a little later
+            // than an interval apart, and deadlines that only added
+            // intervals would run ahead of them, declare every probe lost
+            // before it came and never hear of the path again.
+            self.interval = interval;
+            let ahead = self.next_number - probe.number;
+            self.expected_timestamp = Some(timestamp.saturating_add(ahead.saturating_mul(interval)));
+            let Some(clock) = clock else {
+                self.deadline = None;
+                return (None, None);
+            };
+            self.arm(now, clock, loss_threshold);
+            return (None, Some(self.sample(now, timestamp, clock)));
+        }
         let gap = probe.number - self.next_number;
         let lost = (gap > 0 && self.expected_timestamp.is_some())
             .then(|| Observation::Lost { count: gap, timestamp: self.expected_timestamp.unwrap_or(timestamp) });
@@ -253,5 +273,38 @@ mod tests {
         let lost = m.handle_timeout(Time::from_nanos(u64::MAX / 2), &clock, Duration::from_nanos(1));
         assert!(matches!(lost, Some(Observation::Lost { count, .. }) if count > 1_000_000));
         assert!(m.poll_timeout().unwrap() > Time::from_nanos(u64::MAX / 2));
+    }
+
+    #[test]
+    fn probes_late_past_their_deadlines_still_set_the_schedule() {
+        // The sender's probes leave 10.5 ms apart (an interval of 10 ms
+        // after each really left, a little late); TL is 10 ms.
+        let mut m = LatencyMonitor::default();
+        let clock = ClockEstimate::PERFECT;
+        let tl = Duration::from_millis(10);
+        let p = |number| ProbePayload { number, interval: 10 * MS, applied_epoch: 0 };
+        let sent = |n: u64| n * 10_500_000;
+        let mut heard_after_the_queue = 0;
+        for n in 0..=80 {
+            // Probes 1 to 30 wait 25 ms in a queue; the others 0.1 ms.
+            let delay = if (1..=30).contains(&n) { 25 * MS } else { MS / 10 };
+            let arrival = Time::from_nanos(sent(n) + delay);
+            while let Some(d) = m.poll_timeout().filter(|&d| d <= arrival) {
+                m.handle_timeout(d, &clock, tl);
+            }
+            let (_, sample) = m.on_probe(arrival, sent(n), &p(n), Some(&clock), tl);
+            if (1..=30).contains(&n) {
+                let late =
+                    matches!(sample, Some(Observation::Sample { latency, .. }) if latency >= Duration::from_millis(25));
+                assert!(sample.is_none() || late, "probe {n}: {sample:?}");
+            } else {
+                heard_after_the_queue += u32::from(sample.is_some());
+            }
+        }
+        // Every probe after the queue gives its sample: the deadlines did
+        // not run ahead of the probes for good.
+        assert_eq!(heard_after_the_queue, 51);
+        // A probe already heard gives nothing again.
+        assert_eq!(m.on_probe(Time::from_nanos(sent(80) + MS), sent(80), &p(80), Some(&clock), tl), (None, None));
     }
 }
