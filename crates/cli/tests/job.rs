@@ -605,3 +605,53 @@ fn premium_paths_carry_all_data_and_a_bad_setting_is_refused() {
     assert!(!out.status.success(), "{stdout}");
     assert!(stderr.contains("expected ordinary, premium or adaptive"), "{stderr}");
 }
+
+/// A premium path the system will not mark (here a priority above 6, which
+/// needs CAP_NET_ADMIN, for ranks that run as nobody): every rank says so
+/// once and the job runs on the ordinary path, never failing for it and
+/// never silently. Needs root (to drop it) and setpriv; skipped otherwise.
+#[test]
+fn an_unmarkable_premium_path_is_said_and_the_job_keeps_to_ordinary() {
+    if is_rank() {
+        let world = World::init().unwrap();
+        let peer = 1 - world.rank();
+        for i in 0..20u32 {
+            world.send(peer, 4, &i.to_le_bytes()).unwrap();
+            let (_, data) = world.recv(Source::Rank(peer), Tag::Is(4)).unwrap();
+            assert_eq!(data, i.to_le_bytes());
+        }
+        world.barrier().unwrap();
+        let s = world.runtime().stats();
+        println!(
+            "unmarked rank {}: ordinary {} premium {}",
+            world.rank(),
+            s.ordinary.data.packets,
+            s.premium.data.packets
+        );
+        world.finalize().unwrap();
+        return;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || !have("setpriv") {
+        eprintln!("skipped: needs root and setpriv to run ranks without privileges");
+        return;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_bulkwire"))
+        .args(["run", "-n", "2", "--paths", "premium"])
+        .args(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", "an_unmarkable_premium_path_is_said_and_the_job_keeps_to_ordinary", "--nocapture"])
+        .args(["--test-threads=1"])
+        .env("BULKWIRE_PREMIUM_PRIORITY", "7")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stderr.matches("the premium path cannot be marked (SO_PRIORITY 7").count(), 2, "{stderr}");
+    for rank in 0..2 {
+        let line = stdout.split(&format!("unmarked rank {rank}: ")).nth(1).unwrap_or_else(|| panic!("{stdout}"));
+        let numbers: Vec<u64> = line.split_whitespace().filter_map(|w| w.parse().ok()).take(2).collect();
+        assert!(numbers[0] >= 20 && numbers[1] == 0, "rank {rank}: {line}");
+    }
+}

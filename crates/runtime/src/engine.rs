@@ -225,7 +225,7 @@ impl Engine {
                     if self.verbose {
                         let rank = self.endpoint.config().rank;
                         let at = self.now().as_nanos() as f64 / 1e9;
-                        eprintln!("bulkwire: rank {rank}: data to rank {peer} on the {data_path} path ({at:.3} s)");
+                        say(&format!("bulkwire: rank {rank}: data to rank {peer} on the {data_path} path ({at:.3} s)"));
                     }
                 }
                 None => break,
@@ -383,9 +383,17 @@ impl Runtime {
         config.initial_rtt = Duration::from_micros(if ip.is_loopback() { 50 } else { 500 });
         config.min_rto = Duration::from_micros(500);
         // The premium path is distinct where packets leave the host marked.
-        let distinct = !loopback && options.premium_dscp != 0;
-        let paths = Paths::from_lookup(|name| std::env::var(name).ok(), distinct)
+        let distinct = !loopback && options.premium_dscp != 0 && sockets.premium_unmarked.is_none();
+        let mut paths = Paths::from_lookup(|name| std::env::var(name).ok(), distinct)
             .map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, why))?;
+        if let (Some(why), false) = (&sockets.premium_unmarked, paths == Paths::Ordinary) {
+            // Said once per process, and the job goes on as best effort.
+            say(&format!(
+                "bulkwire: rank {}: the premium path cannot be marked ({why}): data stays on the ordinary path",
+                env.rank
+            ));
+            paths = Paths::Ordinary;
+        }
         paths.apply(&mut config);
         let verbose = std::env::var("BULKWIRE_VERBOSE").is_ok_and(|v| !v.is_empty() && v != "0");
         if verbose && env.rank == 0 {
@@ -790,6 +798,12 @@ fn mac_coverage(all_loopback: bool) -> Result<Coverage, RuntimeError> {
         )
         .into()),
     }
+}
+
+/// Writes `line` to standard error in one piece, so that the lines of the
+/// ranks of a job, which share the launcher's standard error, do not mix.
+fn say(line: &str) {
+    let _ = io::Write::write_all(&mut io::stderr(), format!("{line}\n").as_bytes());
 }
 
 /// The largest UDP payload that fits one frame of `mtu` bytes.

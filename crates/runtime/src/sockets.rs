@@ -48,36 +48,23 @@ impl SocketOptions {
 pub struct PathSockets {
     pub ordinary: UdpSocket,
     pub premium: UdpSocket,
+    /// Why the premium socket's datagrams are not marked, if they are not
+    /// (the DSCP or the priority was refused): then the premium path is
+    /// the ordinary one under another port.
+    pub premium_unmarked: Option<String>,
 }
 
 impl PathSockets {
     /// Binds both sockets to `ip` (the interface the job uses, never the
-    /// wildcard address), on ports the system chooses.
+    /// wildcard address), on ports the system chooses, and marks the
+    /// premium one. A mark the system refuses is not an error: the job
+    /// still runs, on a premium path that is not distinct
+    /// (`premium_unmarked` says why).
     pub fn bind(ip: IpAddr, options: &SocketOptions) -> io::Result<PathSockets> {
         let ordinary = open(ip, options)?;
         let premium = open(ip, options)?;
-        let premium_ref = socket2::SockRef::from(&premium);
-        let tos = (options.premium_dscp as u32) << 2;
-        match ip {
-            IpAddr::V4(_) => premium_ref.set_tos(tos)?,
-            IpAddr::V6(_) => premium_ref.set_tclass_v6(tos)?,
-        }
-        // SO_PRIORITY orders the premium packets first in the host's own queues.
-        let priority = options.premium_priority as libc::c_int;
-        // SAFETY: setsockopt with a valid fd and a pointer to a c_int of the right size.
-        let rc = unsafe {
-            libc::setsockopt(
-                premium.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_PRIORITY,
-                (&priority as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(PathSockets { ordinary, premium })
+        let premium_unmarked = mark(&premium, ip, options).err();
+        Ok(PathSockets { ordinary, premium, premium_unmarked })
     }
 
     pub fn socket(&self, path: Path) -> &UdpSocket {
@@ -351,6 +338,33 @@ fn interface_of(ip: IpAddr) -> Option<String> {
     // SAFETY: `list` came from getifaddrs and is freed once.
     unsafe { libc::freeifaddrs(list) };
     found
+}
+
+/// Marks `premium`'s datagrams: DSCP (for the network) and `SO_PRIORITY`
+/// (the host's own queues first); an error says which was refused.
+fn mark(premium: &UdpSocket, ip: IpAddr, options: &SocketOptions) -> Result<(), String> {
+    let premium_ref = socket2::SockRef::from(premium);
+    let tos = (options.premium_dscp as u32) << 2;
+    let marked = match ip {
+        IpAddr::V4(_) => premium_ref.set_tos(tos),
+        IpAddr::V6(_) => premium_ref.set_tclass_v6(tos),
+    };
+    marked.map_err(|e| format!("DSCP {}: {e}", options.premium_dscp))?;
+    let priority = options.premium_priority as libc::c_int;
+    // SAFETY: setsockopt with a valid fd and a pointer to a c_int of the right size.
+    let rc = unsafe {
+        libc::setsockopt(
+            premium.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PRIORITY,
+            (&priority as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(format!("SO_PRIORITY {priority}: {}", io::Error::last_os_error()));
+    }
+    Ok(())
 }
 
 fn open(ip: IpAddr, options: &SocketOptions) -> io::Result<UdpSocket> {
