@@ -10,7 +10,6 @@
 //! sees its datagrams about 0.1 ms apart rather than in bursts per tick.
 
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use bulkwire_bench::rows::{Report, Row};
@@ -57,7 +56,7 @@ pub struct Args {
 /// IP header bytes counted towards the rate besides the payload (IPv4 and UDP).
 const HEADERS: usize = 28;
 /// The DSCP EF code point in the IPv4 TOS byte, as bulkwire's premium sockets set it.
-const EF_TOS: libc::c_int = 0xb8;
+const EF_TOS: u32 = 0xb8;
 
 struct Source {
     socket: UdpSocket,
@@ -100,19 +99,9 @@ pub fn run(args: &Args) -> Result<Report, String> {
         let socket = UdpSocket::bind(bind).map_err(|e| format!("cannot open a socket on {bind}: {e}"))?;
         let premium = i < args.premium_sources;
         if premium {
-            // SAFETY: setting an int option on a socket we own.
-            let rc = unsafe {
-                libc::setsockopt(
-                    socket.as_raw_fd(),
-                    libc::IPPROTO_IP,
-                    libc::IP_TOS,
-                    (&EF_TOS as *const libc::c_int).cast(),
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
-            if rc != 0 {
-                return Err(format!("cannot mark a premium source: {}", std::io::Error::last_os_error()));
-            }
+            socket2::SockRef::from(&socket)
+                .set_tos(EF_TOS)
+                .map_err(|e| format!("cannot mark a premium source: {e}"))?;
         }
         let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
         rng.set_stream(u64::from(i));
