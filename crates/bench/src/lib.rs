@@ -211,7 +211,7 @@ fn sizes_of<'a>(rows: impl Iterator<Item = &'a Row>) -> Vec<u64> {
 
 /// One measurement of K senders streaming to one receiver, seen at the
 /// receiver.
-#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+#[derive(Debug, Default, Clone)]
 pub struct Flow {
     /// Payload bytes the senders handed over.
     pub bytes_sent: u64,

@@ -122,23 +122,17 @@ impl LatencyConfig {
     pub fn from_base_latency(base: Duration) -> LatencyConfig {
         let base = base.max(Duration::from_micros(1));
         let interval = (base * 1000).clamp(Duration::from_millis(1), Duration::from_millis(100));
+        let Thresholds { high, low } = Thresholds::for_base(base);
         LatencyConfig {
             monitor_interval: interval,
             loss_threshold: interval,
-            high_threshold: LatencyConfig::thresholds_for(base).0,
-            low_threshold: LatencyConfig::thresholds_for(base).1,
+            high_threshold: high,
+            low_threshold: low,
             poll_interval: interval,
             clock_sync_period: Some(interval * 10),
             calibration_samples: 0,
             least_base: Duration::ZERO,
         }
-    }
-
-    /// TM and Tm for a path whose base latency is `base` (see
-    /// [`LatencyConfig::from_base_latency`]).
-    pub fn thresholds_for(base: Duration) -> (Duration, Duration) {
-        let base = base.max(Duration::from_micros(1));
-        (base * 2, base * 3 / 2)
     }
 
     /// The values of the paper's Table 2 (seed 000 §4.1), with clocks taken
@@ -165,6 +159,28 @@ impl LatencyConfig {
             return Err(ConfigError::BadLatencyConfig("the low threshold Tm must lie below the high threshold TM"));
         }
         Ok(())
+    }
+}
+
+/// TM and Tm: above `high` a latency is high, below `low` low again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Thresholds {
+    pub high: Duration,
+    pub low: Duration,
+}
+
+impl Thresholds {
+    /// The thresholds `cfg` gives.
+    pub fn of(cfg: &LatencyConfig) -> Thresholds {
+        Thresholds { high: cfg.high_threshold, low: cfg.low_threshold }
+    }
+
+    /// The thresholds for a path whose base latency is `base`: TM twice
+    /// the base, Tm one and a half times (see
+    /// [`LatencyConfig::from_base_latency`]).
+    pub fn for_base(base: Duration) -> Thresholds {
+        let base = base.max(Duration::from_micros(1));
+        Thresholds { high: base * 2, low: base * 3 / 2 }
     }
 }
 

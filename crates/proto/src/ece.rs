@@ -31,7 +31,7 @@ use bulkwire_wire::{
 };
 
 use crate::clock::{self, ClockEstimate, ClockSync};
-use crate::config::{Config, LatencyConfig};
+use crate::config::{Config, LatencyConfig, Thresholds};
 use crate::lme::{LatencyMonitor, Observation, ProbeSchedule};
 use crate::path::Path;
 use crate::stats::LatencyStats;
@@ -101,26 +101,6 @@ impl Decision {
             latency: self.latency.as_nanos().min(u64::MAX as u128) as u64,
             known_sent,
         }
-    }
-}
-
-/// TM and Tm: above `high` a latency is high, below `low` low again.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Thresholds {
-    pub high: Duration,
-    pub low: Duration,
-}
-
-impl Thresholds {
-    /// The thresholds `cfg` gives.
-    pub fn of(cfg: &LatencyConfig) -> Thresholds {
-        Thresholds { high: cfg.high_threshold, low: cfg.low_threshold }
-    }
-
-    /// The thresholds for a path whose base latency is `base`.
-    pub fn for_base(base: Duration) -> Thresholds {
-        let (high, low) = LatencyConfig::thresholds_for(base);
-        Thresholds { high, low }
     }
 }
 

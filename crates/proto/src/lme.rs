@@ -119,29 +119,20 @@ impl LatencyMonitor {
         }
         self.last_arrived = Some(probe.number);
         let interval = probe.interval.max(MIN_INTERVAL.as_nanos() as u64);
-        if probe.number < self.next_number {
-            // Counted lost at its deadline, here late. Its latency is real,
-            // and the probes still awaited are due an interval apart from
-            // its real departure: a sender's probes leave a little later
-            // than an interval apart, and deadlines that only added
-            // intervals would run ahead of them, declare every probe lost
-            // before it came and never hear of the path again.
-            self.interval = interval;
-            let ahead = self.next_number - probe.number;
-            self.expected_timestamp = Some(timestamp.saturating_add(ahead.saturating_mul(interval)));
-            let Some(clock) = clock else {
-                self.deadline = None;
-                return (None, None);
-            };
-            self.arm(now, clock, loss_threshold);
-            return (None, Some(self.sample(now, timestamp, clock)));
-        }
-        let gap = probe.number - self.next_number;
+        // Probes skipped since the last one accounted for are lost; a probe
+        // already counted lost at its deadline may still come, late.
+        let gap = probe.number.saturating_sub(self.next_number);
         let lost = (gap > 0 && self.expected_timestamp.is_some())
             .then(|| Observation::Lost { count: gap, timestamp: self.expected_timestamp.unwrap_or(timestamp) });
-        self.next_number = probe.number + 1;
+        self.next_number = self.next_number.max(probe.number + 1);
         self.interval = interval;
-        self.expected_timestamp = Some(timestamp.saturating_add(interval));
+        // The probes still awaited are due an interval apart from this one's
+        // real departure, late or not: a sender's probes leave a little
+        // later than an interval apart, and deadlines that only added
+        // intervals would run ahead of them, declare every probe lost before
+        // it came and never hear of the path again.
+        let ahead = self.next_number - probe.number;
+        self.expected_timestamp = Some(timestamp.saturating_add(ahead.saturating_mul(interval)));
         let Some(clock) = clock else {
             // Without a clock estimate there is nothing to compare with yet.
             self.deadline = None;
