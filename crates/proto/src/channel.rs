@@ -61,6 +61,11 @@ pub(crate) struct Shared<'a> {
     /// and where it did.
     pub in_place: bool,
     pub claimed: Option<InPlace>,
+    /// Whether a data packet may leave now (the peer's pacer under rate
+    /// control has a token; always while rate control is off).
+    pub data_allowed: bool,
+    /// Whether data packets to this peer are flagged for Warp feedback.
+    pub rate_controlled: bool,
 }
 
 /// A message delivered in the datagram it came in: its event in the
@@ -935,6 +940,9 @@ impl Channel {
             self.after_reporting(now);
             return Some((Path::Premium, self.seal(&header, len, buf, sh.cfg), None));
         }
+        if !sh.data_allowed {
+            return None;
+        }
         if self.probe_due {
             // Tail probe: resend the newest packet and ask for an answer at
             // once; the answer shows what is missing.
@@ -1031,6 +1039,9 @@ impl Channel {
         }
 
         let mut flags = Flags::empty();
+        if sh.rate_controlled {
+            flags.insert(Flags::RATE_CONTROLLED);
+        }
         if self.pending.is_empty() && std::mem::take(&mut self.phase_end) {
             flags.insert(Flags::LAST_OF_PHASE);
             self.phase_closed = true;
@@ -1079,7 +1090,11 @@ impl Channel {
         packet.transmissions += 1;
         packet.last_sent = now;
         packet.path = path;
-        let flags = with_path(packet.flags.union(extra).union(Flags::RETRANSMISSION), path);
+        let mut flags = with_path(packet.flags.union(extra).union(Flags::RETRANSMISSION), path);
+        flags.remove(Flags::RATE_CONTROLLED);
+        if sh.rate_controlled {
+            flags.insert(Flags::RATE_CONTROLLED);
+        }
         let payload = packet.payload.clone();
         self.stats.retransmissions += 1;
         let header = self.header(PacketType::Data, flags, seq, now, sh.cfg);

@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use bulkwire_wire::{JobKey, OVERHEAD, RECORD_HEADER_LEN};
 
+use crate::rate::RateControl;
+
 /// How a channel recovers from loss.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Strategy {
@@ -69,6 +71,10 @@ pub struct Config {
     /// All data on the premium path (the paper's premium-only service), for
     /// comparison; excludes `latency`.
     pub premium_only: bool,
+    /// Warp rate control of every peer this endpoint sends to (seed 003 §3,
+    /// [`crate::rate`]): `None`, the default, sends as fast as the buffers
+    /// allow. A receiver answers senders under control whatever it is set to.
+    pub rate_control: Option<RateControl>,
 }
 
 /// Parameters of the Latency Monitoring Engine, the clock resynchronisation
@@ -206,6 +212,8 @@ pub enum ConfigError {
     BadReorderFraction,
     #[error("latency configuration: {0}")]
     BadLatencyConfig(&'static str),
+    #[error("rate control: {0}")]
+    BadRateControl(&'static str),
 }
 
 impl Config {
@@ -228,6 +236,7 @@ impl Config {
             reorder_fraction: 0.25,
             latency: None,
             premium_only: false,
+            rate_control: None,
         }
     }
 
@@ -271,6 +280,9 @@ impl Config {
             if self.max_payload() < bulkwire_wire::LSTAT_FIXED_LEN.max(bulkwire_wire::CLOCK_SYNC_PAYLOAD_LEN) {
                 return Err(ConfigError::BadLatencyConfig("max_datagram leaves no room for an LSTAT"));
             }
+        }
+        if let Some(control) = &self.rate_control {
+            control.validate().map_err(ConfigError::BadRateControl)?;
         }
         Ok(())
     }

@@ -4,8 +4,8 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use bulkwire_wire::{
-    decode, Accept, ClockSyncPayload, DecodeError, Flags, Header, LatencyStatus, PacketType, ProbePayload, HEADER_LEN,
-    MAC_LEN, OVERHEAD, RECORD_HEADER_LEN,
+    decode, seal, Accept, ClockSyncPayload, DecodeError, Flags, Header, LatencyStatus, PacketType, ProbePayload,
+    WarpFeedback, HEADER_LEN, MAC_LEN, OVERHEAD, RECORD_HEADER_LEN,
 };
 
 use crate::channel::{Channel, InPlace, SendRate, Shared, SharedPayload};
@@ -15,6 +15,7 @@ use crate::ece::{Decision, Mode, PeerLink};
 use crate::event::Event;
 use crate::path::Path;
 use crate::pool::{BufferPool, RecvBudget};
+use crate::rate::{FeedbackMaker, Pacer, RateControl, RateStats};
 use crate::stats::{ChannelStats, EndpointStats, LatencyStats, PathStats};
 use crate::time::Time;
 
@@ -89,6 +90,14 @@ pub struct Endpoint {
     /// Every datagram sent, by path.
     ordinary: PathStats,
     premium: PathStats,
+    /// Warp rate control, by peer: the pacer of a peer under control.
+    pacers: Vec<Option<Pacer>>,
+    /// Channels with data to send whose pacer has no token.
+    paced: Vec<usize>,
+    /// Warp feedback for senders under control, and what is due to go.
+    feedback: FeedbackMaker,
+    feedback_due: VecDeque<(u32, WarpFeedback)>,
+    feedback_sent: Vec<u64>,
 }
 
 impl Endpoint {
@@ -98,6 +107,18 @@ impl Endpoint {
         let channels = (0..count)
             .map(|i| Channel::new((i / cfg.channels as usize) as u32, (i % cfg.channels as usize) as u16, &cfg))
             .collect();
+        let pacers = (0..cfg.ranks)
+            .map(|peer| {
+                let control = cfg.rate_control.as_ref().filter(|_| peer != cfg.rank)?;
+                Some(Pacer::new(control, cfg.max_datagram, cfg.ranks - 1))
+            })
+            .collect();
+        let feedback = FeedbackMaker::new(
+            cfg.ranks,
+            cfg.channels,
+            cfg.rate_control.as_ref().unwrap_or(&RateControl::default()),
+            cfg.max_datagram,
+        );
         Ok(Endpoint {
             accept: Accept { job: cfg.job, destination: cfg.rank, ranks: cfg.ranks, channels: cfg.channels },
             channels,
@@ -123,6 +144,11 @@ impl Endpoint {
             ordinary: PathStats::default(),
             premium: PathStats::default(),
             in_place: vec![false; cfg.channels as usize],
+            pacers,
+            paced: Vec::new(),
+            feedback,
+            feedback_due: VecDeque::new(),
+            feedback_sent: vec![0; cfg.ranks as usize],
             cfg,
         })
     }
@@ -360,7 +386,18 @@ impl Endpoint {
         let header = packet.header;
         let latency_on = !self.links.is_empty();
         match header.packet_type {
+            PacketType::Data if header.flags.contains(Flags::RATE_CONTROLLED) => {
+                let sent = Time::from_nanos(header.timestamp);
+                let (source, channel, sequence) = (header.source, header.channel, header.sequence);
+                if let Some(feedback) = self.feedback.observe(source, channel, sequence, sent, now) {
+                    self.feedback_due.push_back((header.source, feedback));
+                }
+            }
             PacketType::Data | PacketType::Ack | PacketType::Prod => {}
+            PacketType::Warp => {
+                self.handle_warp(now, header.source, packet.payload);
+                return None;
+            }
             PacketType::Lstat if latency_on => {}
             PacketType::Probe | PacketType::ClockSync if latency_on => {
                 self.handle_link_packet(now, &header, packet.payload);
@@ -435,6 +472,54 @@ impl Endpoint {
         }
     }
 
+    /// Warp feedback from a receiver: the pacer of that peer adjusts; a peer
+    /// not under control ignores it (it was put under control and taken out).
+    fn handle_warp(&mut self, now: Time, peer: u32, payload: &[u8]) {
+        let Ok(feedback) = WarpFeedback::read(payload) else {
+            self.protocol_violations += 1;
+            return;
+        };
+        match self.pacers.get_mut(peer as usize) {
+            Some(Some(pacer)) => pacer.on_feedback(now, &feedback),
+            _ => self.unhandled += 1,
+        }
+    }
+
+    /// Puts the data sent to `peer` under Warp rate control
+    /// ([`crate::rate`]), with `control`'s parameters, or (`None`) takes it
+    /// out. A pacer already running keeps its rate when `control` is the
+    /// same. Unknown peers and this endpoint's own rank are ignored.
+    pub fn set_rate_control(&mut self, peer: u32, control: Option<&RateControl>) {
+        if peer == self.cfg.rank {
+            return;
+        }
+        let (datagram, senders) = (self.cfg.max_datagram, self.cfg.ranks - 1);
+        if let Some(slot) = self.pacers.get_mut(peer as usize) {
+            match control {
+                Some(c) if slot.is_none() => *slot = Some(Pacer::new(c, datagram, senders)),
+                Some(_) => {}
+                None => {
+                    *slot = None;
+                    for index in std::mem::take(&mut self.paced) {
+                        self.mark_ready(index);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Warp rate control toward `peer`: the pacer's state, and the feedback
+    /// this endpoint returned to `peer` as a receiver. `None` when neither
+    /// happened.
+    pub fn rate_stats(&self, peer: u32) -> Option<RateStats> {
+        let sent = *self.feedback_sent.get(peer as usize)?;
+        let pacer = self.pacers[peer as usize].as_ref().map(|p| p.stats);
+        if pacer.is_none() && sent == 0 {
+            return None;
+        }
+        Some(RateStats { feedback_sent: sent, ..pacer.unwrap_or_default() })
+    }
+
     fn reject(&mut self, error: &DecodeError) {
         self.rejected.record(error);
     }
@@ -481,6 +566,14 @@ impl Endpoint {
 
     /// Timers that are due fire: tail probes and prods.
     pub fn handle_timeout(&mut self, now: Time) {
+        for index in std::mem::take(&mut self.paced) {
+            let peer = self.channels[index].peer as usize;
+            if self.pacers[peer].as_mut().is_some_and(|p| !p.may_send(now)) {
+                self.paced.push(index);
+            } else {
+                self.mark_ready(index);
+            }
+        }
         for index in 0..self.channels.len() {
             if self.channels[index].poll_timeout().is_some_and(|t| t <= now) {
                 self.channels[index].handle_timeout(now);
@@ -522,6 +615,22 @@ impl Endpoint {
     /// the payload once the datagram is sent.
     pub fn poll_transmit_shared(&mut self, now: Time, buf: &mut [u8]) -> Option<(Transmit, Option<SharedPayload>)> {
         assert!(buf.len() >= self.cfg.max_datagram, "poll_transmit needs a buffer of max_datagram bytes");
+        if let Some((peer, feedback)) = self.feedback_due.pop_front() {
+            let len = feedback.write(&mut buf[HEADER_LEN..]);
+            let mut header = Header::new(PacketType::Warp);
+            header.job = self.cfg.job;
+            header.source = self.cfg.rank;
+            header.destination = peer;
+            header.timestamp = now.as_nanos();
+            let len = seal(&header, len, &self.cfg.key, buf).expect("buffer checked above");
+            let index = self.index(peer, 0);
+            let stats = &mut self.channels[index].stats;
+            stats.premium.control.record(len);
+            stats.feedback.record(PacketType::Warp as u8, len);
+            self.feedback_sent[peer as usize] += 1;
+            self.count_sent(Path::Premium, false, len);
+            return Some((Transmit { path: Path::Premium, to: peer, len }, None));
+        }
         // Probes first: their timestamps should say when they left.
         while let Some(peer) = self.link_ready.pop_front() {
             let link = &mut self.links[peer as usize];
@@ -536,7 +645,13 @@ impl Endpoint {
             }
         }
         while let Some(index) = self.ready.pop_front() {
+            let peer = self.channels[index].peer as usize;
+            let pacer = self.pacers[peer].as_mut();
+            let rate_controlled = pacer.is_some();
+            let data_allowed = pacer.is_none_or(|p| p.may_send(now));
             let (ch, mut sh) = self.split(index);
+            sh.data_allowed = data_allowed;
+            sh.rate_controlled = rate_controlled;
             if let Some((path, len, shared)) = ch.poll_transmit(now, buf, &mut sh) {
                 let data = buf[1] == PacketType::Data as u8;
                 let wire_len = len + shared.as_ref().map_or(0, |p| p.len());
@@ -550,6 +665,9 @@ impl Endpoint {
                     ch.stats.feedback.record(buf[1], wire_len);
                 }
                 self.count_sent(path, data, wire_len);
+                if let (true, Some(pacer)) = (data, self.pacers[peer].as_mut()) {
+                    pacer.sent();
+                }
                 let ch = &self.channels[index];
                 let free = self.send_pool.available() > 0;
                 let to = ch.peer;
@@ -560,6 +678,17 @@ impl Endpoint {
                     self.park(index);
                 }
                 return Some((Transmit { path, to, len }, shared));
+            }
+            let free = self.send_pool.available() > 0;
+            if !data_allowed && self.channels[index].has_work(free) {
+                self.in_ready[index] = false;
+                if !self.paced.contains(&index) {
+                    self.paced.push(index);
+                }
+                if let Some(pacer) = self.pacers[peer].as_mut() {
+                    pacer.waited();
+                }
+                continue;
             }
             self.park(index);
         }
@@ -584,7 +713,8 @@ impl Endpoint {
 
     /// When `handle_timeout` should be called next.
     pub fn poll_timeout(&self) -> Option<Time> {
-        let channels = self.channels.iter().filter_map(Channel::poll_timeout).min();
+        let paced = self.paced.iter().filter_map(|&i| self.pacers[self.channels[i].peer as usize].as_ref());
+        let channels = self.channels.iter().filter_map(Channel::poll_timeout).chain(paced.map(Pacer::next_send)).min();
         if self.links.is_empty() {
             return channels;
         }
@@ -730,6 +860,8 @@ impl Endpoint {
             data_path,
             in_place: false,
             claimed: None,
+            data_allowed: true,
+            rate_controlled: false,
         };
         (&mut self.channels[index], sh)
     }

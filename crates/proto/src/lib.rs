@@ -20,7 +20,9 @@
 //! exchanges on the premium path, offset and drift), and the Effective
 //! Communication Engine (`ece`: the mode decision with hysteresis between TM
 //! and Tm, sent in LSTATs, which moves the peer's data between the ordinary
-//! and the premium path). Warp rate control (`warp`) is a separate toolbox.
+//! and the premium path). Warp rate control (`warp`, the toolbox) runs on the
+//! wire when [`Config::rate_control`] is set or a peer is put under it
+//! (`rate`: paced senders, receivers that return warp feedback).
 
 mod channel;
 mod clock;
@@ -31,6 +33,7 @@ mod event;
 mod lme;
 mod path;
 mod pool;
+mod rate;
 mod rtt;
 mod stats;
 mod time;
@@ -43,6 +46,7 @@ pub use ece::Mode;
 pub use endpoint::{Endpoint, Memory, SendError, Transmit};
 pub use event::Event;
 pub use path::Path;
+pub use rate::{RateControl, RateStats};
 pub use stats::{ChannelStats, EndpointStats, FeedbackBytes, LatencyStats, PathCounters, PathStats};
 pub use time::Time;
 pub use warp::{

@@ -56,6 +56,8 @@ pub struct FeedbackBytes {
     /// endpoint's, not a channel's: counted per peer in [`LatencyStats`]).
     pub probes: u64,
     pub clock_sync: u64,
+    /// Warp rate feedback (the endpoint's, counted per peer).
+    pub warp: u64,
 }
 
 impl FeedbackBytes {
@@ -65,6 +67,7 @@ impl FeedbackBytes {
         self.lstats += o.lstats;
         self.probes += o.probes;
         self.clock_sync += o.clock_sync;
+        self.warp += o.warp;
     }
 
     /// Counts a feedback datagram of `packet_type` (its second byte) and `len` bytes.
@@ -76,6 +79,7 @@ impl FeedbackBytes {
             t if t == PacketType::Lstat as u8 => self.lstats += len,
             t if t == PacketType::Probe as u8 => self.probes += len,
             t if t == PacketType::ClockSync as u8 => self.clock_sync += len,
+            t if t == PacketType::Warp as u8 => self.warp += len,
             _ => {}
         }
     }

@@ -325,6 +325,12 @@ impl WarpEstimator {
         Some(self.mean_rate(now)? - 1.0 / h.mean_spacing)
     }
 
+    /// Whether `source` counts among the sources of [`WarpEstimator::mean_rate`]
+    /// at `now`: its rate is known and it was heard within the timeout.
+    pub fn is_active_source(&self, source: u32, now: Time) -> bool {
+        self.sources.get(source as usize).is_some_and(|h| self.is_active(h, now))
+    }
+
     fn is_active(&self, h: &SourceHistory, now: Time) -> bool {
         h.seen && h.mean_spacing > 0.0 && now.since(h.last_in) <= self.source_timeout
     }

@@ -35,6 +35,9 @@ pub enum PacketType {
     Lstat = 7,
     /// Clock resynchronisation exchange (payload: [`crate::ClockSyncPayload`]).
     ClockSync = 8,
+    /// Warp rate feedback from a receiver to a sender under rate control
+    /// (payload: [`crate::WarpFeedback`]).
+    Warp = 9,
 }
 
 impl PacketType {
@@ -48,6 +51,7 @@ impl PacketType {
             6 => PacketType::Ustat,
             7 => PacketType::Lstat,
             8 => PacketType::ClockSync,
+            9 => PacketType::Warp,
             _ => return None,
         })
     }
@@ -73,8 +77,11 @@ impl Flags {
     /// This data packet travels on the premium path (high-latency mode), so
     /// its timestamp says nothing about the ordinary path's latency.
     pub const PREMIUM: Flags = Flags(1 << 4);
+    /// The sender of this data packet is under Warp rate control: the
+    /// receiver returns [`PacketType::Warp`] feedback.
+    pub const RATE_CONTROLLED: Flags = Flags(1 << 5);
     /// Every flag this version defines; others must be zero.
-    pub const ALL: Flags = Flags(0b1_1111);
+    pub const ALL: Flags = Flags(0b11_1111);
 
     pub const fn empty() -> Flags {
         Flags(0)

@@ -27,7 +27,7 @@ mod mac;
 mod packet;
 mod records;
 
-pub use control::{AckPayload, ACK_PAYLOAD_LEN};
+pub use control::{AckPayload, WarpFeedback, ACK_PAYLOAD_LEN, WARP_FEEDBACK_LEN};
 pub use header::{Flags, Header, PacketType, HEADER_LEN, VERSION};
 pub use latency::{
     ClockSyncKind, ClockSyncPayload, LatencyStatus, LstatReason, MissingRanges, ProbePayload, WireMode,

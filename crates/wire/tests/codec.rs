@@ -31,7 +31,7 @@ fn sample() -> Vec<u8> {
 }
 
 fn arb_type() -> impl Strategy<Value = PacketType> {
-    (1u8..=8).prop_map(|t| PacketType::from_u8(t).unwrap())
+    (1u8..=9).prop_map(|t| PacketType::from_u8(t).unwrap())
 }
 
 proptest! {
