@@ -4,10 +4,14 @@
 //! sender writes its bytes as fast as it can; the receiver measures.
 //! bulkwire recovers every loss, and the table shows what that cost
 //! (retransmissions, drops, time); raw UDP shows what a network without
-//! recovery delivers; TCP is the flow-controlled reference.
+//! recovery delivers; TCP is the flow-controlled reference. With `--warp`,
+//! bulkwire runs a second time with the senders under Warp rate control
+//! (seed 003), which should share a congested receiver or port fairly
+//! instead of overflowing it: compare drops, resends, Jain's fairness index
+//! of the senders' throughputs and the completion time.
 
 use bulkwire_comm::{CommError, Source, Tag, World};
-use bulkwire_proto::ChannelStats;
+use bulkwire_proto::{ChannelStats, RateControl};
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
@@ -26,6 +30,20 @@ pub struct Args {
     /// Message sizes (the buffer each write hands over), bytes.
     #[arg(long, value_delimiter = ',', default_values_t = [1024, 8192, 64000, 1 << 20])]
     pub sizes: Vec<usize>,
+    /// Also run bulkwire with the senders under Warp rate control.
+    #[arg(long)]
+    #[serde(default)]
+    pub warp: bool,
+    /// The capacity Warp's senders share (the receiver's port), as tc
+    /// writes rates; by default the job's (BULKWIRE_WARP_CAPACITY, the
+    /// interface's speed, or 1gbit).
+    #[arg(long, value_name = "RATE", requires = "warp", value_parser = check_rate)]
+    #[serde(default)]
+    pub warp_capacity: Option<String>,
+}
+
+fn check_rate(text: &str) -> Result<String, String> {
+    bulkwire_runtime::rate::parse_rate(text).map(|_| text.trim().to_string())
 }
 
 /// The protocol's counters over a bulkwire flow, every rank summed.
@@ -72,9 +90,27 @@ pub(crate) fn rank(world: &World, args: &Args) -> Result<Vec<Row>, CommError> {
     let peers = if world.rank() == 0 { senders.clone() } else { vec![0] };
     let mut sockets = Sockets::open(world, &peers)?;
     let mut rows = Vec::new();
+    let capacity = match &args.warp_capacity {
+        Some(rate) => Some(bulkwire_runtime::rate::parse_rate(rate).map_err(|e| io(std::io::Error::other(e)))?),
+        None => None,
+    };
     for &size in &args.sizes {
         let count = (args.bytes / size.max(1)).max(1);
         rows.extend(flow_rows("incast", world, &mut sockets, &senders, size.max(1), count)?);
+        if args.warp {
+            world.barrier()?;
+            let control = |on: bool| {
+                let job = world.runtime().rate_control();
+                let control = RateControl { capacity: capacity.map_or(job.capacity, |bits| bits / 8.0), ..job };
+                world.runtime().set_rate_control_with(0, on.then_some(&control));
+            };
+            control(true);
+            let flow = bulkwire_flow(world, &senders, size.max(1), count);
+            control(false);
+            if let Some(flow) = flow? {
+                rows.push(flow.row("incast", "bulkwire", "warp", world.size(), senders.len(), size.max(1)));
+            }
+        }
     }
     world.barrier()?;
     Ok(rows)
@@ -86,7 +122,32 @@ pub(crate) fn table(args: &Args, report: &Report) -> String {
         args.senders,
         mib(args.bytes)
     );
-    flow_table(&title, report, "incast")
+    let mut o = flow_table(&title, report, "incast");
+    if args.warp {
+        o.push_str("# bulkwire with and without Warp rate control: rexmit = data packets resent, fair = Jain's index of the senders' throughputs\n");
+        o.push_str(&format!(
+            "{:>8} | {:>9} {:>7} {:>6} {:>8} | {:>9} {:>7} {:>6} {:>8}\n",
+            "size", "free MB/s", "rexmit", "fair", "ms", "warp MB/s", "rexmit", "fair", "ms"
+        ));
+        let num = |r: Option<&Row>, name: &str| r.and_then(|r| r.num(name));
+        let f = |x: Option<f64>, d: usize| x.map_or("-".to_string(), |v| format!("{v:.d$}"));
+        for size in sizes_of(report.table("incast")) {
+            let [free, warp] = ["", "warp"].map(|w| report.find("incast", "bulkwire", w, Some(size)));
+            o.push_str(&format!(
+                "{:>8} | {:>9} {:>7} {:>6} {:>8} | {:>9} {:>7} {:>6} {:>8}\n",
+                size,
+                f(num(free, "mb_per_s"), 1),
+                f(num(free, "retransmitted_packets"), 0),
+                f(num(free, "fairness_index"), 3),
+                f(num(free, "time_ms"), 1),
+                f(num(warp, "mb_per_s"), 1),
+                f(num(warp, "retransmitted_packets"), 0),
+                f(num(warp, "fairness_index"), 3),
+                f(num(warp, "time_ms"), 1),
+            ));
+        }
+    }
+    o
 }
 
 /// `senders` each write `count` messages of `size` bytes to rank 0, over
@@ -112,8 +173,8 @@ pub(crate) fn flow_rows(
 
 /// The bulkwire flow: each sender `send`s its messages (each returns once
 /// queued, as a socket write does); rank 0 receives them from any source,
-/// checks each, and times the last arrival. Afterwards every rank hands its
-/// protocol counters to rank 0.
+/// checks each, and times the last arrival, and each sender's. Afterwards
+/// every rank hands its protocol counters to rank 0.
 fn bulkwire_flow(world: &World, senders: &[u32], size: usize, count: usize) -> Result<Option<Flow>, CommError> {
     let me = world.rank();
     let data = vec![7u8; size];
@@ -129,11 +190,18 @@ fn bulkwire_flow(world: &World, senders: &[u32], size: usize, count: usize) -> R
     world.barrier()?;
     let start = Instant::now();
     let mut received = 0u64;
+    // Per sender: messages received, and when the last came.
+    let mut finished = vec![(0usize, 0.0f64); world.size() as usize];
     if me == 0 {
         for _ in 0..senders.len() * count {
-            let (_, got) = world.recv(Source::Any, Tag::Is(FLOW))?;
+            let (status, got) = world.recv(Source::Any, Tag::Is(FLOW))?;
             if intact(&got, size) {
                 received += got.len() as u64;
+            }
+            let slot = &mut finished[status.source as usize];
+            slot.0 += 1;
+            if slot.0 == count {
+                slot.1 = start.elapsed().as_secs_f64();
             }
         }
     } else if senders.contains(&me) {
@@ -158,6 +226,9 @@ fn bulkwire_flow(world: &World, senders: &[u32], size: usize, count: usize) -> R
     }
     let mut flow = Flow::new((senders.len() * count * size) as u64, received, seconds);
     flow.protocol = Some(total);
+    let throughputs: Vec<f64> =
+        senders.iter().map(|&s| finished[s as usize]).map(|(_, t)| (count * size) as f64 / t.max(1e-9)).collect();
+    flow.fairness = Some(jain(&throughputs));
     flow.socket_drops = drops_before.zip(socket_drops()).map(|(b, a)| a.saturating_sub(b));
     Ok(Some(flow))
 }
@@ -196,4 +267,25 @@ pub(crate) fn flow_table(title: &str, report: &Report, bench: &str) -> String {
         ));
     }
     o
+}
+
+/// Jain's fairness index of `x`: (Σx)² / (n Σx²), 1 when all are equal and
+/// 1/n when one has everything.
+pub(crate) fn jain(x: &[f64]) -> f64 {
+    let sum: f64 = x.iter().sum();
+    let squares: f64 = x.iter().map(|v| v * v).sum();
+    if squares == 0.0 {
+        return 1.0;
+    }
+    sum * sum / (x.len() as f64 * squares)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn jain_index_is_one_when_equal_and_one_over_n_at_worst() {
+        assert_eq!(super::jain(&[3.0, 3.0, 3.0]), 1.0);
+        assert_eq!(super::jain(&[5.0, 0.0, 0.0, 0.0]), 0.25);
+        assert!((super::jain(&[1.0, 2.0]) - 0.9).abs() < 1e-12);
+    }
 }

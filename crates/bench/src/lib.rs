@@ -227,6 +227,9 @@ pub struct Flow {
     pub socket_drops: Option<u64>,
     /// bulkwire: the protocol's counters over the flow, all ranks summed.
     pub protocol: Option<incast::ProtocolCounters>,
+    /// Jain's index of the senders' throughputs (each sender's bytes over
+    /// the time its last message arrived).
+    pub fairness: Option<f64>,
 }
 
 impl Flow {
@@ -247,7 +250,8 @@ impl Flow {
             .with("delivered_share", delivered)
             .with_opt("sent_datagrams", self.datagrams_sent)
             .with_opt("received_datagrams", self.datagrams_received)
-            .with_opt("socket_drops_datagrams", self.socket_drops);
+            .with_opt("socket_drops_datagrams", self.socket_drops)
+            .with_opt("fairness_index", self.fairness);
         if let Some(p) = &self.protocol {
             row = row
                 .with("data_packets", p.data_packets)
@@ -272,9 +276,18 @@ mod tests {
 
     #[test]
     fn a_spec_travels_to_the_ranks_as_json() {
-        let bench = Bench::Incast(incast::Args { senders: 3, bytes: 10, sizes: vec![1, 2] });
+        let bench =
+            Bench::Incast(incast::Args { senders: 3, bytes: 10, sizes: vec![1, 2], warp: false, warp_capacity: None });
         let back: Bench = serde_json::from_str(&serde_json::to_string(&bench).unwrap()).unwrap();
         assert_eq!(back.ranks(), 4);
-        assert!(Bench::Incast(incast::Args { senders: 0, bytes: 10, sizes: vec![1] }).check().is_err());
+        assert!(Bench::Incast(incast::Args {
+            senders: 0,
+            bytes: 10,
+            sizes: vec![1],
+            warp: false,
+            warp_capacity: None
+        })
+        .check()
+        .is_err());
     }
 }

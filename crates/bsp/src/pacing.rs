@@ -21,28 +21,7 @@
 
 use std::time::{Duration, Instant};
 
-/// Parses a link rate in bits per second: a number with an optional
-/// `kbit`, `mbit` or `gbit` suffix (as tc(8) writes them), e.g. `100mbit`.
-pub fn parse_rate(text: &str) -> Result<f64, String> {
-    let t = text.trim().to_ascii_lowercase();
-    let (number, unit) = match t.find(|c: char| c.is_ascii_alphabetic()) {
-        Some(i) => (&t[..i], &t[i..]),
-        None => (&t[..], ""),
-    };
-    let scale = match unit {
-        "" | "bit" => 1e0,
-        "kbit" => 1e3,
-        "mbit" => 1e6,
-        "gbit" => 1e9,
-        other => return Err(format!("{text:?}: unknown unit {other:?} (bit, kbit, mbit or gbit)")),
-    };
-    let value: f64 = number.trim().parse().map_err(|_| format!("{text:?}: not a rate (for example 100mbit)"))?;
-    let rate = value * scale;
-    if !rate.is_finite() || rate < 1e3 {
-        return Err(format!("{text:?}: a link rate of at least 1kbit is needed"));
-    }
-    Ok(rate)
-}
+pub use bulkwire_runtime::rate::parse_rate;
 
 /// A token bucket over the bytes a sender puts on the wire: at most
 /// `burst` bytes at once, then `bytes_per_s`. A packet goes whenever the

@@ -59,6 +59,17 @@ pub struct Args {
     /// premium path is distinct (across hosts), ordinary on one host.
     #[arg(long, value_enum)]
     pub paths: Option<PathsChoice>,
+    /// Pace every sender under Warp rate control (seed 003), so that many
+    /// senders into one congested receiver or port share it instead of
+    /// overflowing it. As BULKWIRE_RATE_CONTROL.
+    #[arg(long, value_enum)]
+    pub rate_control: Option<RateChoice>,
+    /// The capacity of the bottleneck the senders share, as tc writes rates
+    /// (100mbit, 1gbit); Warp's senders never exceed it. As
+    /// BULKWIRE_WARP_CAPACITY; by default the speed of the job's interface,
+    /// or 1gbit.
+    #[arg(long, value_name = "RATE", value_parser = parse_capacity)]
+    pub warp_capacity: Option<String>,
     /// Say which paths the job's data takes, and when a pair's data changes
     /// path (BULKWIRE_VERBOSE=1 in every rank).
     #[arg(long, short = 'v')]
@@ -88,6 +99,8 @@ impl Args {
             tag_output: false,
             unbuffered: false,
             paths: None,
+            rate_control: None,
+            warp_capacity: None,
             verbose: false,
             stats: false,
             stats_json: None,
@@ -108,6 +121,12 @@ impl Args {
         if let Some(paths) = self.paths {
             settings.push((PATHS, format!("{paths:?}").to_ascii_lowercase()));
         }
+        if let Some(choice) = self.rate_control {
+            settings.push((bulkwire_runtime::rate::RATE_CONTROL, format!("{choice:?}").to_ascii_lowercase()));
+        }
+        if let Some(capacity) = &self.warp_capacity {
+            settings.push((bulkwire_runtime::rate::CAPACITY, capacity.clone()));
+        }
         if self.verbose {
             settings.push(("BULKWIRE_VERBOSE", "1".to_string()));
         }
@@ -116,6 +135,18 @@ impl Args {
         }
         settings
     }
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RateChoice {
+    Off,
+    Warp,
+}
+
+/// Checks a capacity at the command line, so that a typo is not found by
+/// every rank.
+fn parse_capacity(text: &str) -> Result<String, String> {
+    bulkwire_runtime::rate::parse_rate(text).map(|_| text.trim().to_string())
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

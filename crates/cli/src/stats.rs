@@ -22,6 +22,7 @@ pub fn table(reports: &BTreeMap<u32, Vec<PeerReport>>) -> String {
         cells.join(" ") + "\n"
     };
     o.push_str(&line(header.iter().map(|h| h.to_string()).collect()));
+    let warp = reports.values().flatten().any(|p| p.warp_bytes + p.warp_feedback_received > 0);
     for (rank, peers) in reports {
         for p in peers {
             let data = p.ordinary_data_bytes + p.premium_data_bytes;
@@ -44,6 +45,24 @@ pub fn table(reports: &BTreeMap<u32, Vec<PeerReport>>) -> String {
                 p.probes_sent.to_string(),
                 p.probes_lost.to_string(),
             ]));
+        }
+    }
+    if warp {
+        o.push_str(
+            "Warp rate control: feedback kB the rank returned to the peer, feedback datagrams it got \
+             from the peer, datagrams to the peer that waited for the pacer\n",
+        );
+        o.push_str(&format!("{:>6} {:>9} {:>9} {:>9}\n", "to", "warp kB", "feedback", "paced"));
+        for (rank, peers) in reports {
+            for p in peers {
+                o.push_str(&format!(
+                    "{:>6} {:>9.1} {:>9} {:>9}\n",
+                    format!("{rank}>{}", p.peer),
+                    p.warp_bytes as f64 / 1e3,
+                    p.warp_feedback_received,
+                    p.paced
+                ));
+            }
         }
     }
     o
@@ -78,6 +97,9 @@ pub fn json(reports: &BTreeMap<u32, Vec<PeerReport>>, ranks: u32) -> String {
                     .with("lstat_bytes", p.lstat_bytes)
                     .with("probe_bytes", p.probe_bytes)
                     .with("clock_sync_bytes", p.clock_sync_bytes)
+                    .with("warp_bytes", p.warp_bytes)
+                    .with("warp_feedback_packets", p.warp_feedback_received)
+                    .with("paced_count", p.paced)
             })
         })
         .collect();

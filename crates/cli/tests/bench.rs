@@ -258,40 +258,64 @@ fn total_exchange_runs_every_order() {
     assert_eq!(eager, [0.0, 0.0, 0.0, 65536.0, 65536.0], "{paced}");
 }
 
-/// The network-namespace test bed of scripts/netns-testbed.sh, with
-/// scripts/netns-exec as the remote shell: a benchmark across four hosts
-/// whose ports are rate-limited. Needs root and iproute2; skipped otherwise.
-#[test]
-fn total_exchange_on_the_namespace_test_bed() {
+/// One test at a time on the test bed: they share its namespaces.
+static TEST_BED: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Runs `bulkwire bench --hosts bwh0,… <args>` on the network-namespace
+/// test bed of scripts/netns-testbed.sh (`hosts` hosts whose ports are
+/// limited to `rate`), with scripts/netns-exec as the remote shell. Needs
+/// root and iproute2: `None` (skipped) otherwise.
+fn bench_on_test_bed(hosts: usize, rate: &str, args: &[&str]) -> Option<Value> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     // SAFETY: geteuid has no preconditions.
     let can =
         unsafe { libc::geteuid() } == 0 && Command::new("ip").arg("-V").output().is_ok_and(|o| o.status.success());
     if !can {
         eprintln!("skipped: needs root and iproute2 for network namespaces");
-        return;
+        return None;
     }
+    let _one = TEST_BED.lock().unwrap_or_else(|e| e.into_inner());
     let testbed = root.join("scripts/netns-testbed.sh");
-    let up = Command::new(&testbed).args(["up", "4", "200mbit"]).output().expect("run the test bed script");
+    let n = hosts.to_string();
+    let up = Command::new(&testbed).args(["up", &n, rate]).output().expect("run the test bed script");
     assert!(up.status.success(), "{}", String::from_utf8_lossy(&up.stderr));
     let ssh = root.join("scripts/netns-exec");
-    let result = std::panic::catch_unwind(|| {
-        bench(&[
-            "--hosts",
-            "bwh0,bwh1,bwh2,bwh3",
-            "--ssh",
-            ssh.to_str().unwrap(),
-            "--bind",
-            "10.90.0.254",
-            "total-exchange",
-            "-n",
-            "4",
-            "--repetitions",
-            "2",
-        ])
+    let names: Vec<String> = (0..hosts).map(|i| format!("bwh{i}")).collect();
+    let names = names.join(",");
+    let mut all = vec!["--hosts", &names, "--ssh", ssh.to_str().unwrap(), "--bind", "10.90.0.254"];
+    all.extend(args);
+    let result = std::panic::catch_unwind(|| bench(&all));
+    let _ = Command::new(&testbed).args(["down", &n]).status();
+    Some(result.unwrap_or_else(|e| std::panic::resume_unwind(e)))
+}
+
+/// A benchmark across four hosts whose ports are rate-limited.
+#[test]
+fn total_exchange_on_the_namespace_test_bed() {
+    if let Some(v) = bench_on_test_bed(4, "200mbit", &["total-exchange", "-n", "4", "--repetitions", "2"]) {
+        check_total_exchange(&v, false, false);
+    }
+}
+
+/// Three senders into one receiver whose port takes 100 Mbit/s: without
+/// control they overflow it and recover by resending; under Warp they
+/// share it (seed 003), every byte delivered either way.
+#[test]
+fn warp_shares_a_congested_port_on_the_namespace_test_bed() {
+    let args = ["incast", "-k", "3", "--bytes", "3000000", "--sizes", "65536", "--warp", "--warp-capacity", "100mbit"];
+    let Some(v) = bench_on_test_bed(4, "100mbit", &args) else { return };
+    let rows = rows(&v);
+    check_flows(rows, "incast", 3, &[3000000 / 65536 * 65536]);
+    let [free, warp] = ["", "warp"].map(|what| {
+        let found = of(rows, "incast", "bulkwire", what);
+        assert_eq!(found.len(), 1, "{what:?}: {v}");
+        found[0]
     });
-    let _ = Command::new(&testbed).args(["down", "4"]).status();
-    check_total_exchange(&result.unwrap_or_else(|e| std::panic::resume_unwind(e)), false, false);
+    assert_eq!(num(warp, "received_bytes"), num(warp, "sent_bytes"), "{warp}");
+    let resent = |r: &Value| num(r, "retransmitted_packets");
+    assert!(resent(free) > 1000.0, "the port should overflow without control: {free}");
+    assert!(resent(warp) * 20.0 < resent(free), "Warp should resend far less: {warp} against {free}");
+    assert!(num(warp, "fairness_index") > 0.9, "{warp}");
 }
 
 #[test]

@@ -655,3 +655,62 @@ fn an_unmarkable_premium_path_is_said_and_the_job_keeps_to_ordinary() {
         assert!(numbers[0] >= 20 && numbers[1] == 0, "rank {rank}: {line}");
     }
 }
+
+/// `bulkwire run --rate-control warp`: three ranks send to rank 0 at once,
+/// paced under Warp toward a capacity of 200 Mbit/s. Every message arrives;
+/// `--verbose` says what the senders do; `--stats` shows the warp feedback
+/// rank 0 returned and the senders' pacing. A bad setting stops the job
+/// with a message that says what is allowed.
+#[test]
+fn warp_rate_control_paces_a_job_and_a_bad_setting_is_refused() {
+    if is_rank() {
+        let world = World::init().unwrap();
+        let messages = 200u32;
+        if world.rank() == 0 {
+            let mut next = vec![0u32; world.size() as usize];
+            for _ in 0..messages * (world.size() - 1) {
+                let (status, data) = world.recv(Source::Any, Tag::Is(4)).unwrap();
+                let from = status.source as usize;
+                assert_eq!(data, vec![next[from] as u8; 20000], "in order from {from}");
+                next[from] += 1;
+            }
+        } else {
+            for i in 0..messages {
+                world.send(0, 4, &vec![i as u8; 20000]).unwrap();
+            }
+            let r = world.runtime().rate_stats(0).expect("rank 0 is under rate control");
+            println!("rank {} rate {:.0} feedback {}", world.rank(), r.rate, r.feedback_received);
+        }
+        world.barrier().unwrap();
+        world.finalize().unwrap();
+        return;
+    }
+    let test = "warp_rate_control_paces_a_job_and_a_bad_setting_is_refused";
+    let json = std::env::temp_dir().join(format!("bulkwire-warp-stats-{}.json", std::process::id()));
+    let flags = ["--rate-control", "warp", "--warp-capacity", "200mbit", "--verbose", "--stats", "--stats-json"];
+    let mut flags = flags.to_vec();
+    flags.push(json.to_str().unwrap());
+    let (out, _) = launch(4, test, &flags);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.contains("Warp rate control: each sender paced from at most 200.0 Mbit/s"), "{stderr}");
+    assert!(stderr.contains("Warp rate control: feedback kB"), "--stats: {stderr}");
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    let to = |rank: u64, peer: u64| rows.iter().find(|r| r["rank"] == rank && r["peer"] == peer).unwrap();
+    for sender in 1..4 {
+        assert!(to(0, sender)["warp_bytes"].as_u64().unwrap() > 0, "rank 0 returned feedback: {rows:?}");
+        assert!(to(sender, 0)["warp_feedback_packets"].as_u64().unwrap() > 0, "{rows:?}");
+        assert_eq!(to(sender, 0)["warp_bytes"], 0, "senders return none: {rows:?}");
+    }
+    assert_eq!(stdout.matches(" feedback ").count(), 3, "{stdout}");
+    let (out, _) = launch_with_env(2, test, &[], &[("BULKWIRE_RATE_CONTROL", "tcp")]);
+    let (stdout, stderr) = text(&out);
+    assert!(!out.status.success(), "{stdout}");
+    assert!(stderr.contains("expected warp or off"), "{stderr}");
+    let out = Command::new(env!("CARGO_BIN_EXE_bulkwire"))
+        .args(["run", "-n", "2", "--rate-control", "warp", "--warp-capacity", "fast", "true"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success() && text(&out).1.contains("--warp-capacity"), "{:?}", text(&out));
+}

@@ -9,12 +9,13 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use bulkwire_proto::{Config, Endpoint, Event, Path, Time};
+use bulkwire_proto::{Config, Endpoint, Event, Path, RateControl, Time};
 use bulkwire_wire::Coverage;
 
 use crate::env::JobEnv;
 use crate::loss::LossInjector;
 use crate::paths::Paths;
+use crate::rate;
 use crate::rendezvous::{Control, PeerReport, ToLauncher, ToRank};
 use crate::sockets::{PathSockets, RecvBatch, SendBatch, SocketOptions};
 
@@ -117,6 +118,8 @@ pub struct Engine {
     /// Say on standard error when a pair's data changes path
     /// (`BULKWIRE_VERBOSE`).
     verbose: bool,
+    /// The job's Warp parameters, for peers put under control at run time.
+    rate_control: RateControl,
 }
 
 impl Engine {
@@ -395,9 +398,21 @@ impl Runtime {
             paths = Paths::Ordinary;
         }
         paths.apply(&mut config);
+        let lookup = |name: &str| std::env::var(name).ok();
+        let interface_bits = match loopback {
+            true => None,
+            false => crate::sockets::interface_of(ip).and_then(|name| rate::interface_speed(&name)),
+        };
+        let invalid = |why: String| io::Error::new(io::ErrorKind::InvalidInput, why);
+        config.rate_control = rate::from_lookup(lookup, interface_bits).map_err(invalid)?;
+        let rate_control = match &config.rate_control {
+            Some(c) => c.clone(),
+            None => rate::control(&lookup, interface_bits).map_err(invalid)?,
+        };
         let verbose = std::env::var("BULKWIRE_VERBOSE").is_ok_and(|v| !v.is_empty() && v != "0");
         if verbose && env.rank == 0 {
             eprintln!("bulkwire: {}", paths.describe());
+            eprintln!("bulkwire: {}", rate::describe(config.rate_control.as_ref()));
         }
         let endpoint = Endpoint::new(config)?;
         let max_datagram = endpoint.config().max_datagram;
@@ -425,6 +440,7 @@ impl Runtime {
             loss: LossInjector::from_env(env.rank)?,
             wake_at: None,
             verbose,
+            rate_control,
         };
         // Spinning pays only when every process of the job here has a core.
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
@@ -487,6 +503,7 @@ impl Runtime {
                     c.add(&e.endpoint.channel_stats(peer, channel).unwrap_or_default());
                 }
                 let l = e.endpoint.latency_stats(peer).unwrap_or_default();
+                let r = e.endpoint.rate_stats(peer).unwrap_or_default();
                 PeerReport {
                     peer,
                     ordinary_data_packets: c.ordinary.data.packets,
@@ -509,9 +526,39 @@ impl Runtime {
                     lstat_bytes: c.feedback.lstats,
                     probe_bytes: l.feedback.probes,
                     clock_sync_bytes: l.feedback.clock_sync,
+                    warp_bytes: c.feedback.warp,
+                    warp_feedback_received: r.feedback_received,
+                    paced: r.paced,
                 }
             })
             .collect()
+    }
+
+    /// Puts what this process sends to `peer` under Warp rate control with
+    /// the job's parameters (`BULKWIRE_WARP_CAPACITY`, [`crate::rate`]), or
+    /// takes it out. A job started with `BULKWIRE_RATE_CONTROL=warp` has
+    /// every peer under control from the start.
+    pub fn set_rate_control(&self, peer: u32, on: bool) {
+        let control = self.rate_control();
+        self.set_rate_control_with(peer, on.then_some(&control));
+    }
+
+    /// [`Runtime::set_rate_control`] with parameters of the caller's.
+    pub fn set_rate_control_with(&self, peer: u32, control: Option<&RateControl>) {
+        let mut e = self.inner.lock();
+        e.endpoint.set_rate_control(peer, control);
+        self.kick(&e);
+    }
+
+    /// The job's Warp parameters (what [`Runtime::set_rate_control`] uses).
+    pub fn rate_control(&self) -> RateControl {
+        self.inner.lock().rate_control.clone()
+    }
+
+    /// Warp rate control toward `peer`: the pacer's rate and the feedback
+    /// exchanged; `None` while nothing of it has happened.
+    pub fn rate_stats(&self, peer: u32) -> Option<bulkwire_proto::RateStats> {
+        self.inner.lock().endpoint.rate_stats(peer)
     }
 
     /// The latency engines' counters toward `peer` (adaptive paths only):

@@ -15,6 +15,8 @@
 //!   idle or oversubscribed machine is not burnt.
 //! - [`Paths`]: which path class carries the job's data (`BULKWIRE_PATHS`:
 //!   ordinary, premium, or adaptive under the latency monitor).
+//! - [`rate`]: Warp rate control of the job's senders
+//!   (`BULKWIRE_RATE_CONTROL=warp`, `BULKWIRE_WARP_CAPACITY`).
 //! - [`LossInjector`]: `BULKWIRE_TEST_DROP` discards a seeded fraction of
 //!   received datagrams, so tests run programs over a lossy network.
 //! - [`malloc`]: the C library's allocator keeps the memory the runtime
@@ -25,6 +27,7 @@ mod env;
 mod loss;
 pub mod malloc;
 mod paths;
+pub mod rate;
 pub mod rendezvous;
 mod sockets;
 

@@ -75,6 +75,15 @@ pub struct PeerReport {
     pub lstat_bytes: u64,
     pub probe_bytes: u64,
     pub clock_sync_bytes: u64,
+    /// Warp rate control: feedback this rank returned to the peer (bytes),
+    /// feedback it received from the peer, and datagrams to the peer that
+    /// waited for the pacer.
+    #[serde(default)]
+    pub warp_bytes: u64,
+    #[serde(default)]
+    pub warp_feedback_received: u64,
+    #[serde(default)]
+    pub paced: u64,
 }
 
 /// Messages from the launcher to a rank.

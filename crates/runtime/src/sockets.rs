@@ -304,7 +304,7 @@ pub fn interface_mtu(ip: IpAddr) -> Option<usize> {
 }
 
 /// The name of the interface that has address `ip`.
-fn interface_of(ip: IpAddr) -> Option<String> {
+pub(crate) fn interface_of(ip: IpAddr) -> Option<String> {
     let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills `list` with a linked list we free below.
     if unsafe { libc::getifaddrs(&mut list) } != 0 {
