@@ -117,11 +117,7 @@ pub(crate) fn rank(world: &World, args: &Args) -> Result<Vec<Row>, CommError> {
 }
 
 pub(crate) fn table(args: &Args, report: &Report) -> String {
-    let title = format!(
-        "{} senders to 1 receiver on this machine over loopback, {} each per size",
-        args.senders,
-        mib(args.bytes)
-    );
+    let title = format!("{} senders to 1 receiver, {} each per size", args.senders, mib(args.bytes));
     let mut o = flow_table(&title, report, "incast");
     if args.warp {
         o.push_str("# bulkwire with and without Warp rate control: rexmit = data packets resent, fair = Jain's index of the senders' throughputs\n");
