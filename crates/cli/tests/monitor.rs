@@ -90,7 +90,10 @@ fn loopback_rows_while_traffic_flows() {
         assert!((5e6..500e6).contains(&num(lo, key)), "{key}: {lo}");
     }
     assert!(num(lo, "rx_bytes") > 0.0 && num(lo, "rx_packets_per_s") > 0.0, "{lo}");
-    assert!(num(lo, "drops") >= 0.0 && num(lo, "rx_errors") == 0.0 && num(lo, "tx_errors") == 0.0, "{lo}");
+    assert!(
+        num(lo, "drops_packets") >= 0.0 && num(lo, "rx_errors_packets") == 0.0 && num(lo, "tx_errors_packets") == 0.0,
+        "{lo}"
+    );
     check_utilisation(lo);
     assert!(num(lo, "utilisation_max_share") < 0.5, "{lo}");
     let trace = std::fs::read_to_string(&csv).unwrap();
@@ -234,11 +237,11 @@ fn an_htb_port_s_classes_in_a_namespace() {
     let best = row(&rows, "mona:1:20");
     assert_eq!((best["kind"].as_str(), best["capacity_from"].as_str()), (Some("htb class"), Some("ceil")));
     assert_eq!(num(best, "capacity_bits_per_s"), 100e6);
-    assert!(num(best, "utilisation_mean_share") > 0.5 && num(best, "drops") > 0.0, "{best}");
+    assert!(num(best, "utilisation_mean_share") > 0.5 && num(best, "drops_packets") > 0.0, "{best}");
     check_utilisation(best);
     let premium = row(&rows, "mona:1:10");
-    assert_eq!(num(premium, "drops"), 0.0, "{premium}");
+    assert_eq!(num(premium, "drops_packets"), 0.0, "{premium}");
     let fifo = row(&rows, "mona:20:");
     assert_eq!(fifo["kind"], "pfifo qdisc");
-    assert!(num(fifo, "drops") > 0.0 && num(fifo, "backlog_max_packets") > 0.0, "{fifo}");
+    assert!(num(fifo, "drops_packets") > 0.0 && num(fifo, "backlog_max_packets") > 0.0, "{fifo}");
 }

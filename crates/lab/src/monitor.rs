@@ -777,11 +777,11 @@ impl Monitor {
                         .with_opt("tx_packets_per_s", per_s(3))
                         .with("rx_bytes", series.total(0).0)
                         .with("tx_bytes", series.total(1).0)
-                        .with("rx_drops", series.total(4).0)
-                        .with("tx_drops", series.total(5).0)
-                        .with("drops", series.total(4).0 + series.total(5).0)
-                        .with("rx_errors", series.total(6).0)
-                        .with("tx_errors", series.total(7).0);
+                        .with("rx_drops_packets", series.total(4).0)
+                        .with("tx_drops_packets", series.total(5).0)
+                        .with("drops_packets", series.total(4).0 + series.total(5).0)
+                        .with("rx_errors_packets", series.total(6).0)
+                        .with("tx_errors_packets", series.total(7).0);
                 }
                 Kind::Qdisc | Kind::Class => {
                     let backlogs: Vec<(u64, u64)> = series.samples.iter().filter_map(|s| s.backlog).collect();
@@ -790,9 +790,9 @@ impl Monitor {
                     row = row
                         .with_opt("bits_per_s", per_s(0).map(|r| r * 8.0))
                         .with_opt("packets_per_s", per_s(1))
-                        .with("bytes", series.total(0).0)
-                        .with("drops", series.total(2).0)
-                        .with("overlimits", series.total(3).0)
+                        .with("sent_bytes", series.total(0).0)
+                        .with("drops_packets", series.total(2).0)
+                        .with("overlimits_count", series.total(3).0)
                         .with_opt("backlog_mean_bytes", mean_backlog)
                         .with("backlog_max_bytes", backlogs.iter().map(|b| b.0).max().unwrap_or(0))
                         .with("backlog_max_packets", backlogs.iter().map(|b| b.1).max().unwrap_or(0));
@@ -934,12 +934,14 @@ impl Monitor {
             points.push((100.0, 0.0));
             lines.push(Line { label: s.what.clone(), points, colour: colour(*i), reference: false });
         }
+        let top = lines.iter().flat_map(|l| l.points.iter().map(|p| p.1)).fold(0.0, f64::max);
+        let top = (top * 1.15).clamp(10.0, 105.0);
         let panel = Panel {
             title: "histogram of utilisation".into(),
             x_label: "% of capacity (the last tenth: 90% and above)".into(),
             y_label: "% of samples".into(),
             x: 0.0..100.0,
-            y: 0.0..105.0,
+            y: 0.0..top,
             lines,
         };
         files.push(dir.join("monitor-histogram.png"));
@@ -1092,7 +1094,7 @@ pub fn table(report: &Report) -> String {
             capacity,
             mbit(rx),
             mbit(tx),
-            num(r, "drops").map_or("-".to_string(), |d| format!("{d:.0}")),
+            num(r, "drops_packets").map_or("-".to_string(), |d| format!("{d:.0}")),
             pct(r, "utilisation_mean_share"),
             pct(r, "utilisation_median_share"),
             pct(r, "utilisation_p90_share"),
@@ -1350,7 +1352,7 @@ mod tests {
         // 7.5 MB over the 1.5 s measured.
         assert!(near(row.num("rx_bits_per_s"), 40e6), "{row:?}");
         assert_eq!(row.num("rx_bytes"), Some(7.5e6));
-        assert_eq!(row.num("drops"), Some(2.0));
+        assert_eq!(row.num("drops_packets"), Some(2.0));
         assert_eq!(row.num("capacity_bits_per_s"), Some(100e6));
         assert_eq!(row.text("capacity_from"), Some("kernel"));
         assert!(near(row.num("utilisation_mean_share"), 0.4), "{row:?}");
@@ -1480,7 +1482,7 @@ mod tests {
         assert!(within(best.num("bits_per_s"), 80e6), "{best:?}");
         assert!(within(best.num("utilisation_mean_share"), 0.8), "{best:?}");
         assert_eq!(best.text("capacity_from"), Some("ceil"));
-        assert_eq!(best.num("drops"), Some(100.0));
+        assert_eq!(best.num("drops_packets"), Some(100.0));
         assert_eq!(best.num("backlog_max_packets"), Some(40.0));
         let fifo = report.find("monitor", "kernel", "bwp2:20:", None).unwrap();
         assert_eq!(
