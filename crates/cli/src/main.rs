@@ -5,6 +5,7 @@ mod demo;
 mod hosts;
 mod launch;
 mod measure;
+mod monitor;
 mod stats;
 
 use clap::{Parser, Subcommand};
@@ -48,6 +49,10 @@ enum Command {
         #[command(subcommand)]
         tool: measure::LabTool,
     },
+    /// Link utilisation from the kernel's counters: rates, drops and
+    /// utilisation per interface, qdisc and class every interval, and their
+    /// distribution at the end (seed 001).
+    Monitor(monitor::MonitorArgs),
     /// Experiments in the deterministic network simulator.
     Sim {
         #[command(flatten)]
@@ -68,6 +73,7 @@ fn main() {
         Command::Profile(args) => measure::profile(&args).map(|()| 0),
         Command::Sim { experiment, format } => measure::sim(&experiment, format).map(|()| 0),
         Command::Lab { tool, format } => measure::lab(&tool, format).map(|()| 0),
+        Command::Monitor(args) => monitor::run(&args),
     };
     match result {
         Ok(code) => std::process::exit(code),

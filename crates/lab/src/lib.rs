@@ -6,9 +6,11 @@
 //! [`bulkwire_bench::rows`]) and `table` (the rows as text, beside the
 //! paper's figures where the paper has them). The simulator drives most of
 //! them; [`background`] loads the namespace test bed's bottleneck with
-//! ON-OFF traffic for runs on real packets.
+//! ON-OFF traffic for runs on real packets, and [`monitor`] samples the
+//! utilisation of real links from the kernel's counters (seed 001).
 
 pub mod background;
+pub mod monitor;
 pub mod plot;
 pub mod profile;
 pub mod reliability;
