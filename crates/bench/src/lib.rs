@@ -21,6 +21,7 @@ pub mod mpi;
 mod pingpong;
 pub mod reference;
 mod total_exchange;
+pub mod trace;
 
 use bulkwire_comm::{CommError, World};
 use serde::{Deserialize, Serialize};
@@ -45,6 +46,10 @@ pub enum Bench {
     /// superstep) for each destination order (latin, pid, random), pacing
     /// on and off, beside an empty sync and Open MPI's MPI_Alltoall.
     TotalExchange(total_exchange::Args),
+    /// One task's traffic (seed 000's PDE1 or PDE2 trace) from rank 0 to
+    /// rank 1: task-to-task latency, the share of data on the premium
+    /// path, bandwidth per class with feedback. Both ranks on one machine.
+    Trace(trace::Args),
 }
 
 impl Bench {
@@ -52,7 +57,7 @@ impl Bench {
     pub fn ranks(&self) -> u32 {
         match self {
             Bench::Pingpong(a) => a.ranks,
-            Bench::Bw(_) | Bench::Echo(_) => 2,
+            Bench::Bw(_) | Bench::Echo(_) | Bench::Trace(_) => 2,
             Bench::Incast(a) => a.senders + 1,
             Bench::TotalExchange(a) => a.ranks,
         }
@@ -100,6 +105,7 @@ impl Bench {
             Bench::Echo(a) => echo::table(a, report),
             Bench::Incast(a) => incast::table(a, report),
             Bench::TotalExchange(_) => total_exchange::table(report),
+            Bench::Trace(_) => trace::table(report),
         }
     }
 }
@@ -138,6 +144,7 @@ pub fn rank(bench: &Bench) -> Result<Option<Report>, String> {
             Bench::Bw(a) => bw::rank(&world, a)?,
             Bench::Echo(a) => echo::rank(&world, a)?,
             Bench::Incast(a) => incast::rank(&world, a)?,
+            Bench::Trace(a) => trace::rank(&world, a)?,
             Bench::TotalExchange(_) => unreachable!("run through bsp above"),
         };
         let report = (world.rank() == 0).then(|| Report { rows, notes: Vec::new() });

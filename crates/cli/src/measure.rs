@@ -5,7 +5,9 @@
 use std::path::PathBuf;
 
 use bulkwire_bench::{Bench, Report};
-use bulkwire_lab::{background, profile, reliability, service_switching, warp};
+use bulkwire_lab::{background, profile, reliability, service_switching, switching_testbed, warp};
+
+use crate::launch::PathsChoice;
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// How rows are printed: a table by default.
@@ -62,6 +64,24 @@ pub fn bench(bench: &Bench, placement: &Placement, format: Format) -> Result<i32
     bench.check()?;
     let remote = placement.hosts.is_some();
     let mut report = bench.before_job(remote);
+    let job = match job(bench, placement, None)? {
+        Ok(job) => job,
+        Err(status) => return Ok(status),
+    };
+    // Measured again only where it was measured before.
+    let after = if report.rows.is_empty() { Report::default() } else { bench.after_job(remote) };
+    // The job's rows first, then the references measured around it.
+    let before = std::mem::take(&mut report.rows);
+    report.rows = [job.rows, before, after.rows].concat();
+    report.notes = [job.notes, std::mem::take(&mut report.notes), after.notes].concat();
+    format.print(&report, |r| bench.table(r));
+    Ok(0)
+}
+
+/// Runs the job of `bench` where `placement` says, its data on `paths`
+/// (the job's default when `None`): rank 0's report, or the job's exit
+/// status when it failed.
+fn job(bench: &Bench, placement: &Placement, paths: Option<PathsChoice>) -> Result<Result<Report, i32>, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let spec = serde_json::to_string(bench).map_err(|e| e.to_string())?;
     let command = vec![exe.to_string_lossy().into_owned(), "__bench-rank".into(), spec];
@@ -69,6 +89,7 @@ pub fn bench(bench: &Bench, placement: &Placement, format: Format) -> Result<i32
     args.hosts = placement.hosts.clone();
     args.ssh = placement.ssh.clone();
     args.bind = placement.bind;
+    args.paths = paths;
     let (status, output) = crate::launch::run_capturing_rank_0(&args)?;
     // Rank 0 prints its report as one line of JSON; anything else it
     // printed is passed on.
@@ -82,17 +103,9 @@ pub fn bench(bench: &Bench, placement: &Placement, format: Format) -> Result<i32
         }
     }
     if status != 0 {
-        return Ok(status);
+        return Ok(Err(status));
     }
-    let job = job.ok_or("rank 0 of the benchmark job ended without its report")?;
-    // Measured again only where it was measured before.
-    let after = if report.rows.is_empty() { Report::default() } else { bench.after_job(remote) };
-    // The job's rows first, then the references measured around it.
-    let before = std::mem::take(&mut report.rows);
-    report.rows = [job.rows, before, after.rows].concat();
-    report.notes = [job.notes, std::mem::take(&mut report.notes), after.notes].concat();
-    format.print(&report, |r| bench.table(r));
-    Ok(0)
+    Ok(Ok(job.ok_or("rank 0 of the benchmark job ended without its report")?))
 }
 
 /// What marks rank 0's report among its output.
@@ -183,11 +196,69 @@ pub enum LabTool {
     /// Background traffic of exponential ON-OFF UDP sources, some premium
     /// (DSCP EF), offering a load ρ of a bottleneck's rate (seed 000 §4.1).
     Background(background::Args),
+    /// Seed 000's experiment on real packets: one task's trace across the
+    /// test bed's congested two-class port (scripts/netns-testbed.sh
+    /// bottleneck 2) for ordinary, premium and adaptive paths, background
+    /// load ρ from 0.3 to 1.1. Root only.
+    ServiceSwitching(switching_testbed::Args),
 }
 
 pub fn lab(tool: &LabTool, format: Format) -> Result<(), String> {
     match tool {
         LabTool::Background(args) => format.print(&background::run(args)?, background::table),
+        LabTool::ServiceSwitching(args) => service_switching_on_test_bed(args, format)?,
     }
+    Ok(())
+}
+
+/// Runs every job of `lab service-switching`, each with its background
+/// sent from this process, and prints the experiment's rows.
+fn service_switching_on_test_bed(args: &switching_testbed::Args, format: Format) -> Result<(), String> {
+    let plan = args.plan()?;
+    let placement = Placement { hosts: Some(args.hosts.clone()), ssh: args.ssh.clone(), bind: Some(args.bind) };
+    let bar = ProgressBar::new(plan.len() as u64);
+    bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}").expect("valid template"));
+    let mut runs = Vec::new();
+    for run in &plan {
+        bar.set_message(format!("{:?} ρ {} #{} {}", run.trace, run.load, run.repetition + 1, run.mode));
+        let background = args.background(run);
+        let sender = std::thread::spawn(move || background::run(&background));
+        // The background is on before the task starts, and lasts past its end.
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let trace = bulkwire_bench::trace::Args {
+            trace: run.trace,
+            seconds: run.seconds,
+            seed: run.trace_seed,
+            load: Some(run.load),
+        };
+        let paths = match run.mode {
+            "premium" => PathsChoice::Premium,
+            "adaptive" => PathsChoice::Adaptive,
+            _ => PathsChoice::Ordinary,
+        };
+        let report = job(&Bench::Trace(trace), &placement, Some(paths))?;
+        sender.join().map_err(|_| "the background sender panicked".to_string())??;
+        match report {
+            Ok(report) => runs.extend(report.rows),
+            Err(status) => {
+                return Err(format!("the task's job ({:?}, ρ {}, {}) failed ({status})", run.trace, run.load, run.mode))
+            }
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let jobs = runs;
+    let notes = vec![format!(
+        "one task across the test bed's {:.0} Mbit/s two-class port, {} ON-OFF background sources ({} premium), \
+         {} runs",
+        args.rate / 1e6,
+        args.sources,
+        args.premium_sources,
+        jobs.len()
+    )];
+    let report = switching_testbed::aggregate(&jobs, notes);
+    let files = switching_testbed::write_files(&report, &args.out)?;
+    format.print(&report, switching_testbed::table);
+    eprintln!("wrote {}", files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", "));
     Ok(())
 }

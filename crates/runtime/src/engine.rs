@@ -550,6 +550,18 @@ impl Runtime {
         self.kick(&e);
     }
 
+    /// Which paths carry this process's data: `ordinary`, `premium` or
+    /// `adaptive` (as `BULKWIRE_PATHS` names them).
+    pub fn paths_name(&self) -> &'static str {
+        let e = self.inner.lock();
+        let cfg = e.endpoint.config();
+        match (cfg.premium_only, cfg.latency.is_some()) {
+            (true, _) => "premium",
+            (false, true) => "adaptive",
+            (false, false) => "ordinary",
+        }
+    }
+
     /// The job's Warp parameters (what [`Runtime::set_rate_control`] uses).
     pub fn rate_control(&self) -> RateControl {
         self.inner.lock().rate_control.clone()
