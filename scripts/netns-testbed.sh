@@ -6,6 +6,7 @@
 #
 #   scripts/netns-testbed.sh up [N] [RATE]     # default 8 hosts, 100mbit
 #   scripts/netns-testbed.sh bottleneck [N] [RATE]
+#   scripts/netns-testbed.sh dual [N] [RATE]
 #   scripts/netns-testbed.sh down [N]
 #
 # `bottleneck` makes the last host's downlink a port with two classes, as
@@ -14,6 +15,10 @@
 # effort the rest with a drop-tail queue of 64 packets. Traffic sent to that
 # host from the switch's own address (10.90.0.254) at more than RATE, such
 # as a UDP flood, congests the best-effort class only.
+#
+# `dual` gives every host a second interface, eth1 (10.91.0.1 … N), on a
+# second switch (10.91.0.254) whose links are not limited: a premium network
+# of its own, for BULKWIRE_PREMIUM_IFACE=eth1.
 #
 # Run a job or a benchmark on it with scripts/netns-exec as the remote shell:
 #   bulkwire bench --hosts bwh0,bwh1,…,bwh7 --ssh scripts/netns-exec --bind 10.90.0.254 total-exchange -n 8
@@ -38,12 +43,14 @@ down() {
     for i in $(seq 0 $((n - 1))); do
         ip netns del "bwh$i" 2>/dev/null || true
         ip link del "bwp$i" 2>/dev/null || true
+        ip link del "bwq$i" 2>/dev/null || true
     done
     ip link del bwbr 2>/dev/null || true
+    ip link del bwbr2 2>/dev/null || true
 }
 
 case "$action" in
-    up | bottleneck)
+    up | bottleneck | dual)
         down
         ip link add bwbr type bridge
         ip addr add 10.90.0.254/24 dev bwbr
@@ -71,11 +78,22 @@ case "$action" in
             fi
             ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 32kb latency 10ms
         done
+        if [ "$action" = dual ]; then
+            ip link add bwbr2 type bridge
+            ip addr add 10.91.0.254/24 dev bwbr2
+            ip link set bwbr2 up
+            for i in $(seq 0 $((n - 1))); do
+                ip link add "bwq$i" type veth peer name eth1 netns "bwh$i"
+                ip link set "bwq$i" master bwbr2 up
+                ip -n "bwh$i" addr add "10.91.0.$((i + 1))/24" dev eth1
+                ip -n "bwh$i" link set eth1 up
+            done
+        fi
         echo "test bed up: $n hosts bwh0..bwh$((n - 1)) at $rate; rendezvous address 10.90.0.254"
         ;;
     down) down ;;
     *)
-        echo "usage: $0 up [N] [RATE] | bottleneck [N] [RATE] | down [N]" >&2
+        echo "usage: $0 up [N] [RATE] | bottleneck [N] [RATE] | dual [N] [RATE] | down [N]" >&2
         exit 2
         ;;
 esac

@@ -648,7 +648,7 @@ fn an_unmarkable_premium_path_is_said_and_the_job_keeps_to_ordinary() {
         .unwrap();
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert_eq!(stderr.matches("the premium path cannot be marked (SO_PRIORITY 7").count(), 2, "{stderr}");
+    assert_eq!(stderr.matches("the premium path is not available (SO_PRIORITY 7").count(), 2, "{stderr}");
     for rank in 0..2 {
         let line = stdout.split(&format!("unmarked rank {rank}: ")).nth(1).unwrap_or_else(|| panic!("{stdout}"));
         let numbers: Vec<u64> = line.split_whitespace().filter_map(|w| w.parse().ok()).take(2).collect();

@@ -21,6 +21,9 @@ fn have(program: &str) -> bool {
     Command::new("sh").args(["-c", &format!("command -v {program} >/dev/null")]).status().is_ok_and(|s| s.success())
 }
 
+/// One test at a time on the test bed: they share its namespaces.
+static TEST_BED: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Adaptive paths on real packets (seed 000 §3): two hosts of the namespace
 /// test bed, the receiver behind a port whose best-effort class a UDP flood
 /// congests while the premium class stays free. Rank 0 streams messages to
@@ -73,6 +76,7 @@ fn adaptive_paths_leave_a_congested_ordinary_class_and_come_back() {
         eprintln!("skipped: needs root, iproute2 and tc for the namespace test bed");
         return;
     }
+    let _one = TEST_BED.lock().unwrap_or_else(|e| e.into_inner());
     let up = Command::new(&testbed).args(["bottleneck", "2", "100mbit"]).output().unwrap();
     if !up.status.success() {
         eprintln!("skipped: the test bed did not come up: {}", String::from_utf8_lossy(&up.stderr));
@@ -123,4 +127,129 @@ fn adaptive_paths_leave_a_congested_ordinary_class_and_come_back() {
     assert!(to_premium >= 1 && back >= 1, "switched to premium and back: {line}\n{stderr}");
     assert!(premium_packets > 0, "{line}");
     assert!(stderr.contains("rank 0: data to rank 1 on the premium path"), "{stderr}");
+}
+
+/// `bulkwire lab service-switching --quick`: seed 000's experiment on the
+/// test bed's two-class port, PDE2 at ρ 0.5 and 1.1, each choice of paths
+/// twice. Every run delivers every message of the trace in order (the
+/// benchmark checks each); premium-only puts all of the task's data on the
+/// premium path, ordinary-only none, adaptive some; rows in the row format.
+/// Needs root, iproute2 and tc; skipped otherwise.
+#[test]
+fn the_service_switching_experiment_runs_on_the_test_bed() {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root || !have("ip") || !have("tc") {
+        eprintln!("skipped: needs root, iproute2 and tc for the namespace test bed");
+        return;
+    }
+    let _one = TEST_BED.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let testbed = dir.join("scripts/netns-testbed.sh");
+    let up = Command::new(&testbed).args(["bottleneck", "2", "100mbit"]).output().unwrap();
+    assert!(up.status.success(), "{}", String::from_utf8_lossy(&up.stderr));
+    let out_dir = std::env::temp_dir().join(format!("bulkwire-ss-{}", std::process::id()));
+    let out = Command::new(env!("CARGO_BIN_EXE_bulkwire"))
+        .current_dir(&dir)
+        .args(["lab", "service-switching", "--quick", "--json", "--out"])
+        .arg(&out_dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let _ = Command::new(&testbed).args(["down", "2"]).status();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(out_dir.join("service-switching-testbed.csv").exists(), "{stderr}");
+    let _ = std::fs::remove_dir_all(&out_dir);
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert_eq!(rows.len(), 6, "three choices of paths at two loads: {stdout}");
+    for row in &rows {
+        assert_eq!(
+            (row["bench"].as_str(), row["source"].as_str(), row["trace"].as_str()),
+            (Some("service-switching"), Some("testbed"), Some("PDE2")),
+            "{row}"
+        );
+        assert_eq!(row["repetitions_count"], 2, "{row}");
+        assert!(row["latency_mean_us"].as_f64().unwrap() > 0.0, "{row}");
+        assert!(row["messages_count"].as_f64().unwrap() > 1000.0, "{row}");
+        let share = row["share"].as_f64().unwrap();
+        match row["what"].as_str().unwrap() {
+            "ordinary" => assert_eq!(share, 0.0, "{row}"),
+            "premium" => assert_eq!(share, 1.0, "{row}"),
+            "adaptive" => assert!((0.0..=1.0).contains(&share), "{row}"),
+            other => panic!("unexpected paths {other}"),
+        }
+    }
+}
+
+/// A premium network of its own (`BULKWIRE_PREMIUM_IFACE`): on the test
+/// bed's `dual` layout every host has a second interface, eth1, on a
+/// second switch. With premium paths and no DSCP, rank 0's data to rank 1
+/// leaves by eth1; with an interface that does not exist, every rank says
+/// so once and the job runs on the ordinary path. Needs root and iproute2;
+/// skipped otherwise.
+#[test]
+fn a_premium_interface_carries_the_premium_path() {
+    const MESSAGES: u32 = 200;
+    if is_rank() {
+        let world = World::init().unwrap();
+        if world.rank() == 0 {
+            for i in 0..MESSAGES {
+                world.send(1, 7, &vec![i as u8; 5000]).unwrap();
+            }
+        } else {
+            for i in 0..MESSAGES {
+                let (_, data) = world.recv(Source::Rank(0), Tag::Is(7)).unwrap();
+                assert_eq!(data, vec![i as u8; 5000], "in order, intact");
+            }
+        }
+        world.barrier().unwrap();
+        world.finalize().unwrap();
+        return;
+    }
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root || !have("ip") {
+        eprintln!("skipped: needs root and iproute2 for the namespace test bed");
+        return;
+    }
+    let _one = TEST_BED.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let testbed = dir.join("scripts/netns-testbed.sh");
+    let up = Command::new(&testbed).args(["dual", "2", "100mbit"]).output().unwrap();
+    assert!(up.status.success(), "{}", String::from_utf8_lossy(&up.stderr));
+    let sent_by = |iface: &str| -> u64 {
+        let out = Command::new("ip")
+            .args(["netns", "exec", "bwh0", "cat", &format!("/sys/class/net/{iface}/statistics/tx_bytes")])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    };
+    let job = |iface: &str| {
+        Command::new(env!("CARGO_BIN_EXE_bulkwire"))
+            .args(["run", "-n", "2", "--hosts", "bwh0,bwh1", "--bind", "10.90.0.254", "--paths", "premium"])
+            .arg("--ssh")
+            .arg(dir.join("scripts/netns-exec"))
+            .env("BULKWIRE_PREMIUM_IFACE", iface)
+            .env("BULKWIRE_PREMIUM_DSCP", "0")
+            .arg(std::env::current_exe().unwrap())
+            .args(["--exact", "a_premium_interface_carries_the_premium_path", "--nocapture", "--test-threads=1"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let (eth0, eth1) = (sent_by("eth0"), sent_by("eth1"));
+    let out = job("eth1");
+    let (eth0_used, eth1_used) = (sent_by("eth0") - eth0, sent_by("eth1") - eth1);
+    let missing = job("eth9");
+    let _ = Command::new(&testbed).args(["down", "2"]).status();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let data = u64::from(MESSAGES) * 5000;
+    assert!(eth1_used > data, "the data left by eth1: {eth1_used} bytes against {data}\n{stderr}");
+    assert!(eth0_used < data / 4, "and not by eth0: {eth0_used} bytes\n{stderr}");
+    let (stdout, stderr) = text(&missing);
+    assert!(missing.status.success(), "{stdout}\n{stderr}");
+    let said = "the premium path is not available (interface eth9 has no address (or does not exist))";
+    assert_eq!(stderr.matches(said).count(), 2, "once per rank: {stderr}");
 }

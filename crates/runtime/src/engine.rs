@@ -385,14 +385,17 @@ impl Runtime {
         config.packet_buffers = packet_buffers(sockets.recv_buffer_bytes()?, config.max_datagram);
         config.initial_rtt = Duration::from_micros(if ip.is_loopback() { 50 } else { 500 });
         config.min_rto = Duration::from_micros(500);
-        // The premium path is distinct where packets leave the host marked.
-        let distinct = !loopback && options.premium_dscp != 0 && sockets.premium_unmarked.is_none();
+        // The premium path is distinct where its datagrams leave the host
+        // marked, or by an interface of their own.
+        let distinct = !loopback
+            && sockets.premium_unavailable.is_none()
+            && (sockets.premium_elsewhere || options.premium_dscp != 0);
         let mut paths = Paths::from_lookup(|name| std::env::var(name).ok(), distinct)
             .map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, why))?;
-        if let (Some(why), false) = (&sockets.premium_unmarked, paths == Paths::Ordinary) {
+        if let (Some(why), false) = (&sockets.premium_unavailable, paths == Paths::Ordinary) {
             // Said once per process, and the job goes on as best effort.
             say(&format!(
-                "bulkwire: rank {}: the premium path cannot be marked ({why}): data stays on the ordinary path",
+                "bulkwire: rank {}: the premium path is not available ({why}): data stays on the ordinary path",
                 env.rank
             ));
             paths = Paths::Ordinary;

@@ -9,7 +9,7 @@ use bulkwire_wire::{HEADER_LEN, MAC_LEN, OVERHEAD};
 use socket2::{Domain, Protocol, Socket, Type};
 
 /// How the premium path is marked.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SocketOptions {
     /// DSCP of the premium socket (46 = Expedited Forwarding).
     pub premium_dscp: u8,
@@ -17,16 +17,21 @@ pub struct SocketOptions {
     pub premium_priority: u32,
     /// Kernel buffer sizes asked for; the kernel may grant less.
     pub buffer_bytes: usize,
+    /// A second interface for the premium path (`BULKWIRE_PREMIUM_IFACE`):
+    /// the premium socket is bound to its address, so that premium
+    /// datagrams take that network.
+    pub premium_iface: Option<String>,
 }
 
 impl Default for SocketOptions {
     fn default() -> Self {
-        SocketOptions { premium_dscp: 46, premium_priority: 6, buffer_bytes: 4 << 20 }
+        SocketOptions { premium_dscp: 46, premium_priority: 6, buffer_bytes: 4 << 20, premium_iface: None }
     }
 }
 
 impl SocketOptions {
-    /// Defaults overridden by `BULKWIRE_PREMIUM_DSCP` and `BULKWIRE_PREMIUM_PRIORITY`.
+    /// Defaults overridden by `BULKWIRE_PREMIUM_DSCP`,
+    /// `BULKWIRE_PREMIUM_PRIORITY` and `BULKWIRE_PREMIUM_IFACE`.
     pub fn from_env() -> io::Result<SocketOptions> {
         let mut o = SocketOptions::default();
         if let Ok(v) = std::env::var("BULKWIRE_PREMIUM_DSCP") {
@@ -39,6 +44,14 @@ impl SocketOptions {
                 io::Error::new(io::ErrorKind::InvalidInput, format!("BULKWIRE_PREMIUM_PRIORITY={v:?}: not a number"))
             })?;
         }
+        if let Ok(v) = std::env::var("BULKWIRE_PREMIUM_IFACE") {
+            let name = v.trim();
+            if name.is_empty() || name.len() > 15 || name.contains(['/', ' ']) {
+                let why = format!("BULKWIRE_PREMIUM_IFACE={v:?}: not an interface name");
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, why));
+            }
+            o.premium_iface = Some(name.to_string());
+        }
         Ok(o)
     }
 }
@@ -48,10 +61,14 @@ impl SocketOptions {
 pub struct PathSockets {
     pub ordinary: UdpSocket,
     pub premium: UdpSocket,
-    /// Why the premium socket's datagrams are not marked, if they are not
-    /// (the DSCP or the priority was refused): then the premium path is
-    /// the ordinary one under another port.
-    pub premium_unmarked: Option<String>,
+    /// Why the premium path is not distinct from the ordinary one, if it
+    /// is not: its interface has no address or is down (then the premium
+    /// socket is bound beside the ordinary one), or, on the same interface,
+    /// the DSCP or the priority was refused (then the premium path is the
+    /// ordinary one under another port).
+    pub premium_unavailable: Option<String>,
+    /// The premium socket is bound to another interface than the ordinary one.
+    pub premium_elsewhere: bool,
 }
 
 impl PathSockets {
@@ -62,9 +79,19 @@ impl PathSockets {
     /// (`premium_unmarked` says why).
     pub fn bind(ip: IpAddr, options: &SocketOptions) -> io::Result<PathSockets> {
         let ordinary = open(ip, options)?;
-        let premium = open(ip, options)?;
-        let premium_unmarked = mark(&premium, ip, options).err();
-        Ok(PathSockets { ordinary, premium, premium_unmarked })
+        let (premium_ip, missing) = match &options.premium_iface {
+            None => (ip, None),
+            Some(name) => match address_of(name, ip) {
+                Ok(address) => (address, None),
+                Err(why) => (ip, Some(why)),
+            },
+        };
+        let premium = open(premium_ip, options)?;
+        let premium_elsewhere = premium_ip != ip;
+        // Marks matter less on a network of its own; a mark refused there
+        // leaves the path distinct all the same.
+        let unmarked = mark(&premium, premium_ip, options).err().filter(|_| !premium_elsewhere);
+        Ok(PathSockets { ordinary, premium, premium_unavailable: missing.or(unmarked), premium_elsewhere })
     }
 
     pub fn socket(&self, path: Path) -> &UdpSocket {
@@ -305,39 +332,25 @@ pub fn interface_mtu(ip: IpAddr) -> Option<usize> {
 
 /// The name of the interface that has address `ip`.
 pub(crate) fn interface_of(ip: IpAddr) -> Option<String> {
-    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills `list` with a linked list we free below.
-    if unsafe { libc::getifaddrs(&mut list) } != 0 {
-        return None;
+    if_addrs::get_if_addrs().ok()?.into_iter().find(|i| i.ip() == ip).map(|i| i.name)
+}
+
+/// The address of interface `name` in the family of `like`, if the
+/// interface exists, has one and is not down.
+fn address_of(name: &str, like: IpAddr) -> Result<IpAddr, String> {
+    use if_addrs::IfOperStatus;
+    let all = if_addrs::get_if_addrs().map_err(|e| format!("the interfaces cannot be listed: {e}"))?;
+    let of: Vec<_> = all.into_iter().filter(|i| i.name == name).collect();
+    let Some(first) = of.first() else {
+        return Err(format!("interface {name} has no address (or does not exist)"));
+    };
+    if matches!(first.oper_status, IfOperStatus::Down | IfOperStatus::LowerLayerDown | IfOperStatus::NotPresent) {
+        return Err(format!("interface {name} is down"));
     }
-    let mut found = None;
-    let mut cursor = list;
-    while !cursor.is_null() && found.is_none() {
-        // SAFETY: `cursor` is a node of the list getifaddrs returned, not yet freed.
-        let entry = unsafe { &*cursor };
-        // SAFETY: a non-null ifa_addr points to a sockaddr of the family it names.
-        let addr = unsafe { entry.ifa_addr.as_ref() }.and_then(|sa| match sa.sa_family as libc::c_int {
-            libc::AF_INET => {
-                // SAFETY: AF_INET addresses are sockaddr_in.
-                let sin = unsafe { &*(entry.ifa_addr as *const libc::sockaddr_in) };
-                Some(IpAddr::from(u32::from_be(sin.sin_addr.s_addr).to_be_bytes()))
-            }
-            libc::AF_INET6 => {
-                // SAFETY: AF_INET6 addresses are sockaddr_in6.
-                let sin6 = unsafe { &*(entry.ifa_addr as *const libc::sockaddr_in6) };
-                Some(IpAddr::from(sin6.sin6_addr.s6_addr))
-            }
-            _ => None,
-        });
-        if addr == Some(ip) {
-            // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-            found = Some(unsafe { std::ffi::CStr::from_ptr(entry.ifa_name) }.to_string_lossy().into_owned());
-        }
-        cursor = entry.ifa_next;
-    }
-    // SAFETY: `list` came from getifaddrs and is freed once.
-    unsafe { libc::freeifaddrs(list) };
-    found
+    of.iter()
+        .find(|i| i.ip().is_ipv4() == like.is_ipv4() && !i.is_link_local())
+        .map(|i| i.ip())
+        .ok_or_else(|| format!("interface {name} has no {} address", if like.is_ipv4() { "IPv4" } else { "IPv6" }))
 }
 
 /// Marks `premium`'s datagrams: DSCP (for the network) and `SO_PRIORITY`
