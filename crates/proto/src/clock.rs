@@ -102,6 +102,8 @@ pub struct ClockSync {
     outstanding: Option<u64>,
     samples: VecDeque<Sample>,
     estimate: Option<ClockEstimate>,
+    /// The least round trip of any exchange so far.
+    least_delay: Option<u64>,
 }
 
 impl ClockSync {
@@ -114,6 +116,7 @@ impl ClockSync {
             outstanding: None,
             samples: VecDeque::with_capacity(MAX_SAMPLES),
             estimate: None,
+            least_delay: None,
         }
     }
 
@@ -132,6 +135,13 @@ impl ClockSync {
             let gap = if self.settled() { self.period } else { self.period / 20 };
             self.next_request = now + gap;
         }
+    }
+
+    /// The least round trip of the exchanges so far (on the premium path,
+    /// where they travel): twice the least one-way delay of the path
+    /// between the two hosts, queues aside.
+    pub fn least_round_trip(&self) -> Option<Duration> {
+        self.least_delay.map(Duration::from_nanos)
     }
 
     /// Whether the initial burst of exchanges has given its samples.
@@ -166,6 +176,7 @@ impl ClockSync {
         }
         let offset = ((t2 as i128 - t1 as i128) + (t3 as i128 - t4 as i128)) as f64 / 2.0;
         let delay = (t4 - t1) - (t3 - t2);
+        self.least_delay = Some(self.least_delay.map_or(delay, |l| l.min(delay)));
         if self.samples.len() == MAX_SAMPLES {
             self.samples.pop_front();
         }

@@ -104,7 +104,8 @@ impl Decision {
     }
 }
 
-/// Calibration of a peer's thresholds: the least of the first samples.
+/// Calibration of a peer's thresholds: the least of the first samples, or
+/// half the least round trip of the clock exchanges if that is less.
 #[derive(Clone, Copy, Debug, Default)]
 struct Calibration {
     samples: u32,
@@ -300,7 +301,13 @@ impl PeerLink {
             c.samples += 1;
             c.least = Some(c.least.map_or(latency, |l| l.min(latency)));
             if c.samples >= cfg.calibration_samples {
-                c.done = c.least.map(|least| Thresholds::for_base(least.max(cfg.least_base)));
+                // A path congested from the start never shows its base
+                // latency on the ordinary path; half the least round trip
+                // of the clock exchanges, on the premium path between the
+                // same hosts, bounds it from below.
+                let premium = self.clock.as_ref().and_then(ClockSync::least_round_trip).map(|rt| rt / 2);
+                let base = c.least.into_iter().chain(premium).min();
+                c.done = base.map(|base| Thresholds::for_base(base.max(cfg.least_base)));
             }
             return None;
         }

@@ -449,3 +449,33 @@ fn a_step_of_a_peers_clock_moves_the_pair_once_and_back() {
     let latency = p.ends[0].last_latency(1).unwrap();
     assert!(latency.abs_diff(Duration::from_micros(80)) < Duration::from_micros(5), "re-synchronised: {latency:?}");
 }
+
+#[test]
+fn a_path_congested_from_the_start_is_calibrated_from_the_premium_round_trip() {
+    // Thresholds calibrated from 8 samples, clocks resynchronised; the
+    // ordinary path holds a standing queue of 3 ms from the first packet
+    // (a job started into a congested port), the premium path 80 us. The
+    // least ordinary sample is 3 ms, which would make TM 6 ms and hide the
+    // queue for ever; the clock exchanges' least round trip, 160 us, gives
+    // a base of 80 us instead, and the pair moves its data to premium.
+    let mut cfg = latency_config();
+    cfg.calibration_samples = 8;
+    cfg.least_base = Duration::from_micros(50);
+    cfg.clock_sync_period = Some(Duration::from_millis(20));
+    let mut p = Pair::new(config(0, cfg.clone()), config(1, cfg));
+    p.delay = Box::new(|_, path, _| match path {
+        Path::Ordinary => Duration::from_millis(3),
+        Path::Premium => Duration::from_micros(80),
+    });
+    let mut i = 0;
+    while p.now < ms(600) {
+        p.send(0, &msg(i, 200));
+        i += 1;
+        p.run_until(p.now + Duration::from_millis(2));
+    }
+    p.run_until(p.now + Duration::from_millis(50));
+    assert_eq!(p.received[1].len(), i, "every message arrives");
+    let s = p.ends[0].latency_stats(1).unwrap();
+    assert!(s.switches_to_high >= 1, "{s:?}");
+    assert_eq!(p.ends[0].mode(1), Mode::HighLatency, "rank 0's data stays on premium while the queue stands");
+}
