@@ -124,13 +124,13 @@ impl World {
         // need go back: a receiver finds a lost message by the hole the next
         // one shows and prods for it. A sender that probed its last packet
         // one timeout after every message would send each sparse message
-        // twice and draw an acknowledgement for it; it waits longer
-        // (`Endpoint::set_receiver_driven`) and so probes only where a
-        // stream has really ended, or a tail really was lost.
+        // twice and draw an acknowledgement for it; it probes by its pace
+        // (`Endpoint::set_probe_by_pace`): the end of a burst after one
+        // timeout, an isolated message only after 2^4.
         rt.with(|e| {
             let (ranks, me) = (e.endpoint.config().ranks, e.endpoint.config().rank);
             for peer in (0..ranks).filter(|&p| p != me) {
-                e.endpoint.set_receiver_driven(peer, USER, true);
+                e.endpoint.set_probe_by_pace(peer, USER, true);
             }
             Ok(())
         })?;

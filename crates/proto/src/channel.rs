@@ -212,6 +212,14 @@ pub(crate) struct Channel {
     /// decided by the receiver's needs, not the sender's timeouts), so the
     /// tail probe waits [`RECEIVER_DRIVEN_BACKOFF`] more doublings.
     pub receiver_driven: bool,
+    /// The tail probe waits as [`RECEIVER_DRIVEN_BACKOFF`] more doublings
+    /// only when the last packet came more than a timeout after the one
+    /// before it ([`crate::Endpoint::set_probe_by_pace`]).
+    pub probe_by_pace: bool,
+    /// When the newest new data packet left, and how long after the one
+    /// before it.
+    last_new_at: Time,
+    last_new_gap: Duration,
 
     // Receiver half.
     next_expected: u64,
@@ -266,6 +274,9 @@ impl Channel {
             rto_backoff: 0,
             probe_due: false,
             receiver_driven: false,
+            probe_by_pace: false,
+            last_new_at: Time::ZERO,
+            last_new_gap: Duration::MAX,
             next_expected: 0,
             known_sent: 0,
             arrived_beyond: 0,
@@ -861,7 +872,8 @@ impl Channel {
 
     /// How long after the last progress the tail probe goes.
     fn probe_backoff(&self) -> Duration {
-        let extra = if self.receiver_driven { RECEIVER_DRIVEN_BACKOFF } else { 0 };
+        let sparse = self.probe_by_pace && self.last_new_gap > self.rtt.rto();
+        let extra = if self.receiver_driven || sparse { RECEIVER_DRIVEN_BACKOFF } else { 0 };
         self.backoff(self.rto_backoff + extra)
     }
 
@@ -1056,6 +1068,8 @@ impl Channel {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.stats.data_sent += 1;
+        self.last_new_gap = if seq == 0 { Duration::MAX } else { now.since(self.last_new_at) };
+        self.last_new_at = now;
         if self.unacked.is_empty() {
             self.waiting_since = now;
         }

@@ -282,6 +282,20 @@ impl Endpoint {
         }
     }
 
+    /// Makes the sender of `channel` to `peer` probe by its own pace: a
+    /// last packet that came a round trip or less after the one before (the
+    /// end of a burst) is probed after one retransmission timeout; one that
+    /// came later than that (a sparse stream, whose next packet will show a
+    /// loss as a hole) only after 16. For traffic of isolated messages,
+    /// where a probe after every message would send each twice and draw an
+    /// acknowledgement for it.
+    pub fn set_probe_by_pace(&mut self, peer: u32, channel: u16, on: bool) {
+        if peer < self.cfg.ranks && peer != self.cfg.rank && channel < self.cfg.channels {
+            let index = self.index(peer, channel);
+            self.channels[index].probe_by_pace = on;
+        }
+    }
+
     /// Asks every peer holding unacknowledged packets of ours to
     /// acknowledge them now, without waiting for a timeout (before leaving
     /// a job, for instance).

@@ -839,3 +839,36 @@ fn a_prod_does_not_resend_what_is_still_on_its_way() {
     let (after, before) = (prods(&p), prods_before);
     assert!(after >= before + 2, "the receiver prodded between arrivals: {before} prods, then {after}");
 }
+
+#[test]
+fn probing_by_pace_spares_a_sparse_stream_and_ends_a_burst_promptly() {
+    // A message every 3 ms, many timeouts apart (but fewer than 2^4): each
+    // would be probed (resent) one timeout after it left; by pace, none is.
+    let sparse = |by_pace: bool| {
+        let mut p = Pair::default();
+        p.ends[0].set_probe_by_pace(1, 0, by_pace);
+        for i in 0..40 {
+            p.ends[0].send(1, 0, &msg(i, 100)).unwrap();
+            let until = p.now + Duration::from_millis(3);
+            while p.now < until && p.step_until(Some(until)) {}
+        }
+        assert_eq!(p.received[1].len(), 40);
+        p.ends[0].channel_stats(1, 0).unwrap().retransmissions
+    };
+    assert!(sparse(false) >= 39, "a probe after each message without it");
+    assert_eq!(sparse(true), 0, "none by pace");
+    // A burst of ten packets whose last is lost: its tail came right after
+    // the packet before it, so the probe goes one timeout later, not 2^4.
+    let mut p = Pair::default();
+    p.ends[0].set_probe_by_pace(1, 0, true);
+    p.drop = Box::new(|s| s.packet_type == 1 && !s.retransmission && s.sequence == 9);
+    for i in 0..10 {
+        p.ends[0].send(1, 0, &msg(i, 1000)).unwrap();
+        p.flush();
+    }
+    let start = p.now;
+    while p.received[1].len() < 10 && p.step() {}
+    assert_eq!(p.received[1].len(), 10);
+    let took = p.now.since(start);
+    assert!(took < Duration::from_millis(2), "the lost tail came back after {took:?}");
+}

@@ -193,17 +193,21 @@ pub fn task_config(seed: u64, rank: u32, mode: Mode) -> Config {
 /// Runs one task pair over the switch.
 pub fn run(spec: &RunSpec) -> RunOutcome {
     let end = Time::ZERO + spec.duration;
-    // Task 0 replays the trace to task 1; each burst is a phase, so its last
-    // packet asks for an answer at once.
+    // Task 0 replays the trace to task 1 as a program's sends through
+    // `comm` go: no burst ends a phase (none asks for an answer at once),
+    // and the sender probes by its pace: the end of a burst after one
+    // timeout, an isolated message only after 2^4, since the next one will
+    // show its loss as a hole.
     let sends = generate(&spec.trace.params(), Time::ZERO, end, spec.seed)
         .into_iter()
-        .map(|m| PlannedMessage { to: 1, channel: 0, len: m.len, at: m.at, end_phase: true })
+        .map(|m| PlannedMessage { to: 1, channel: 0, len: m.len, at: m.at, end_phase: false })
         .collect();
     let plan = Arc::new(Plan { ranks: 2, channels: 1, sends: vec![sends, Vec::new()] });
-    let hosts: Vec<WorkloadHost> = (0..2)
+    let mut hosts: Vec<WorkloadHost> = (0..2)
         .map(|rank| WorkloadHost::new(task_config(spec.seed, rank, spec.mode), plan.clone(), spec.seed))
         .collect::<Result<_, _>>()
         .expect("valid task config");
+    hosts[0].endpoint.set_probe_by_pace(1, 0, true);
     let network = AtmNetwork::new(AtmConfig::paper(spec.seed, spec.load, spec.mode.data_class()));
     let mut sim = Simulator::new(spec.seed, hosts, network);
     let messages = plan.sends[0].len();
