@@ -304,7 +304,7 @@ impl FeedbackMaker {
         *self.heard.get_mut(source as usize)? = Some(now);
         let next = self.next_sequence.get_mut(source as usize * self.channels + channel as usize)?;
         let lost = sequence.saturating_sub(*next).min(u32::MAX as u64) as u32;
-        *next = (*next).max(sequence + 1);
+        *next = (*next).max(sequence.saturating_add(1));
         let stretch = &mut self.stretches[source as usize];
         stretch.lost = stretch.lost.saturating_add(lost);
         let sample = self.estimator.observe(source, sent, now)?;

@@ -255,3 +255,22 @@ fn warp_makes_room_for_traffic_from_outside_the_job() {
     let last = warp.finish.iter().cloned().fold(0.0, f64::max);
     assert!(last < 1.4 * bound, "finished at {last:.3} s, the port's rest needs {bound:.3} s: {warp:?}");
 }
+
+#[test]
+fn a_flagged_data_packet_at_the_end_of_the_sequence_space_is_refused_not_a_panic() {
+    let mut a = Endpoint::new(config(0, 2, None)).unwrap();
+    let mut h = bulkwire_wire::Header::new(PacketType::Data);
+    h.job = JOB;
+    h.source = 1;
+    h.destination = 0;
+    h.flags = bulkwire_wire::Flags::RATE_CONTROLLED;
+    h.timestamp = 1_000;
+    let mut buf = vec![0u8; 256];
+    for sequence in [u64::MAX - 1, u64::MAX] {
+        h.sequence = sequence;
+        h.timestamp += 1_000;
+        let n = bulkwire_wire::encode(&h, &[], &JobKey::new([5; 32]), &mut buf).unwrap();
+        a.handle_datagram(Time::from_nanos(h.timestamp), &buf[..n]);
+    }
+    assert!(a.stats().protocol_violations >= 1, "{:?}", a.stats());
+}
