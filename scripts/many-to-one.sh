@@ -9,9 +9,12 @@
 set -euo pipefail
 rate="${1:-100mbit}"
 bytes="${2:-4000000}"
-shift 2 || true
-ks=("${@:-1 2 4 7}")
-read -r -a ks <<<"${ks[*]}"
+shift $(($# < 2 ? $# : 2))
+ks=("$@")
+[ ${#ks[@]} -gt 0 ] || ks=(1 2 4 7)
+for k in "${ks[@]}"; do
+    [[ "$k" =~ ^[1-9][0-9]*$ ]] || { echo "many-to-one: K must be a positive number: $k" >&2; exit 2; }
+done
 here="$(cd "$(dirname "$0")" && pwd)"
 bulkwire="${BULKWIRE:-$here/../target/release/bulkwire}"
 max=0
