@@ -24,7 +24,7 @@ pub struct Format {
 impl Format {
     /// Prints `report`: `table` renders it for people. Beside JSON and CSV,
     /// the notes go to standard error, so that standard output stays data.
-    fn print(self, report: &Report, table: impl FnOnce(&Report) -> String) {
+    pub(crate) fn print(self, report: &Report, table: impl FnOnce(&Report) -> String) {
         if self.json {
             println!("{}", report.json());
         } else if self.csv {
@@ -211,53 +211,26 @@ pub fn lab(tool: &LabTool, format: Format) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs every job of `lab service-switching`, each with its background
-/// sent from this process, and prints the experiment's rows.
+/// `lab service-switching`: its jobs launched on the test bed's hosts,
+/// with a progress bar, and its rows printed.
 fn service_switching_on_test_bed(args: &switching_testbed::Args, format: Format) -> Result<(), String> {
-    let plan = args.plan()?;
     let placement = Placement { hosts: Some(args.hosts.clone()), ssh: args.ssh.clone(), bind: Some(args.bind) };
-    let bar = ProgressBar::new(plan.len() as u64);
+    let bar = ProgressBar::new(args.plan()?.len() as u64);
     bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}").expect("valid template"));
-    let mut runs = Vec::new();
-    for run in &plan {
-        bar.set_message(format!("{:?} ρ {} #{} {}", run.trace, run.load, run.repetition + 1, run.mode));
-        let background = args.background(run);
-        let sender = std::thread::spawn(move || background::run(&background));
-        // The background is on before the task starts, and lasts past its end.
-        std::thread::sleep(std::time::Duration::from_millis(500));
-        let trace = bulkwire_bench::trace::Args {
-            trace: run.trace,
-            seconds: run.seconds,
-            seed: run.trace_seed,
-            load: Some(run.load),
-        };
-        let paths = match run.mode {
+    let mut run_job = |bench: &Bench, paths: &str| {
+        let paths = match paths {
             "premium" => PathsChoice::Premium,
             "adaptive" => PathsChoice::Adaptive,
             _ => PathsChoice::Ordinary,
         };
-        let report = job(&Bench::Trace(trace), &placement, Some(paths))?;
-        sender.join().map_err(|_| "the background sender panicked".to_string())??;
-        match report {
-            Ok(report) => runs.extend(report.rows),
-            Err(status) => {
-                return Err(format!("the task's job ({:?}, ρ {}, {}) failed ({status})", run.trace, run.load, run.mode))
-            }
-        }
+        job(bench, &placement, Some(paths))?.map_err(|status| format!("failed ({status})"))
+    };
+    let mut progress = |what: &str| {
         bar.inc(1);
-    }
+        bar.set_message(what.to_string());
+    };
+    let (report, files) = switching_testbed::run(args, &mut run_job, &mut progress)?;
     bar.finish_and_clear();
-    let jobs = runs;
-    let notes = vec![format!(
-        "one task across the test bed's {:.0} Mbit/s two-class port, {} ON-OFF background sources ({} premium), \
-         {} runs",
-        args.rate / 1e6,
-        args.sources,
-        args.premium_sources,
-        jobs.len()
-    )];
-    let report = switching_testbed::aggregate(&jobs, notes);
-    let files = switching_testbed::write_files(&report, &args.out)?;
     format.print(&report, switching_testbed::table);
     eprintln!("wrote {}", files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", "));
     Ok(())

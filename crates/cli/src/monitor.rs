@@ -73,18 +73,7 @@ pub fn run(args: &MonitorArgs) -> Result<i32, String> {
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
-    let report = &outcome.report;
-    if args.json {
-        println!("{}", report.json());
-        for note in &report.notes {
-            eprintln!("# {note}");
-        }
-    } else {
-        print!("{}", monitor::table(report));
-        for note in &report.notes {
-            println!("# {note}");
-        }
-    }
+    crate::measure::Format { json: args.json, csv: false }.print(&outcome.report, monitor::table);
     if !outcome.files.is_empty() {
         eprintln!("wrote {}", outcome.files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", "));
     }

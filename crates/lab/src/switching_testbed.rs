@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use bulkwire_bench::rows::{Report, Row};
 use bulkwire_bench::trace::Trace;
+use bulkwire_bench::Bench;
 use bulkwire_sim::service_switching::Estimate;
 
 use crate::plot::{error_bars, write_png, Line, Panel};
@@ -142,6 +143,49 @@ impl Args {
             from: Some(self.bind),
         }
     }
+}
+
+/// Runs every job of the plan: for each, the background is sent from this
+/// process (from a thread, starting half a second before the task), and
+/// `job` runs `bench trace` with the task's data on the given paths
+/// (`BULKWIRE_PATHS`'s names) and returns rank 0's rows. `progress` hears
+/// of each run before it starts. Writes the CSV and the plots into
+/// `args.out`; returns the experiment's rows and the files written.
+pub fn run(
+    args: &Args,
+    job: &mut dyn FnMut(&Bench, &str) -> Result<Report, String>,
+    progress: &mut dyn FnMut(&str),
+) -> Result<(Report, Vec<PathBuf>), String> {
+    let plan = args.plan()?;
+    let mut runs = Vec::new();
+    for run in &plan {
+        progress(&format!("{:?} ρ {} #{} {}", run.trace, run.load, run.repetition + 1, run.mode));
+        let background = args.background(run);
+        let sender = std::thread::spawn(move || crate::background::run(&background));
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let trace = bulkwire_bench::trace::Args {
+            trace: run.trace,
+            seconds: run.seconds,
+            seed: run.trace_seed,
+            load: Some(run.load),
+        };
+        let report = job(&Bench::Trace(trace), run.mode);
+        sender.join().map_err(|_| "the background sender panicked".to_string())??;
+        runs.extend(
+            report.map_err(|e| format!("the task's job ({:?}, ρ {}, {}): {e}", run.trace, run.load, run.mode))?.rows,
+        );
+    }
+    let notes = vec![format!(
+        "one task across the test bed's {:.0} Mbit/s two-class port, {} ON-OFF background sources ({} premium), \
+         {} runs",
+        args.rate / 1e6,
+        args.sources,
+        args.premium_sources,
+        runs.len()
+    )];
+    let report = aggregate(&runs, notes);
+    let files = write_files(&report, &args.out)?;
+    Ok((report, files))
 }
 
 fn trace_name(row: &Row) -> &str {
