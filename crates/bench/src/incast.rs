@@ -134,11 +134,11 @@ pub(crate) fn table(args: &Args, report: &Report) -> String {
                 size,
                 f(num(free, "mb_per_s"), 1),
                 f(num(free, "retransmitted_packets"), 0),
-                f(num(free, "fairness_index"), 3),
+                f(num(free, "jain_index"), 3),
                 f(num(free, "time_ms"), 1),
                 f(num(warp, "mb_per_s"), 1),
                 f(num(warp, "retransmitted_packets"), 0),
-                f(num(warp, "fairness_index"), 3),
+                f(num(warp, "jain_index"), 3),
                 f(num(warp, "time_ms"), 1),
             ));
         }

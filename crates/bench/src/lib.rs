@@ -258,7 +258,7 @@ impl Flow {
             .with_opt("sent_datagrams", self.datagrams_sent)
             .with_opt("received_datagrams", self.datagrams_received)
             .with_opt("socket_drops_datagrams", self.socket_drops)
-            .with_opt("fairness_index", self.fairness);
+            .with_opt("jain_index", self.fairness);
         if let Some(p) = &self.protocol {
             row = row
                 .with("data_packets", p.data_packets)

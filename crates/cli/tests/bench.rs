@@ -315,7 +315,7 @@ fn warp_shares_a_congested_port_on_the_namespace_test_bed() {
     let resent = |r: &Value| num(r, "retransmitted_packets");
     assert!(resent(free) > 1000.0, "the port should overflow without control: {free}");
     assert!(resent(warp) * 20.0 < resent(free), "Warp should resend far less: {warp} against {free}");
-    assert!(num(warp, "fairness_index") > 0.9, "{warp}");
+    assert!(num(warp, "jain_index") > 0.9, "{warp}");
 }
 
 #[test]
