@@ -14,6 +14,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use bulkwire_runtime::rendezvous::{read_msg, write_msg, PeerReport, ToLauncher, ToRank};
+use bulkwire_runtime::{mark_control, SocketOptions};
 use bulkwire_runtime::{new_job_id, new_key, JOB, KEY, LOCAL_SIZE, PATHS, RANK, RENDEZVOUS, SIZE};
 use bulkwire_wire::JobKey;
 
@@ -548,6 +549,9 @@ fn spawn_accept_thread(listener: TcpListener, key: JobKey, job: u64, size: u32, 
 /// Reads one rank's control connection: its hello, then its messages.
 fn serve_rank(stream: TcpStream, key: &JobKey, job: u64, size: u32, tx: &Sender<Ev>) {
     let _ = stream.set_nodelay(true);
+    // The launcher's acknowledgements travel in the premium class too (a
+    // bad BULKWIRE_PREMIUM_DSCP is the ranks' error to report).
+    mark_control(&stream, &SocketOptions::from_env().unwrap_or_default());
     let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
     let Ok(read_half) = stream.try_clone() else { return };
     let mut reader = BufReader::new(read_half);

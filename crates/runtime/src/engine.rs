@@ -333,6 +333,7 @@ impl Runtime {
         crate::malloc::keep_freed_memory()?;
         let (mut control, ip) = Control::connect(&env)?;
         let options = SocketOptions::from_env()?;
+        crate::sockets::mark_control(&control.writer, &options);
         let sockets = PathSockets::bind(ip, &options)?;
         let (ordinary, premium) = sockets.addrs()?;
         // Loopback carries the largest datagrams (one system call moves

@@ -353,10 +353,25 @@ fn address_of(name: &str, like: IpAddr) -> Result<IpAddr, String> {
         .ok_or_else(|| format!("interface {name} has no {} address", if like.is_ipv4() { "IPv4" } else { "IPv6" }))
 }
 
-/// Marks `premium`'s datagrams: DSCP (for the network) and `SO_PRIORITY`
-/// (the host's own queues first); an error says which was refused.
-fn mark(premium: &UdpSocket, ip: IpAddr, options: &SocketOptions) -> Result<(), String> {
-    let premium_ref = socket2::SockRef::from(premium);
+/// Marks the job's control connection (the launcher's end and the
+/// rank's) like the premium path: heartbeats are the control plane, and a
+/// flood that fills the ordinary class must not delay them. Without the
+/// mark, the launcher's acknowledgements crossing a congested port were
+/// lost often enough that TCP's backed-off retransmissions held a rank's
+/// heartbeats for over 3 s, and the launcher stopped a healthy job as
+/// hung. Best effort: a mark the system refuses leaves the connection
+/// unmarked.
+pub fn mark_control(stream: &std::net::TcpStream, options: &SocketOptions) {
+    if let Ok(addr) = stream.local_addr() {
+        let _ = mark(stream, addr.ip(), options);
+    }
+}
+
+/// Marks `socket`'s packets as premium: DSCP (for the network) and
+/// `SO_PRIORITY` (the host's own queues first); an error says which was
+/// refused.
+fn mark<S: std::os::fd::AsFd + AsRawFd>(socket: &S, ip: IpAddr, options: &SocketOptions) -> Result<(), String> {
+    let premium_ref = socket2::SockRef::from(socket);
     let tos = (options.premium_dscp as u32) << 2;
     let marked = match ip {
         IpAddr::V4(_) => premium_ref.set_tos(tos),
@@ -367,7 +382,7 @@ fn mark(premium: &UdpSocket, ip: IpAddr, options: &SocketOptions) -> Result<(), 
     // SAFETY: setsockopt with a valid fd and a pointer to a c_int of the right size.
     let rc = unsafe {
         libc::setsockopt(
-            premium.as_raw_fd(),
+            socket.as_raw_fd(),
             libc::SOL_SOCKET,
             libc::SO_PRIORITY,
             (&priority as *const libc::c_int).cast(),
@@ -410,6 +425,19 @@ mod tests {
                 let err = other.bind(&addr.into()).expect_err("a second socket bound the same port");
                 assert_eq!(err.kind(), io::ErrorKind::AddrInUse, "{addr} reuse {reuse}: {err}");
             }
+        }
+    }
+
+    #[test]
+    fn the_control_connection_is_marked_at_both_ends() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let rank = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (launcher, _) = listener.accept().unwrap();
+        let options = SocketOptions { premium_dscp: 34, ..SocketOptions::default() };
+        for end in [&rank, &launcher] {
+            assert_eq!(socket2::SockRef::from(end).tos().unwrap(), 0);
+            mark_control(end, &options);
+            assert_eq!(socket2::SockRef::from(end).tos().unwrap(), 34 << 2);
         }
     }
 
