@@ -185,6 +185,9 @@ pub(crate) struct Channel {
     pub id: u16,
     pub strategy: Strategy,
     pub colour: u8,
+    /// The channel's data always takes the premium path, whatever the
+    /// peer's mode: a control plane (seed 004 §2).
+    pub premium: bool,
     pub stats: ChannelStats,
     /// Set when the peer broke the protocol; the channel then stays silent.
     pub failed: bool,
@@ -258,6 +261,7 @@ impl Channel {
             id,
             strategy: cfg.strategy,
             colour: 0,
+            premium: false,
             stats: ChannelStats::default(),
             failed: false,
             rtt: RttEstimator::new(cfg.initial_rtt, cfg.min_rto, max_rto(cfg)),

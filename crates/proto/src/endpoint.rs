@@ -328,6 +328,16 @@ impl Endpoint {
         }
     }
 
+    /// Sends `channel`'s data to `peer` on the premium path always
+    /// (`on`), or on the path the pair's mode chooses: a control plane
+    /// that congestion of the ordinary class must not delay (seed 004 §2).
+    pub fn set_premium(&mut self, peer: u32, channel: u16, on: bool) {
+        if peer < self.cfg.ranks && channel < self.cfg.channels {
+            let index = self.index(peer, channel);
+            self.channels[index].premium = on;
+        }
+    }
+
     /// The sequence number of the next new data packet to `peer` on
     /// `channel`: a mark for [`Endpoint::acknowledge_below`].
     pub fn next_sequence(&self, peer: u32, channel: u16) -> Option<u64> {
@@ -859,7 +869,7 @@ impl Endpoint {
     /// A channel together with the endpoint resources it works with.
     fn split(&mut self, index: usize) -> (&mut Channel, Shared<'_>) {
         let peer = self.channels[index].peer as usize;
-        let data_path = match self.cfg.premium_only {
+        let data_path = match self.cfg.premium_only || self.channels[index].premium {
             true => Path::Premium,
             false => self.links.get(peer).map_or(Path::Ordinary, |l| l.mode().data_path()),
         };

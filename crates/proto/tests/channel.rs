@@ -872,3 +872,25 @@ fn probing_by_pace_spares_a_sparse_stream_and_ends_a_burst_promptly() {
     let took = p.now.since(start);
     assert!(took < Duration::from_millis(2), "the lost tail came back after {took:?}");
 }
+
+/// A channel set premium sends its data on the premium path while the
+/// pair's other channels stay on the ordinary one (a control plane beside
+/// a data plane, seed 004 §2).
+#[test]
+fn a_premium_channel_sends_its_data_on_the_premium_path() {
+    let mut c = config(0);
+    c.channels = 2;
+    let mut a = Endpoint::new(c).unwrap();
+    a.set_premium(1, 1, true);
+    a.send(1, 0, b"data plane").unwrap();
+    a.send(1, 1, b"control plane").unwrap();
+    let mut buf = vec![0u8; 65_536];
+    let mut paths = Vec::new();
+    while let Some(t) = a.poll_transmit(Time::ZERO, &mut buf) {
+        if buf[1] == PacketType::Data as u8 {
+            paths.push((u16::from_be_bytes(buf[4..6].try_into().unwrap()), t.path));
+        }
+    }
+    paths.sort_by_key(|p| p.0);
+    assert_eq!(paths, [(0, bulkwire_proto::Path::Ordinary), (1, bulkwire_proto::Path::Premium)]);
+}
