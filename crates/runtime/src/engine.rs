@@ -377,8 +377,9 @@ impl Runtime {
         let loopback = peers.iter().all(|(o, p)| o.ip().is_loopback() && p.ip().is_loopback());
         let coverage = mac_coverage(loopback)?;
         let mut config = Config::new(env.job, env.key.clone().covering(coverage), env.rank, env.size);
-        // 0: comm's messages, 1: comm's collectives, 2: bsp's supersteps.
-        config.channels = 3;
+        // 0: comm's messages, 1: comm's collectives, 2: bsp's supersteps,
+        // 3: the groups' control plane (premium), 4: the groups' data.
+        config.channels = 5;
         config.max_message_size = 16 << 20;
         config.send_buffer_bytes = 32 << 20;
         config.recv_buffer_bytes = 32 << 20;

@@ -1,0 +1,735 @@
+//! Groups on a running job: the membership protocol on the control plane
+//! (channel [`CONTROL`], premium path) and the collectives on the data
+//! plane (channel [`DATA`], the pair's path), as seed 004 §2 separates
+//! them.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Mutex, MutexGuard};
+
+use bulkwire_comm::World;
+use bulkwire_proto::SendError;
+use bulkwire_runtime::{Engine, Inbound, RuntimeError};
+
+use crate::codec::{Reader, Writer};
+use crate::membership::{
+    Change, Event, GroupId, Membership, Message, Rank, Refusal, RequestError, RequestKind, View, WORLD,
+};
+use crate::schedule::{self, Algorithm, Operation};
+
+/// The runtime's channel of the groups' control plane: membership,
+/// acknowledgements, barriers. Its data always takes the premium path.
+pub const CONTROL: u16 = 3;
+/// The runtime's channel of the groups' data.
+pub const DATA: u16 = 4;
+
+/// Largest piece of a collective's data in one message: large buffers
+/// travel in pieces, which trees and chains pass on as they arrive.
+pub(crate) const PIECE: usize = 256 << 10;
+
+/// `BULKWIRE_GROUP_ALGORITHM`: a job's choice of algorithms, as
+/// `bcast=tree,allreduce=ring`; a group's own choice overrides it.
+pub const ALGORITHM_VAR: &str = "BULKWIRE_GROUP_ALGORITHM";
+/// `BULKWIRE_GROUP_DELIVERY`: `sent` (the default) or `confirmed`.
+pub const DELIVERY_VAR: &str = "BULKWIRE_GROUP_DELIVERY";
+
+// Control-plane message kinds (first byte).
+pub(crate) const MEMBERSHIP: u8 = 1;
+pub(crate) const BARRIER: u8 = 2;
+pub(crate) const ACK: u8 = 3;
+pub(crate) const ABORT: u8 = 4;
+pub(crate) const READY: u8 = 5;
+
+/// When a broadcast's root may return.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    /// Once its data is handed to the transport, which delivers it
+    /// reliably hop by hop (MPI's rule: the buffer may be reused).
+    Sent,
+    /// Once every member has the data: acknowledgements merge up the tree,
+    /// so the root receives one per child, not one per member (seed 004
+    /// §3.2, step 6).
+    Confirmed,
+}
+
+impl std::str::FromStr for Delivery {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Delivery, String> {
+        match s.trim() {
+            "sent" => Ok(Delivery::Sent),
+            "confirmed" => Ok(Delivery::Confirmed),
+            other => Err(format!("{other:?} is not a delivery: sent or confirmed")),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GroupError {
+    #[error("{call}: this process is not a member of group {group}")]
+    NotMember { call: &'static str, group: String },
+    #[error("{call}: rank {rank} is not a member of group {group} (view {view}: ranks {members:?})")]
+    RankNotMember { call: &'static str, rank: Rank, group: String, view: u32, members: Vec<Rank> },
+    #[error(
+        "{call}: this process's buffer has {mine} bytes, rank {rank}'s {theirs}: every member must pass the same size"
+    )]
+    SizeMismatch { call: &'static str, rank: Rank, mine: usize, theirs: usize },
+    #[error("{call}: rank {rank}'s buffer has {bytes} bytes, rank {other}'s {other_bytes}: every member must pass the same size")]
+    SizesDiffer { call: &'static str, rank: Rank, bytes: usize, other: Rank, other_bytes: usize },
+    #[error("{call}: {what}")]
+    BadArgument { call: &'static str, what: String },
+    #[error("{call}: group {group} went from view {from} to view {to} ({change}) while the operation was pending")]
+    ViewChanged { call: &'static str, group: String, from: u32, to: u32, change: String },
+    #[error("{call}: group {group} was destroyed")]
+    Destroyed { call: &'static str, group: String },
+    #[error("{call} {name:?}: refused: {why}")]
+    Refused { call: &'static str, name: String, why: String },
+    #[error("{call}: {source}")]
+    Request { call: &'static str, source: RequestError },
+    #[error("{call}: algorithm {algorithm} cannot run {op}")]
+    Unsupported { call: &'static str, algorithm: Algorithm, op: &'static str },
+    #[error("{var}: {why}")]
+    Setting { var: &'static str, why: String },
+    #[error("{call}: rank {rank} sent a malformed group message")]
+    Malformed { call: &'static str, rank: Rank },
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+}
+
+/// Counters of this process's group traffic.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GroupStats {
+    /// Acknowledgements of confirmed broadcasts received.
+    pub acks_received: u64,
+    pub acks_sent: u64,
+    pub control_messages_sent: u64,
+    pub data_messages_sent: u64,
+    /// Group messages from peers that were not well formed, dropped.
+    pub malformed: u64,
+}
+
+/// What this process keeps about a group it is a member of.
+#[derive(Debug)]
+pub(crate) struct Local {
+    /// The view its collectives are numbered in.
+    view: u32,
+    /// Collectives begun in that view.
+    op: u32,
+    /// Multicasts begun, per set of participants.
+    multicasts: HashMap<Vec<Rank>, u32>,
+    algorithms: HashMap<Operation, Algorithm>,
+    delivery: Option<Delivery>,
+}
+
+pub(crate) struct State {
+    pub membership: Membership,
+    local: HashMap<GroupId, Local>,
+    /// Messages that found no room in the transport yet.
+    outbox: VecDeque<(Rank, u16, Vec<u8>)>,
+    events: VecDeque<Event>,
+    pub stats: GroupStats,
+    job_algorithms: HashMap<Operation, Algorithm>,
+    job_delivery: Delivery,
+}
+
+/// The groups of this process: the job's group of all processes, and the
+/// groups created and joined at run time.
+///
+/// ```no_run
+/// use bulkwire_comm::World;
+/// use bulkwire_groups::{Groups, Op};
+///
+/// let world = World::init()?;
+/// let groups = Groups::new(&world)?;
+/// let all = groups.world();
+/// let mut weights = vec![0.0f64; 1000];
+/// all.bcast(0, bytemuck::cast_slice_mut(&mut weights))?;
+/// let mut gradient = vec![1.0f64; 1000];
+/// all.allreduce(&mut gradient, Op::Sum)?;
+/// let evens = if world.rank() == 0 { Some(groups.create("evens", &[2, 4])?) } else { None };
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Groups<'w> {
+    pub(crate) world: &'w World,
+    state: Mutex<State>,
+}
+
+/// A group this process is a member of, as a handle for its operations.
+#[derive(Clone, Copy)]
+pub struct Group<'g> {
+    pub(crate) groups: &'g Groups<'g>,
+    pub(crate) id: GroupId,
+}
+
+impl std::fmt::Debug for Group<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Group({})", self.groups.name_of(self.id))
+    }
+}
+
+/// A collective under way: the view it runs in and its number there.
+#[derive(Clone, Debug)]
+pub(crate) struct Ctx {
+    pub call: &'static str,
+    pub group: GroupId,
+    pub view: View,
+    pub op: u32,
+    /// This process's position in `view.members`.
+    pub me: usize,
+}
+
+impl Ctx {
+    pub fn n(&self) -> usize {
+        self.view.members.len()
+    }
+
+    /// The rank at relative position `r` from view position `root`.
+    pub fn rank_at(&self, root: usize, r: usize) -> Rank {
+        self.view.members[(root + r) % self.n()]
+    }
+
+    /// This process's position relative to view position `root`.
+    pub fn relative(&self, root: usize) -> usize {
+        (self.me + self.n() - root) % self.n()
+    }
+}
+
+impl<'w> Groups<'w> {
+    /// Starts the groups layer of this process: every process of the job
+    /// calls it (the membership protocol needs each process to answer).
+    pub fn new(world: &'w World) -> Result<Groups<'w>, GroupError> {
+        let job_algorithms = parse_algorithms(std::env::var(ALGORITHM_VAR).ok().as_deref())
+            .map_err(|why| GroupError::Setting { var: ALGORITHM_VAR, why })?;
+        let job_delivery = match std::env::var(DELIVERY_VAR) {
+            Ok(v) => v.parse().map_err(|why| GroupError::Setting { var: DELIVERY_VAR, why })?,
+            Err(_) => Delivery::Sent,
+        };
+        let (me, size) = (world.rank(), world.size());
+        world.runtime().with(|e| {
+            for peer in (0..size).filter(|&p| p != me) {
+                e.endpoint.set_premium(peer, CONTROL, true);
+                e.endpoint.set_probe_by_pace(peer, CONTROL, true);
+            }
+            Ok(())
+        })?;
+        let state = State {
+            membership: Membership::new(me, size),
+            local: HashMap::new(),
+            outbox: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: GroupStats::default(),
+            job_algorithms,
+            job_delivery,
+        };
+        Ok(Groups { world, state: Mutex::new(state) })
+    }
+
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The group of every process of the job (view 1, never changes).
+    pub fn world(&self) -> Group<'_> {
+        Group { groups: self, id: WORLD }
+    }
+
+    /// Creates a group called `name` with this process (its server) and
+    /// `members`; returns once its first view is installed here. The other
+    /// members find it with [`Groups::find`] (or in [`Groups::poll_event`]).
+    pub fn create(&self, name: &str, members: &[Rank]) -> Result<Group<'_>, GroupError> {
+        let call = "group create";
+        self.refuse_if_member(call, name, Refusal::NameTaken)?;
+        self.request(call, |m| m.create(name, members))?;
+        self.await_view(call, name, RequestKind::Create)
+    }
+
+    /// Joins the group called `name`; returns once a view with this process
+    /// in it is installed here.
+    pub fn join(&self, name: &str) -> Result<Group<'_>, GroupError> {
+        let call = "group join";
+        self.refuse_if_member(call, name, Refusal::AlreadyMember)?;
+        self.request(call, |m| m.join(name))?;
+        self.await_view(call, name, RequestKind::Join)
+    }
+
+    /// Waits until this process is a member of a group called `name` (one
+    /// another process created with it as a member, or it joined).
+    pub fn find(&self, name: &str) -> Result<Group<'_>, GroupError> {
+        self.wait("group find", |st| {
+            Ok(st.membership.groups().find(|v| v.name == name && v.group != WORLD).map(|v| v.group))
+        })
+        .map(|id| Group { groups: self, id })
+    }
+
+    /// The next membership event of this process's groups, if any came.
+    pub fn poll_event(&self) -> Result<Option<Event>, GroupError> {
+        let rt = self.world.runtime();
+        Ok(rt.with(|e| {
+            let mut st = self.state();
+            self.pump(e, &mut st);
+            Ok(st.events.pop_front())
+        })?)
+    }
+
+    /// Counters of this process's group traffic.
+    pub fn stats(&self) -> GroupStats {
+        self.state().stats
+    }
+
+    fn request(
+        &self,
+        call: &'static str,
+        f: impl FnOnce(&mut Membership) -> Result<(), RequestError>,
+    ) -> Result<(), GroupError> {
+        self.world
+            .runtime()
+            .with(|e| {
+                let mut st = self.state();
+                let result = f(&mut st.membership);
+                self.pump(e, &mut st);
+                Ok(result)
+            })?
+            .map_err(|source| GroupError::Request { call, source })
+    }
+
+    /// A member of a group called `name` already: the directory or the
+    /// server would refuse the request; say so without asking them.
+    fn refuse_if_member(&self, call: &'static str, name: &str, why: Refusal) -> Result<(), GroupError> {
+        let rt = self.world.runtime();
+        let member = rt.with(|e| {
+            let mut st = self.state();
+            self.pump(e, &mut st);
+            let member = st.membership.groups().any(|v| v.name == name && v.group != WORLD);
+            Ok(member)
+        })?;
+        match member {
+            true => Err(GroupError::Refused { call, name: name.to_string(), why: why.to_string() }),
+            false => Ok(()),
+        }
+    }
+
+    fn await_view(&self, call: &'static str, name: &str, kind: RequestKind) -> Result<Group<'_>, GroupError> {
+        let id = self.wait(call, |st| {
+            if let Some(v) = st.membership.groups().find(|v| v.name == name && v.group != WORLD) {
+                return Ok(Some(v.group));
+            }
+            // The refusal of this request, if it came.
+            let refusal = st
+                .events
+                .iter()
+                .position(|e| matches!(e, Event::Refused { kind: k, name: n, .. } if *k == kind && n == name));
+            if let Some(i) = refusal {
+                if let Some(Event::Refused { why, .. }) = st.events.remove(i) {
+                    return Err(GroupError::Refused { call, name: name.to_string(), why: why.to_string() });
+                }
+            }
+            Ok(None)
+        })?;
+        Ok(Group { groups: self, id })
+    }
+
+    /// Waits, pumping the control plane, until `f` gives a value.
+    pub(crate) fn wait<R>(
+        &self,
+        _call: &'static str,
+        mut f: impl FnMut(&mut State) -> Result<Option<R>, GroupError>,
+    ) -> Result<R, GroupError> {
+        self.world.runtime().wait_collective(|e| {
+            let mut st = self.state();
+            self.pump(e, &mut st);
+            Ok(f(&mut st).transpose())
+        })?
+    }
+
+    /// Moves the control plane along: sends what waits for room, handles
+    /// the membership messages that came, installs new views.
+    pub(crate) fn pump(&self, e: &mut Engine, st: &mut State) {
+        flush(e, st);
+        while let Some(m) = e.take(|m| m.channel == CONTROL && m.data.get(m.start) == Some(&MEMBERSHIP)) {
+            let handled = Message::decode(&mut Reader::new(&m.data[m.start + 1..]))
+                .map_err(|_| "undecodable")
+                .and_then(|msg| st.membership.handle(m.from, msg));
+            if handled.is_err() {
+                st.stats.malformed += 1;
+            }
+        }
+        while let Some((to, msg)) = st.membership.poll_transmit() {
+            let mut w = Writer::new();
+            w.u8(MEMBERSHIP);
+            msg.encode(&mut w);
+            st.stats.control_messages_sent += 1;
+            st.outbox.push_back((to, CONTROL, w.bytes));
+        }
+        while let Some(event) = st.membership.poll_event() {
+            match &event {
+                Event::View(v) => {
+                    let local = st.local.entry(v.group).or_insert_with(|| Local {
+                        view: v.number,
+                        op: 0,
+                        multicasts: HashMap::new(),
+                        algorithms: HashMap::new(),
+                        delivery: None,
+                    });
+                    local.view = v.number;
+                    local.op = 0;
+                    local.multicasts.clear();
+                    drop_older(e, v.group, v.number);
+                }
+                Event::Left { group, .. } | Event::Destroyed { group, .. } => {
+                    st.local.remove(group);
+                    drop_older(e, *group, u32::MAX);
+                }
+                Event::Refused { .. } => {}
+            }
+            st.events.push_back(event);
+        }
+        flush(e, st);
+    }
+
+    /// Begins a collective of `group`: its view and number.
+    pub(crate) fn begin(
+        &self,
+        call: &'static str,
+        group: GroupId,
+        participants: Option<&[Rank]>,
+    ) -> Result<Ctx, GroupError> {
+        self.world.runtime().with(|e| {
+            let mut st = self.state();
+            self.pump(e, &mut st);
+            Ok(begin_locked(&mut st, call, group, participants, self.world.rank()))
+        })?
+    }
+
+    /// The latest view of `group` here.
+    pub(crate) fn current_view(&self, call: &'static str, group: GroupId) -> Result<View, GroupError> {
+        self.world.runtime().with(|e| {
+            let mut st = self.state();
+            self.pump(e, &mut st);
+            let name = describe(&st, group);
+            Ok(match st.membership.view(group) {
+                Some(v) => Ok(v.clone()),
+                None if st.membership.is_gone(group) => Err(GroupError::Destroyed { call, group: name }),
+                None => Err(GroupError::NotMember { call, group: name }),
+            })
+        })?
+    }
+
+    /// Asks the group's server to take this process out, or to destroy it.
+    pub(crate) fn request_change(
+        &self,
+        call: &'static str,
+        group: GroupId,
+        kind: RequestKind,
+    ) -> Result<(), GroupError> {
+        self.request(call, |m| match kind {
+            RequestKind::Leave => m.leave(group),
+            _ => m.destroy(group),
+        })
+    }
+
+    /// Queues a message (sent at once if there is room).
+    pub(crate) fn send(&self, e: &mut Engine, st: &mut State, to: Rank, channel: u16, bytes: Vec<u8>) {
+        if channel == DATA {
+            st.stats.data_messages_sent += 1;
+        } else {
+            st.stats.control_messages_sent += 1;
+        }
+        st.outbox.push_back((to, channel, bytes));
+        flush(e, st);
+    }
+
+    /// Runs `step` until it finishes, failing if the group's view changes.
+    pub(crate) fn run<R>(
+        &self,
+        ctx: &Ctx,
+        mut step: impl FnMut(&mut Engine, &mut State) -> Result<Option<R>, GroupError>,
+    ) -> Result<R, GroupError> {
+        let me = self.world.rank();
+        self.world.runtime().wait_collective(|e| {
+            let mut st = self.state();
+            flush(e, &mut st);
+            // What came is used before any view change is looked at: a
+            // collective whose messages all arrived completes, even if the
+            // group changed right after.
+            let stepped = match step(e, &mut st) {
+                Ok(None) => None,
+                other => Some(other),
+            };
+            let result = match stepped {
+                Some(result) => result,
+                None => {
+                    self.pump(e, &mut st);
+                    if let Err(err) = check_view(&st, ctx) {
+                        return Ok(Some(Err(err)));
+                    }
+                    match take_abort(e, ctx) {
+                        Some(err) => return Ok(Some(Err(err))),
+                        None => return Ok(None),
+                    }
+                }
+            };
+            if let Err(err) = &result {
+                // The others would wait for this member: tell them why it
+                // stopped, and they stop too.
+                if let Some(abort) = abort_message(ctx, err, me) {
+                    for &m in ctx.view.members.iter().filter(|&&m| m != me) {
+                        self.send(e, &mut st, m, CONTROL, abort.clone());
+                    }
+                }
+            }
+            Ok(Some(result.map(|r| r.expect("a finished step"))))
+        })?
+    }
+
+    pub(crate) fn name_of(&self, group: GroupId) -> String {
+        let st = self.state();
+        describe(&st, group)
+    }
+
+    pub(crate) fn algorithm(&self, group: GroupId, op: Operation, bytes: usize, members: usize) -> Algorithm {
+        let st = self.state();
+        st.local
+            .get(&group)
+            .and_then(|l| l.algorithms.get(&op))
+            .or_else(|| st.job_algorithms.get(&op))
+            .copied()
+            .unwrap_or_else(|| schedule::choose(op, bytes, members))
+    }
+
+    pub(crate) fn delivery(&self, group: GroupId) -> Delivery {
+        let st = self.state();
+        st.local.get(&group).and_then(|l| l.delivery).unwrap_or(st.job_delivery)
+    }
+
+    pub(crate) fn set_local(&self, group: GroupId, f: impl FnOnce(&mut Local)) -> Result<(), GroupError> {
+        let mut st = self.state();
+        let view = st.membership.view(group).map(|v| v.number);
+        let local = st.local.entry(group).or_insert_with(|| Local {
+            view: view.unwrap_or(0),
+            op: 0,
+            multicasts: HashMap::new(),
+            algorithms: HashMap::new(),
+            delivery: None,
+        });
+        f(local);
+        Ok(())
+    }
+}
+
+impl State {
+    /// Messages waiting for room in the transport.
+    pub(crate) fn queued(&self) -> usize {
+        self.outbox.len()
+    }
+
+    /// The reason of a refused request of `kind`, if one came.
+    pub(crate) fn take_refusal(&mut self, kind: RequestKind) -> Option<String> {
+        let i = self.events.iter().position(|e| matches!(e, Event::Refused { kind: k, .. } if *k == kind))?;
+        match self.events.remove(i) {
+            Some(Event::Refused { why, .. }) => Some(why.to_string()),
+            _ => None,
+        }
+    }
+}
+
+impl Local {
+    pub(crate) fn set_algorithm(&mut self, op: Operation, algorithm: Option<Algorithm>) {
+        match algorithm {
+            Some(a) => self.algorithms.insert(op, a),
+            None => self.algorithms.remove(&op),
+        };
+    }
+
+    pub(crate) fn set_delivery(&mut self, delivery: Delivery) {
+        self.delivery = Some(delivery);
+    }
+}
+
+fn begin_locked(
+    st: &mut State,
+    call: &'static str,
+    group: GroupId,
+    participants: Option<&[Rank]>,
+    me: Rank,
+) -> Result<Ctx, GroupError> {
+    let Some(view) = st.membership.view(group).cloned() else {
+        let name = describe(st, group);
+        return Err(match st.membership.is_gone(group) {
+            true => GroupError::Destroyed { call, group: name },
+            false => GroupError::NotMember { call, group: name },
+        });
+    };
+    let local = st.local.entry(group).or_insert_with(|| Local {
+        view: view.number,
+        op: 0,
+        multicasts: HashMap::new(),
+        algorithms: HashMap::new(),
+        delivery: None,
+    });
+    if local.view != view.number {
+        local.view = view.number;
+        local.op = 0;
+        local.multicasts.clear();
+    }
+    let (view, op) = match participants {
+        None => {
+            local.op += 1;
+            (view, local.op)
+        }
+        Some(set) => {
+            // A multicast runs among its participants alone, numbered
+            // among the multicasts of the same participants.
+            let count = local.multicasts.entry(set.to_vec()).or_insert(0);
+            *count += 1;
+            let sub = View { members: set.to_vec(), ..view };
+            (sub, *count | 1 << 31)
+        }
+    };
+    let me = view.position(me).expect("a member of the view");
+    Ok(Ctx { call, group, view, op, me })
+}
+
+fn check_view(st: &State, ctx: &Ctx) -> Result<(), GroupError> {
+    let group = describe(st, ctx.group);
+    match st.membership.view(ctx.group) {
+        Some(v) if v.number == ctx.view.number => Ok(()),
+        Some(v) => Err(GroupError::ViewChanged {
+            call: ctx.call,
+            group,
+            from: ctx.view.number,
+            to: v.number,
+            change: match v.change {
+                Change::Joined(r) => format!("rank {r} joined"),
+                Change::Left(r) => format!("rank {r} left"),
+                Change::Created => "created again".into(),
+            },
+        }),
+        None if st.membership.is_gone(ctx.group) => Err(GroupError::Destroyed { call: ctx.call, group }),
+        None => Err(GroupError::ViewChanged {
+            call: ctx.call,
+            group,
+            from: ctx.view.number,
+            to: ctx.view.number + 1,
+            change: "this process left".into(),
+        }),
+    }
+}
+
+/// What a member that found bad input tells the others: [ABORT] group,
+/// view, number, then who had which size (or who sent a malformed message).
+fn abort_message(ctx: &Ctx, err: &GroupError, me: Rank) -> Option<Vec<u8>> {
+    let (rank, bytes, other, other_bytes) = match err {
+        GroupError::SizeMismatch { rank, mine, theirs, .. } => (me, *mine as u64, *rank, *theirs as u64),
+        GroupError::Malformed { rank, .. } => (*rank, u64::MAX, *rank, u64::MAX),
+        _ => return None,
+    };
+    let mut v = vec![ABORT];
+    for x in [ctx.group.0, ctx.view.number, ctx.op, rank] {
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.extend_from_slice(&bytes.to_le_bytes());
+    v.extend_from_slice(&other.to_le_bytes());
+    v.extend_from_slice(&other_bytes.to_le_bytes());
+    Some(v)
+}
+
+/// The error another member stopped this collective with, if it did.
+fn take_abort(e: &mut Engine, ctx: &Ctx) -> Option<GroupError> {
+    let mut prefix = vec![ABORT];
+    for x in [ctx.group.0, ctx.view.number, ctx.op] {
+        prefix.extend_from_slice(&x.to_le_bytes());
+    }
+    let m = e.take(|m| m.channel == CONTROL && m.data[m.start..].starts_with(&prefix))?;
+    let d = &m.data[m.start + prefix.len()..];
+    if d.len() != 24 {
+        return Some(GroupError::Malformed { call: ctx.call, rank: m.from });
+    }
+    let rank = u32::from_le_bytes(d[0..4].try_into().expect("4 bytes"));
+    let bytes = u64::from_le_bytes(d[4..12].try_into().expect("8 bytes"));
+    let other = u32::from_le_bytes(d[12..16].try_into().expect("4 bytes"));
+    let other_bytes = u64::from_le_bytes(d[16..24].try_into().expect("8 bytes"));
+    Some(match bytes {
+        u64::MAX => GroupError::Malformed { call: ctx.call, rank },
+        _ => GroupError::SizesDiffer {
+            call: ctx.call,
+            rank,
+            bytes: bytes as usize,
+            other,
+            other_bytes: other_bytes.min(usize::MAX as u64) as usize,
+        },
+    })
+}
+
+fn describe(st: &State, group: GroupId) -> String {
+    match st.membership.view(group) {
+        Some(v) => format!("{:?} ({})", v.name, group.0),
+        None => format!("{}", group.0),
+    }
+}
+
+/// Sends what the transport has room for, in order.
+fn flush(e: &mut Engine, st: &mut State) {
+    while let Some((to, channel, bytes)) = st.outbox.front() {
+        match e.endpoint.check_send(*to, *channel, bytes.len()) {
+            Ok(()) => {
+                let (to, channel, bytes) = st.outbox.pop_front().expect("front exists");
+                // Checked just above; the job's failure shows elsewhere.
+                let _ = e.endpoint.send_owned(to, channel, bytes);
+            }
+            Err(SendError::WouldBlock) => return,
+            Err(_) => {
+                // A rank outside the job: never made here.
+                st.outbox.pop_front();
+            }
+        }
+    }
+}
+
+/// Drops the messages of `group` from views before `view`: nobody will
+/// ask for them.
+fn drop_older(e: &mut Engine, group: GroupId, view: u32) {
+    while e.take(|m| group_view(m).is_some_and(|(g, v)| g == group.0 && v < view)).is_some() {}
+}
+
+/// The group and view a data or control message (other than membership)
+/// belongs to.
+fn group_view(m: &Inbound) -> Option<(u32, u32)> {
+    let d = &m.data[m.start..];
+    let ours = m.channel == DATA || m.channel == CONTROL && d.first().is_some_and(|&k| k != MEMBERSHIP);
+    if !ours || d.len() < 9 {
+        return None;
+    }
+    let g = u32::from_le_bytes(d[1..5].try_into().expect("4 bytes"));
+    let v = u32::from_le_bytes(d[5..9].try_into().expect("4 bytes"));
+    Some((g, v))
+}
+
+/// Parses `bcast=tree,allreduce=ring`.
+pub fn parse_algorithms(text: Option<&str>) -> Result<HashMap<Operation, Algorithm>, String> {
+    let mut map = HashMap::new();
+    let Some(text) = text.filter(|t| !t.trim().is_empty()) else { return Ok(map) };
+    for item in text.split(',') {
+        let (op, algorithm) =
+            item.split_once('=').ok_or_else(|| format!("{item:?}: expected collective=algorithm, as bcast=tree"))?;
+        let (op, algorithm): (Operation, Algorithm) = (op.parse()?, algorithm.parse()?);
+        if !algorithm.supports(op) {
+            return Err(format!("algorithm {algorithm} cannot run {}", op.name()));
+        }
+        map.insert(op, algorithm);
+    }
+    Ok(map)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_job_s_algorithm_setting_is_parsed_or_refused_with_the_reason() {
+        let m = parse_algorithms(Some("bcast=tree, allreduce=ring")).unwrap();
+        assert_eq!(m[&Operation::Bcast], Algorithm::BinaryTree);
+        assert_eq!(m[&Operation::Allreduce], Algorithm::Ring);
+        assert!(parse_algorithms(None).unwrap().is_empty());
+        assert!(parse_algorithms(Some("bcast")).unwrap_err().contains("collective=algorithm"));
+        assert!(parse_algorithms(Some("bcast=ring")).unwrap_err().contains("cannot run bcast"));
+        assert!(parse_algorithms(Some("sort=flat")).unwrap_err().contains("not a collective"));
+    }
+}
