@@ -8,6 +8,7 @@
  *
  *   bench pingpong|bw [--json] [--iterations N] [--max-size BYTES] [--window W]
  *   bench alltoall [--json] [--iterations N] [--max-size BYTES_PER_PAIR]
+ *   bench bcast|allreduce [--json] [--iterations N] --sizes B,B,...
  *
  * Sizes, round counts, windows and budgets follow crates/bench/src:
  * pingpong: 0, 8, 64, 256, ... (x4) up to max, median half round trip after
@@ -212,6 +213,56 @@ static void alltoall(int me, int procs, long reps, long size, int json) {
     free(exchange);
 }
 
+/* The references of `bulkwire bench bcast` and `bench allreduce`:
+   MPI_Bcast from process 0 of `size` bytes, or MPI_Allreduce (MPI_SUM) of
+   size / 8 doubles, each timed as the slowest process's time, median over
+   `reps` after a tenth as many (at least two) to warm up, each started by
+   a barrier; the job first makes 1,000 barriers, as bulkwire's does. */
+static void collective(int me, int procs, long reps, const char *list, int allreduce, int json) {
+    long sizes[64];
+    int count = 0;
+    for (const char *p = list; *p && count < 64;) {
+        sizes[count++] = atol(p);
+        while (*p && *p != ',') p++;
+        if (*p == ',') p++;
+    }
+    double *times = calloc((size_t)reps, sizeof(double));
+    if (!times) MPI_Abort(MPI_COMM_WORLD, 1);
+    for (int w = 0; w < 1000; w++) MPI_Barrier(MPI_COMM_WORLD);
+    if (me == 0 && json) printf("[\n");
+    for (int k = 0; k < count; k++) {
+        long size = sizes[k] < 8 && allreduce ? 8 : sizes[k];
+        double *out = calloc((size_t)size / 8 + 1, 8), *in = calloc((size_t)size / 8 + 1, 8);
+        char *buf = calloc((size_t)size + 1, 1);
+        if (!out || !in || !buf) MPI_Abort(MPI_COMM_WORLD, 1);
+        long warm = reps / 10 < 2 ? 2 : reps / 10;
+        for (long r = -warm; r < reps; r++) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            double t = MPI_Wtime();
+            if (allreduce) MPI_Allreduce(out, in, (int)(size / 8), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+            else MPI_Bcast(buf, (int)size, MPI_BYTE, 0, MPI_COMM_WORLD);
+            double mine = MPI_Wtime() - t, slowest;
+            MPI_Reduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+            if (r >= 0) times[r] = slowest;
+        }
+        if (me == 0) {
+            double m = median_us(times, reps);
+            const char *bench = allreduce ? "allreduce" : "bcast";
+            const char *what = allreduce ? "MPI_Allreduce" : "MPI_Bcast";
+            if (json)
+                printf("  {\"bench\": \"%s\", \"source\": \"mpi\", \"what\": \"%s\", \"procs\": %d, "
+                       "\"size_bytes\": %ld, \"median_us\": %.2f}%s\n",
+                       bench, what, procs, size, m, k + 1 < count ? "," : "");
+            else printf("%-16s %12ld %12.1f\n", what, size, m);
+        }
+        free(out);
+        free(in);
+        free(buf);
+    }
+    if (me == 0 && json) printf("]\n");
+    free(times);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int me, size;
@@ -220,11 +271,13 @@ int main(int argc, char **argv) {
     const char *which = argc > 1 ? argv[1] : "";
     int json = 0;
     long iterations = -1, max = 4L << 20, window = 64;
+    const char *list = "8";
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = 1;
         else if (!strcmp(argv[i], "--iterations") && i + 1 < argc) iterations = atol(argv[++i]);
         else if (!strcmp(argv[i], "--max-size") && i + 1 < argc) max = atol(argv[++i]);
         else if (!strcmp(argv[i], "--window") && i + 1 < argc) window = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--sizes") && i + 1 < argc) list = argv[++i];
         else {
             if (me == 0) fprintf(stderr, "bench: unknown argument %s\n", argv[i]);
             MPI_Abort(MPI_COMM_WORLD, 2);
@@ -233,6 +286,11 @@ int main(int argc, char **argv) {
     if (!strcmp(which, "alltoall")) {
         /* --max-size is the bytes per pair here, --iterations the repetitions. */
         alltoall(me, size, iterations > 0 ? iterations : 20, max == 4L << 20 ? 16384 : max, json);
+        MPI_Finalize();
+        return 0;
+    }
+    if (!strcmp(which, "bcast") || !strcmp(which, "allreduce")) {
+        collective(me, size, iterations > 0 ? iterations : 30, list, !strcmp(which, "allreduce"), json);
         MPI_Finalize();
         return 0;
     }

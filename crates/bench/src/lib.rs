@@ -15,6 +15,7 @@
 pub mod rows;
 
 mod bw;
+mod collective;
 mod echo;
 mod incast;
 pub mod mpi;
@@ -46,6 +47,14 @@ pub enum Bench {
     /// superstep) for each destination order (latin, pid, random), pacing
     /// on and off, beside an empty sync and Open MPI's MPI_Alltoall.
     TotalExchange(total_exchange::Args),
+    /// Group broadcast from process 0 to every process, 8 B to 4 MiB, for
+    /// each algorithm and the automatic choice (with confirmed delivery at
+    /// 32 KiB: acknowledgements merged up the tree), beside Open MPI's
+    /// MPI_Bcast over TCP.
+    Bcast(collective::Args),
+    /// Group allreduce (sum of doubles), 8 B to 4 MiB, for each algorithm
+    /// and the automatic choice, beside Open MPI's MPI_Allreduce over TCP.
+    Allreduce(collective::Args),
     /// One task's traffic (seed 000's PDE1 or PDE2 trace) from rank 0 to
     /// rank 1: task-to-task latency, the share of data on the premium
     /// path, bandwidth per class with feedback. Both ranks on one machine.
@@ -60,6 +69,7 @@ impl Bench {
             Bench::Bw(_) | Bench::Echo(_) | Bench::Trace(_) => 2,
             Bench::Incast(a) => a.senders + 1,
             Bench::TotalExchange(a) => a.ranks,
+            Bench::Bcast(a) | Bench::Allreduce(a) => a.ranks,
         }
     }
 
@@ -84,6 +94,8 @@ impl Bench {
             }
             Bench::Bw(a) if !a.no_mpi => open_mpi(remote, 2, &bw::mpi_args(a), "bw", "mb_per_s"),
             Bench::TotalExchange(a) => a.open_mpi(remote, "before the job"),
+            Bench::Bcast(a) => a.open_mpi(bulkwire_groups::Operation::Bcast, remote),
+            Bench::Allreduce(a) => a.open_mpi(bulkwire_groups::Operation::Allreduce, remote),
             _ => Report::default(),
         }
     }
@@ -106,6 +118,8 @@ impl Bench {
             Bench::Incast(a) => incast::table(a, report),
             Bench::TotalExchange(_) => total_exchange::table(report),
             Bench::Trace(_) => trace::table(report),
+            Bench::Bcast(_) => collective::table(bulkwire_groups::Operation::Bcast, report),
+            Bench::Allreduce(_) => collective::table(bulkwire_groups::Operation::Allreduce, report),
         }
     }
 }
@@ -145,6 +159,8 @@ pub fn rank(bench: &Bench) -> Result<Option<Report>, String> {
             Bench::Echo(a) => echo::rank(&world, a)?,
             Bench::Incast(a) => incast::rank(&world, a)?,
             Bench::Trace(a) => trace::rank(&world, a)?,
+            Bench::Bcast(a) => collective::rank(&world, a, bulkwire_groups::Operation::Bcast)?,
+            Bench::Allreduce(a) => collective::rank(&world, a, bulkwire_groups::Operation::Allreduce)?,
             Bench::TotalExchange(_) => unreachable!("run through bsp above"),
         };
         let report = (world.rank() == 0).then(|| Report { rows, notes: Vec::new() });

@@ -36,7 +36,7 @@ fn pattern(seed: u32, len: usize) -> Vec<u8> {
 /// Every collective, by every algorithm that runs it, from every root, on
 /// the job's group: results checked against what each member computes
 /// alone.
-fn every_collective(group: &Group<'_>, sizes: &[usize]) {
+fn every_collective(groups: &Groups<'_>, group: &Group<'_>, sizes: &[usize]) {
     let view = group.view().unwrap();
     let n = view.members.len();
     let me = group.position().unwrap();
@@ -50,6 +50,23 @@ fn every_collective(group: &Group<'_>, sizes: &[usize]) {
                 assert!(buf == expect, "bcast {algorithm} of {len} bytes from {root}");
             }
         }
+        // Confirmed delivery: the root hears one acknowledgement per child
+        // of its tree (a binomial tree after a scatter and allgather).
+        group.set_delivery(Delivery::Confirmed).unwrap();
+        let before = groups.stats().acks_received;
+        let mut buf = vec![1u8; 1000];
+        group.bcast(view.members[0], &mut buf).unwrap();
+        let acks = groups.stats().acks_received - before;
+        if me == 0 && n > 1 {
+            let children = match algorithm {
+                Algorithm::Flat => n - 1,
+                Algorithm::BinaryTree => (n - 1).min(2),
+                Algorithm::Chain => 1,
+                _ => n.next_power_of_two().trailing_zeros() as usize,
+            };
+            assert_eq!(acks as usize, children, "acks at the root of a confirmed {algorithm} bcast to {n}");
+        }
+        group.set_delivery(Delivery::Sent).unwrap();
     }
     for algorithm in Algorithm::ALL.into_iter().filter(|a| a.supports(Operation::Allreduce)) {
         group.set_algorithm(Operation::Allreduce, Some(algorithm)).unwrap();
@@ -130,7 +147,7 @@ fn every_collective_by_every_algorithm_from_every_root_on_1_to_5_members() {
         let world = World::init().unwrap();
         let groups = Groups::new(&world).unwrap();
         // 0 bytes, small, one piece and a bit (pieces are 256 KiB), uneven.
-        every_collective(&groups.world(), &[0, 8, 1000, (256 << 10) + 24, 600_001]);
+        every_collective(&groups, &groups.world(), &[0, 8, 1000, (256 << 10) + 24, 600_001]);
         println!("rank-ok {} {:?}", world.rank(), groups.stats());
         world.finalize().unwrap();
         return;

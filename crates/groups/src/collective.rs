@@ -397,7 +397,39 @@ impl<'g> Group<'g> {
         })?;
         let left = ctx.rank_at(root_pos, (r + n - 1) % n);
         let right = ctx.rank_at(root_pos, (r + 1) % n);
-        self.ring_gather(ctx, &segs, r, (left, right), buf, total)
+        self.ring_gather(ctx, &segs, r, (left, right), buf, total)?;
+        if self.groups.delivery(self.id) == Delivery::Confirmed {
+            self.confirm(ctx, root_pos)?;
+        }
+        Ok(())
+    }
+
+    /// Confirmed delivery after a broadcast that was not a tree: each
+    /// member acknowledges to its parent in a binomial tree once its
+    /// children have, so the root hears one acknowledgement per child.
+    fn confirm(&self, ctx: &Ctx, root_pos: usize) -> Result<(), GroupError> {
+        let (parent, children) = tree(Algorithm::Binomial, ctx.n(), ctx.relative(root_pos));
+        let parent = parent.map(|p| ctx.rank_at(root_pos, p));
+        let children: Vec<Rank> = children.iter().map(|&c| ctx.rank_at(root_pos, c)).collect();
+        let mut acked = vec![false; children.len()];
+        let mut sent = false;
+        self.groups.run(ctx, |e, st| {
+            for (i, &c) in children.iter().enumerate() {
+                if !acked[i] && take_control(e, ctx, ACK, c, 0) {
+                    acked[i] = true;
+                    st.stats.acks_received += 1;
+                }
+            }
+            if !acked.iter().all(|&a| a) {
+                return Ok(None);
+            }
+            if let (Some(p), false) = (parent, sent) {
+                sent = true;
+                st.stats.acks_sent += 1;
+                self.groups.send(e, st, p, CONTROL, control(ctx, ACK, 0));
+            }
+            Ok((st.queued() == 0).then_some(()))
+        })
     }
 
     /// The allgather of a ring: at step s, member `pos` passes segment
