@@ -4,7 +4,7 @@
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use bulkwire_comm::World;
+use bulkwire_comm::{Source, Tag, World};
 use bulkwire_groups::{Algorithm, Delivery, Event, Group, GroupError, Groups, Op, Operation};
 
 fn is_rank() -> bool {
@@ -353,4 +353,55 @@ fn a_bad_algorithm_setting_is_refused() {
     let (out, _) = launch(2, "a_bad_algorithm_setting_is_refused", &[("BULKWIRE_GROUP_ALGORITHM", "bcast=ring")]);
     let stdout = check(&out);
     assert!(stdout.contains("BULKWIRE_GROUP_ALGORITHM: algorithm ring cannot run bcast"), "{stdout}");
+}
+
+/// Posts (NCS_mcast): every member posts without the others calling
+/// anything together; each member receives each post once, one poster's
+/// posts in order, by source and tag. Also in a group of some members.
+#[test]
+fn posts_reach_every_member_once_in_each_posters_order() {
+    if is_rank() {
+        let world = World::init().unwrap();
+        let groups = Groups::new(&world).unwrap();
+        let (rank, n) = (world.rank(), world.size());
+        let all = groups.world();
+        const POSTS: u32 = 40;
+        for i in 0..POSTS {
+            let data = pattern(rank * 1000 + i, (i as usize * 97) % 3000);
+            all.post((i % 3) as i32, &data).unwrap();
+        }
+        let mut next = vec![0u32; n as usize];
+        for _ in 0..POSTS * (n - 1) {
+            let p = all.recv(Source::Any, Tag::Any).unwrap();
+            let i = next[p.from as usize];
+            assert_eq!((p.tag, p.view), ((i % 3) as i32, 1), "post {i} of {}", p.from);
+            assert!(p.data == pattern(p.from * 1000 + i, (i as usize * 97) % 3000), "post {i} of {}", p.from);
+            next[p.from as usize] += 1;
+        }
+        assert!(next.iter().enumerate().all(|(r, &k)| k == if r as u32 == rank { 0 } else { POSTS }));
+        assert!(all.try_recv(Source::Any, Tag::Any).unwrap().is_none());
+        // A group of the even ranks: posts reach its members only.
+        let evens: Vec<u32> = (2..n).step_by(2).collect();
+        let g = match rank {
+            0 => Some(groups.create("evens", &evens).unwrap()),
+            r if r % 2 == 0 => Some(groups.find("evens").unwrap()),
+            _ => None,
+        };
+        if let Some(g) = g {
+            g.wait_members(evens.len() + 1).unwrap();
+            g.post(7, &[rank as u8]).unwrap();
+            for _ in 0..evens.len() {
+                let p = g.recv(Source::Any, Tag::Is(7)).unwrap();
+                assert!(p.from % 2 == 0 && p.from != rank && p.data == [p.from as u8]);
+            }
+        }
+        all.barrier().unwrap();
+        assert!(all.try_recv(Source::Any, Tag::Any).unwrap().is_none());
+        println!("rank-ok {rank}");
+        world.finalize().unwrap();
+        return;
+    }
+    let (out, _) = launch(6, "posts_reach_every_member_once_in_each_posters_order", &[]);
+    let stdout = check(&out);
+    assert_eq!(stdout.matches("rank-ok").count(), 6, "{stdout}");
 }

@@ -17,10 +17,11 @@
 
 use std::ops::Range;
 
+use bulkwire_comm::{Source, Tag};
 use bulkwire_runtime::{Engine, Inbound};
 
 use crate::element::{Element, Op};
-use crate::group::{Ctx, Delivery, Group, GroupError, State, ACK, BARRIER, CONTROL, DATA, PIECE, READY};
+use crate::group::{Ctx, Delivery, Group, GroupError, Posted, State, ACK, BARRIER, CONTROL, DATA, PIECE, READY};
 use crate::membership::{GroupId, Rank, RequestKind, View};
 use crate::schedule::{binomial_span, split, subtree_span, tree, Algorithm, Operation};
 
@@ -278,6 +279,29 @@ impl<'g> Group<'g> {
                 None => Ok(None),
             }
         })
+    }
+
+    // ----- posts -----------------------------------------------------------
+
+    /// Sends `data` to every other member of the group's current view, down
+    /// a binary tree rooted here, without the others calling anything
+    /// together (seed 004's NCS_mcast): each receives it with
+    /// [`Group::recv`]. Members pass posts on whenever they call into the
+    /// groups layer. Each member of the view gets each post once, and one
+    /// poster's posts in the order posted.
+    pub fn post(&self, tag: i32, data: &[u8]) -> Result<(), GroupError> {
+        self.groups.post("group post", self.id, tag, data)
+    }
+
+    /// Waits for the next post from `source` with `tag`.
+    pub fn recv(&self, source: Source, tag: Tag) -> Result<Posted, GroupError> {
+        let post = self.groups.take_post("group recv", self.id, true, |p| accepts(source, tag, p))?;
+        Ok(post.expect("a blocking receive returns a post"))
+    }
+
+    /// The next post from `source` with `tag` if one has come.
+    pub fn try_recv(&self, source: Source, tag: Tag) -> Result<Option<Posted>, GroupError> {
+        self.groups.take_post("group try_recv", self.id, false, |p| accepts(source, tag, p))
     }
 
     // ----- broadcast -------------------------------------------------------
@@ -814,6 +838,11 @@ fn control(ctx: &Ctx, kind: u8, round: u32) -> Vec<u8> {
 fn take_control(e: &mut Engine, ctx: &Ctx, kind: u8, from: Rank, round: u32) -> bool {
     let want = control(ctx, kind, round);
     e.take(|m| m.channel == CONTROL && m.from == from && m.data[m.start..] == want[..]).is_some()
+}
+
+fn accepts(source: Source, tag: Tag, p: &Posted) -> bool {
+    let from = matches!(source, Source::Any) || source == Source::Rank(p.from);
+    from && (matches!(tag, Tag::Any) || tag == Tag::Is(p.tag))
 }
 
 fn not_member(call: &'static str, rank: Rank, view: &View) -> GroupError {

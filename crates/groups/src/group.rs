@@ -3,7 +3,7 @@
 //! plane (channel [`DATA`], the pair's path), as seed 004 §2 separates
 //! them.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 
 use bulkwire_comm::World;
@@ -38,6 +38,8 @@ pub(crate) const BARRIER: u8 = 2;
 pub(crate) const ACK: u8 = 3;
 pub(crate) const ABORT: u8 = 4;
 pub(crate) const READY: u8 = 5;
+/// Data-plane kind of a post (the collectives' kinds are below it).
+pub(crate) const POST: u8 = 16;
 
 /// When a broadcast's root may return.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -128,6 +130,21 @@ pub(crate) struct State {
     pub stats: GroupStats,
     job_algorithms: HashMap<Operation, Algorithm>,
     job_delivery: Delivery,
+    /// The member lists of the views of each group this process was in:
+    /// posts of a view are passed on along that view's tree.
+    history: HashMap<GroupId, BTreeMap<u32, Vec<Rank>>>,
+    /// Posts delivered here and not yet received, per group.
+    mailbox: HashMap<GroupId, VecDeque<Posted>>,
+}
+
+/// A message posted to a group ([`Group::post`]), as a member receives it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Posted {
+    pub from: Rank,
+    pub tag: i32,
+    /// The view it was posted in (the sender's view then).
+    pub view: u32,
+    pub data: Vec<u8>,
 }
 
 /// The groups of this process: the job's group of all processes, and the
@@ -218,6 +235,8 @@ impl<'w> Groups<'w> {
             stats: GroupStats::default(),
             job_algorithms,
             job_delivery,
+            history: HashMap::from([(WORLD, BTreeMap::from([(1, (0..size).collect())]))]),
+            mailbox: HashMap::new(),
         };
         Ok(Groups { world, state: Mutex::new(state) })
     }
@@ -372,16 +391,109 @@ impl<'w> Groups<'w> {
                     local.op = 0;
                     local.multicasts.clear();
                     drop_older(e, v.group, v.number);
+                    st.history.entry(v.group).or_default().insert(v.number, v.members.clone());
                 }
                 Event::Left { group, .. } | Event::Destroyed { group, .. } => {
                     st.local.remove(group);
+                    st.history.remove(group);
                     drop_older(e, *group, u32::MAX);
+                    while e.take(|m| post_of(m).is_some_and(|(g, _)| g == group.0)).is_some() {}
                 }
                 Event::Refused { .. } => {}
             }
             st.events.push_back(event);
         }
+        self.take_posts(e, st);
         flush(e, st);
+    }
+
+    /// Delivers the posts that came for views this process was in, and
+    /// passes each on to its children in the view's tree rooted at the
+    /// poster (seed 004's multicast tree). Posts of views not yet
+    /// installed here wait in the inbox.
+    fn take_posts(&self, e: &mut Engine, st: &mut State) {
+        let me = self.world.rank();
+        loop {
+            let history = &st.history;
+            let known = |m: &Inbound| {
+                post_of(m).is_some_and(|(g, v)| history.get(&GroupId(g)).is_some_and(|h| h.contains_key(&v)))
+            };
+            let Some(m) = e.take(known) else { return };
+            let d = &m.data[m.start..];
+            let (g, v) = post_of(&m).expect("checked by the predicate");
+            let origin = u32::from_le_bytes(d[9..13].try_into().expect("4 bytes"));
+            let tag = i32::from_le_bytes(d[13..17].try_into().expect("4 bytes"));
+            let members = &st.history[&GroupId(g)][&v];
+            let (Some(from), Some(mine)) =
+                (members.iter().position(|&r| r == origin), members.iter().position(|&r| r == me))
+            else {
+                st.stats.malformed += 1;
+                continue;
+            };
+            let n = members.len();
+            let (_, children) = schedule::tree(Algorithm::BinaryTree, n, (mine + n - from) % n);
+            let children: Vec<Rank> = children.iter().map(|&c| members[(from + c) % n]).collect();
+            for c in children {
+                st.stats.data_messages_sent += 1;
+                st.outbox.push_back((c, DATA, d.to_vec()));
+            }
+            let data = d[POST_HEADER..].to_vec();
+            st.mailbox.entry(GroupId(g)).or_default().push_back(Posted { from: origin, tag, view: v, data });
+        }
+    }
+
+    /// Posts `data` to every other member of `group`'s current view.
+    pub(crate) fn post(&self, call: &'static str, group: GroupId, tag: i32, data: &[u8]) -> Result<(), GroupError> {
+        let me = self.world.rank();
+        self.world.runtime().with(|e| {
+            let mut st = self.state();
+            self.pump(e, &mut st);
+            let view = match st.membership.view(group) {
+                Some(v) => v.clone(),
+                None => return Ok(Err(not_here(&st, call, group))),
+            };
+            let mut message = Vec::with_capacity(POST_HEADER + data.len());
+            message.push(POST);
+            for x in [group.0, view.number, me] {
+                message.extend_from_slice(&x.to_le_bytes());
+            }
+            message.extend_from_slice(&tag.to_le_bytes());
+            message.extend_from_slice(data);
+            let n = view.members.len();
+            let (_, children) = schedule::tree(Algorithm::BinaryTree, n, 0);
+            let mine = view.position(me).expect("a member");
+            for c in children {
+                self.send(e, &mut st, view.members[(mine + c) % n], DATA, message.clone());
+            }
+            Ok(Ok(()))
+        })?
+    }
+
+    /// The first post in `group`'s mailbox that `wanted` accepts.
+    pub(crate) fn take_post(
+        &self,
+        call: &'static str,
+        group: GroupId,
+        block: bool,
+        mut wanted: impl FnMut(&Posted) -> bool,
+    ) -> Result<Option<Posted>, GroupError> {
+        let mut step = |st: &mut State| -> Result<Option<Posted>, GroupError> {
+            if let Some(i) = st.mailbox.get(&group).and_then(|b| b.iter().position(&mut wanted)) {
+                return Ok(st.mailbox.get_mut(&group).and_then(|b| b.remove(i)));
+            }
+            if st.membership.view(group).is_none() {
+                return Err(not_here(st, call, group));
+            }
+            Ok(None)
+        };
+        if block {
+            return self.wait(call, step).map(Some);
+        }
+        self.world.runtime().with(|e| {
+            let mut st = self.state();
+            self.pump(e, &mut st);
+            Ok(step(&mut st))
+        })?
     }
 
     /// Begins a collective of `group`: its view and number.
@@ -658,6 +770,27 @@ fn take_abort(e: &mut Engine, ctx: &Ctx) -> Option<GroupError> {
     })
 }
 
+/// Bytes before a post's data: kind, group, view, poster, tag.
+const POST_HEADER: usize = 17;
+
+/// The group and view of a post, if `m` is one that is well formed.
+fn post_of(m: &Inbound) -> Option<(u32, u32)> {
+    let d = &m.data[m.start..];
+    if m.channel != DATA || d.len() < POST_HEADER || d[0] != POST {
+        return None;
+    }
+    Some((u32::from_le_bytes(d[1..5].try_into().ok()?), u32::from_le_bytes(d[5..9].try_into().ok()?)))
+}
+
+/// The error of a call on a group this process is not in.
+fn not_here(st: &State, call: &'static str, group: GroupId) -> GroupError {
+    let name = describe(st, group);
+    match st.membership.is_gone(group) {
+        true => GroupError::Destroyed { call, group: name },
+        false => GroupError::NotMember { call, group: name },
+    }
+}
+
 fn describe(st: &State, group: GroupId) -> String {
     match st.membership.view(group) {
         Some(v) => format!("{:?} ({})", v.name, group.0),
@@ -693,7 +826,8 @@ fn drop_older(e: &mut Engine, group: GroupId, view: u32) {
 /// belongs to.
 fn group_view(m: &Inbound) -> Option<(u32, u32)> {
     let d = &m.data[m.start..];
-    let ours = m.channel == DATA || m.channel == CONTROL && d.first().is_some_and(|&k| k != MEMBERSHIP);
+    let ours = m.channel == DATA && d.first() != Some(&POST)
+        || m.channel == CONTROL && d.first().is_some_and(|&k| k != MEMBERSHIP);
     if !ours || d.len() < 9 {
         return None;
     }
