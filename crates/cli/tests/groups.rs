@@ -405,3 +405,38 @@ fn posts_reach_every_member_once_in_each_posters_order() {
     let stdout = check(&out);
     assert_eq!(stdout.matches("rank-ok").count(), 6, "{stdout}");
 }
+
+/// The example built beside this test binary: `cargo test` builds the
+/// examples, but not when told to build one test target alone (build them
+/// with `cargo build --examples` then).
+fn example(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("test binary");
+    let path = exe.parent().and_then(|deps| deps.parent()).expect("target folder").join("examples").join(name);
+    assert!(path.exists(), "{} is not built: build it with cargo build --examples", path.display());
+    path
+}
+
+/// Seed 004's static voting, with group posts and with point-to-point
+/// sends: every request reaches its quorum, and every replica agrees at
+/// the end (the example checks both and fails otherwise).
+#[test]
+fn static_voting_agrees_with_posts_and_with_point_to_point() {
+    if is_rank() {
+        return;
+    }
+    for mode in [None, Some("--p2p")] {
+        let out = Command::new(env!("CARGO_BIN_EXE_bulkwire"))
+            .args(["run", "-n", "4"])
+            .arg(example("voting"))
+            .args(["--requests", "150", "--files", "10", "--json"])
+            .args(mode)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run bulkwire");
+        let stdout = check(&out);
+        let rows: serde_json::Value = serde_json::from_str(stdout.trim()).expect("rows");
+        let row = &rows[0];
+        assert_eq!(row["what"], if mode.is_some() { "p2p" } else { "groups" });
+        assert_eq!((row["requests_count"].as_u64(), row["replicas_agree"].as_bool()), (Some(600), Some(true)), "{row}");
+    }
+}
