@@ -177,6 +177,12 @@ fn sixty_four_mib_to_eight_members() {
         let mut v: Vec<f32> = (0..len / 4).map(|i| (i % 7) as f32 * (world.rank() + 1) as f32).collect();
         g.allreduce(&mut v, Op::Sum).unwrap();
         assert!(v.iter().enumerate().all(|(i, &x)| x == (i % 7) as f32 * 36.0));
+        // Up a binomial tree the root hears three children at once: each
+        // one's pieces must not crowd out the others' in its inbox.
+        g.set_algorithm(Operation::Allreduce, Some(Algorithm::Binomial)).unwrap();
+        let mut v: Vec<f64> = (0..(16 << 20) / 8).map(|i| (i % 5) as f64 + world.rank() as f64).collect();
+        g.allreduce(&mut v, Op::Sum).unwrap();
+        assert!(v.iter().enumerate().all(|(i, &x)| x == (i % 5) as f64 * 8.0 + 28.0));
         println!("rank-ok {}", world.rank());
         world.finalize().unwrap();
         return;

@@ -562,6 +562,7 @@ impl<'g> Group<'g> {
         // The rendezvous of a transfer of several pieces (module docs).
         let mut asked = count == 1;
         let mut cleared = count == 1;
+        let mut arrived: Vec<std::collections::VecDeque<(Head, Inbound)>> = vec![Default::default(); children.len()];
         self.groups.run(ctx, |e, st| {
             if !asked {
                 asked = true;
@@ -569,22 +570,24 @@ impl<'g> Group<'g> {
                     self.groups.send(e, st, c, CONTROL, control(ctx, READY, 0));
                 }
             }
-            while combined < count {
-                // Piece `combined` from every child, combined in order.
-                let range = piece(combined);
-                let want = range.len() * size;
-                let ready = children.iter().all(|&c| {
-                    e.inbox.iter().any(|m| m.channel == DATA && m.from == c && is(ctx, REDUCE, &m.data[m.start..]))
-                });
-                if !ready {
-                    break;
-                }
-                for &c in &children {
-                    let (h, m) = take(e, ctx, REDUCE, c, None).expect("seen above");
+            // Every piece that came is taken at once: left in the
+            // runtime's inbox, which all senders share, one child's pieces
+            // could fill it while this member waits for another child's.
+            for (i, &c) in children.iter().enumerate() {
+                while let Some((h, m)) = take(e, ctx, REDUCE, c, None) {
                     if h.total != total as u64 {
                         let theirs = usize::try_from(h.total).unwrap_or(usize::MAX);
                         return Err(GroupError::SizeMismatch { call: ctx.call, rank: c, mine: total, theirs });
                     }
+                    arrived[i].push_back((h, m));
+                }
+            }
+            // Piece `combined` from every child, combined in the tree's order.
+            while combined < count && arrived.iter().all(|q| !q.is_empty()) {
+                let range = piece(combined);
+                let want = range.len() * size;
+                for (i, &c) in children.iter().enumerate() {
+                    let (h, m) = arrived[i].pop_front().expect("checked above");
                     let data = payload(&m);
                     if h.offset != (range.start * size) as u64 || data.len() != want {
                         return Err(GroupError::Malformed { call: ctx.call, rank: c });

@@ -603,7 +603,7 @@ impl<'w> Groups<'w> {
             .and_then(|l| l.algorithms.get(&op))
             .or_else(|| st.job_algorithms.get(&op))
             .copied()
-            .unwrap_or_else(|| schedule::choose(op, bytes, members))
+            .unwrap_or_else(|| schedule::choose(op, bytes, members, self.world.runtime().shares_cores()))
     }
 
     pub(crate) fn delivery(&self, group: GroupId) -> Delivery {

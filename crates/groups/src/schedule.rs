@@ -122,20 +122,25 @@ impl FromStr for Operation {
     }
 }
 
-/// The automatic choice, by message size (bytes per member) and group
-/// size: the fewest rounds for small messages, the fewest bytes per link
-/// for large ones. Measured with `bulkwire bench bcast` and
-/// `bench allreduce` (docs/BENCHMARKS.md).
-pub fn choose(op: Operation, bytes: usize, members: usize) -> Algorithm {
+/// The automatic choice, by message size (bytes per member), group size,
+/// and whether the processes share cores: the fewest rounds for small
+/// messages, the fewest bytes per link for large ones. Where processes
+/// share cores, every relay waits for one, so broadcasts go straight from
+/// the root up to 1 MiB (measured with 8 processes on 2 cores: flat 71 us
+/// against binomial 396 us at 32 KiB). Measured with `bulkwire bench
+/// bcast` and `bench allreduce` (docs/BENCHMARKS.md).
+pub fn choose(op: Operation, bytes: usize, members: usize, shares_cores: bool) -> Algorithm {
     if members <= 2 {
         return Algorithm::Flat;
     }
     match op {
+        Operation::Bcast if shares_cores && bytes <= 1 << 20 => Algorithm::Flat,
+        Operation::Bcast if shares_cores => Algorithm::Binomial,
         Operation::Bcast if bytes >= 512 << 10 && members >= 4 => Algorithm::ScatterAllgather,
         Operation::Bcast if bytes >= 64 << 10 => Algorithm::BinaryTree,
         Operation::Allreduce if bytes >= 64 << 10 => Algorithm::Ring,
         Operation::Allgather => Algorithm::Ring,
-        Operation::Gather | Operation::Scatter if bytes >= 64 << 10 => Algorithm::Flat,
+        Operation::Gather | Operation::Scatter if bytes >= 64 << 10 || shares_cores => Algorithm::Flat,
         _ => Algorithm::Binomial,
     }
 }

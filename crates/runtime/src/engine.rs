@@ -317,6 +317,8 @@ pub struct Runtime {
     size: u32,
     /// The job runs on one host, over loopback.
     loopback: bool,
+    /// More of the job's processes run on this host than it has cores.
+    shares_cores: bool,
     finished: bool,
 }
 
@@ -474,13 +476,21 @@ impl Runtime {
         let thread = std::thread::Builder::new()
             .name("bulkwire-progress".into())
             .spawn(move || progress_thread(&thread_inner))?;
-        Ok(Runtime { inner, thread: Some(thread), size: env.size, loopback, finished: false })
+        let shares_cores = env.local_size > cores;
+        Ok(Runtime { inner, thread: Some(thread), size: env.size, loopback, shares_cores, finished: false })
     }
 
     /// Whether the job runs on one host, over loopback (every socket in the
     /// peer table is): no link nor switch port lies between its processes.
     pub fn on_loopback(&self) -> bool {
         self.loopback
+    }
+
+    /// Whether more of the job's processes run on this host than it has
+    /// cores: then a process waits for a core before it can pass a message
+    /// on, and each hop of a relay costs a scheduling delay.
+    pub fn shares_cores(&self) -> bool {
+        self.shares_cores
     }
 
     pub fn rank(&self) -> u32 {
