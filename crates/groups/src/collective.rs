@@ -288,7 +288,8 @@ impl<'g> Group<'g> {
     /// together (seed 004's NCS_mcast): each receives it with
     /// [`Group::recv`]. Members pass posts on whenever they call into the
     /// groups layer. Each member of the view gets each post once, and one
-    /// poster's posts in the order posted.
+    /// poster's posts of one view in the order posted (posts of different
+    /// views take different trees).
     pub fn post(&self, tag: i32, data: &[u8]) -> Result<(), GroupError> {
         self.groups.post("group post", self.id, tag, data)
     }

@@ -130,8 +130,9 @@ pub(crate) struct State {
     pub stats: GroupStats,
     job_algorithms: HashMap<Operation, Algorithm>,
     job_delivery: Delivery,
-    /// The member lists of the views of each group this process was in:
-    /// posts of a view are passed on along that view's tree.
+    /// The member lists of the views of each group this process was in,
+    /// kept after it leaves: posts of a view are passed on along that
+    /// view's tree by every member of the view.
     history: HashMap<GroupId, BTreeMap<u32, Vec<Rank>>>,
     /// Posts delivered here and not yet received, per group.
     mailbox: HashMap<GroupId, VecDeque<Posted>>,
@@ -394,10 +395,11 @@ impl<'w> Groups<'w> {
                     st.history.entry(v.group).or_default().insert(v.number, v.members.clone());
                 }
                 Event::Left { group, .. } | Event::Destroyed { group, .. } => {
+                    // The views' history stays: posts of those views that
+                    // still come are passed on down their trees.
                     st.local.remove(group);
-                    st.history.remove(group);
+                    st.mailbox.remove(group);
                     drop_older(e, *group, u32::MAX);
-                    while e.take(|m| post_of(m).is_some_and(|(g, _)| g == group.0)).is_some() {}
                 }
                 Event::Refused { .. } => {}
             }
@@ -424,21 +426,20 @@ impl<'w> Groups<'w> {
             let origin = u32::from_le_bytes(d[9..13].try_into().expect("4 bytes"));
             let tag = i32::from_le_bytes(d[13..17].try_into().expect("4 bytes"));
             let members = &st.history[&GroupId(g)][&v];
-            let (Some(from), Some(mine)) =
-                (members.iter().position(|&r| r == origin), members.iter().position(|&r| r == me))
-            else {
+            let Some(children) = schedule::post_children(members, origin, me) else {
                 st.stats.malformed += 1;
                 continue;
             };
-            let n = members.len();
-            let (_, children) = schedule::tree(Algorithm::BinaryTree, n, (mine + n - from) % n);
-            let children: Vec<Rank> = children.iter().map(|&c| members[(from + c) % n]).collect();
             for c in children {
                 st.stats.data_messages_sent += 1;
                 st.outbox.push_back((c, DATA, d.to_vec()));
             }
-            let data = d[POST_HEADER..].to_vec();
-            st.mailbox.entry(GroupId(g)).or_default().push_back(Posted { from: origin, tag, view: v, data });
+            // Passed on in any case (the subtree needs it), kept only while
+            // this process is a member.
+            if st.membership.view(GroupId(g)).is_some() {
+                let data = d[POST_HEADER..].to_vec();
+                st.mailbox.entry(GroupId(g)).or_default().push_back(Posted { from: origin, tag, view: v, data });
+            }
         }
     }
 
@@ -459,11 +460,8 @@ impl<'w> Groups<'w> {
             }
             message.extend_from_slice(&tag.to_le_bytes());
             message.extend_from_slice(data);
-            let n = view.members.len();
-            let (_, children) = schedule::tree(Algorithm::BinaryTree, n, 0);
-            let mine = view.position(me).expect("a member");
-            for c in children {
-                self.send(e, &mut st, view.members[(mine + c) % n], DATA, message.clone());
+            for c in schedule::post_children(&view.members, me, me).expect("a member") {
+                self.send(e, &mut st, c, DATA, message.clone());
             }
             Ok(Ok(()))
         })?

@@ -147,8 +147,9 @@ pub enum Message {
     NewView(View),
     /// Server to a member that left.
     Left { group: GroupId, name: String, after: u32 },
-    /// Server to members, and to the directory.
-    Destroyed { group: GroupId, name: String },
+    /// Server to members, and to the directory: the group ended after view
+    /// `last`, of which the receiver is a member if `member`.
+    Destroyed { group: GroupId, name: String, last: u32, member: bool },
     /// To a process whose request was refused.
     Refused { kind: RequestKind, name: String, why: Refusal },
     /// Server to directory: `server` orders the group's changes from view
@@ -185,6 +186,9 @@ pub struct Membership {
     /// This process's departures, told by the server, waiting for the
     /// views before them: the server, the name, the last view.
     leaving: BTreeMap<GroupId, (Rank, String, u32)>,
+    /// Destructions that wait for views still on their way: the names and
+    /// the last views.
+    ending: BTreeMap<GroupId, (String, u32)>,
     /// Creations asked of the directory and not yet answered: how many
     /// of each name.
     creating: BTreeMap<String, u32>,
@@ -218,6 +222,7 @@ impl Membership {
             deferred: Vec::new(),
             ahead: BTreeMap::new(),
             leaving: BTreeMap::new(),
+            ending: BTreeMap::new(),
             creating: BTreeMap::new(),
             out: VecDeque::new(),
             events: VecDeque::new(),
@@ -325,17 +330,20 @@ impl Membership {
                 self.leaving.insert(group, (from, name, after));
                 self.leave_if_due(group)
             }
-            Message::Destroyed { group, name } => {
+            Message::Destroyed { group, name, last, member } => {
                 if self.me == DIRECTORY {
                     self.names.retain(|_, g| *g != group);
                     self.servers.remove(&group);
                 }
-                if self.views.remove(&group).is_some() {
-                    self.events.push_back(Event::Destroyed { group, name: name.clone() });
+                // A member installs every view it is in (and gets the posts
+                // of those views) before the group ends: views from an
+                // earlier server may still be on their way.
+                let behind = self.views.get(&group).is_none_or(|v| v.number < last);
+                if member && behind {
+                    self.ending.insert(group, (name, last));
+                } else {
+                    self.end_here(group, name);
                 }
-                self.ahead.retain(|k, _| k.0 != group);
-                self.gone.insert(group, name);
-                self.retry_deferred();
                 Ok(())
             }
             Message::Refused { kind, name, why } => {
@@ -475,13 +483,28 @@ impl Membership {
     }
 
     fn install(&mut self, view: View) {
-        let group = view.group;
+        let (group, number) = (view.group, view.number);
         self.gone.remove(&group);
         self.views.insert(group, view.clone());
         self.events.push_back(Event::View(view));
         // A bad departure was refused when it came; nothing to report here.
         let _ = self.leave_if_due(group);
         self.install_ahead(group);
+        if let Some((name, _)) = self.ending.remove(&group).filter(|(_, last)| number >= *last) {
+            self.end_here(group, name);
+        }
+        self.retry_deferred();
+    }
+
+    /// The group is destroyed: its view goes, and later requests for it are
+    /// refused.
+    fn end_here(&mut self, group: GroupId, name: String) {
+        if self.views.remove(&group).is_some() {
+            self.events.push_back(Event::Destroyed { group, name: name.clone() });
+        }
+        self.ahead.retain(|k, _| k.0 != group);
+        self.ending.remove(&group);
+        self.gone.insert(group, name);
         self.retry_deferred();
     }
 
@@ -500,6 +523,16 @@ impl Membership {
         self.views.remove(&group);
         self.ahead.retain(|k, _| k.0 != group || k.1 > after);
         self.events.push_back(Event::Left { group, name, after });
+        // The view that adds this process again may have come first (from
+        // another server): it is the next view here.
+        let rejoined = self
+            .ahead
+            .range((group, 0)..=(group, u32::MAX))
+            .find_map(|(k, (_, v))| matches!(v.change, Change::Joined(r) if r == self.me).then_some(*k));
+        if let Some((from, view)) = rejoined.and_then(|k| self.ahead.remove(&k)) {
+            // Checked like any view; a bad one is dropped.
+            let _ = self.on_view(from, view);
+        }
         self.retry_deferred();
         Ok(())
     }
@@ -573,7 +606,7 @@ impl Membership {
                     // with it.
                     self.send(by, Message::Left { group, name: name.clone(), after });
                     self.gone.insert(group, name.clone());
-                    self.send(DIRECTORY, Message::Destroyed { group, name });
+                    self.send(DIRECTORY, Message::Destroyed { group, name, last: after, member: false });
                     return;
                 }
                 if by == self.me {
@@ -603,13 +636,12 @@ impl Membership {
     /// Destroys `group`, served here: every member and the directory hear it.
     fn end(&mut self, group: GroupId) {
         let Some(view) = self.views.get(&group) else { return };
-        let name = view.name.clone();
-        let mut told: Vec<Rank> = view.members.clone();
-        if !told.contains(&DIRECTORY) {
-            told.push(DIRECTORY);
+        let (name, last, members) = (view.name.clone(), view.number, view.members.clone());
+        if !members.contains(&DIRECTORY) {
+            self.send(DIRECTORY, Message::Destroyed { group, name: name.clone(), last, member: false });
         }
-        for m in told {
-            self.send(m, Message::Destroyed { group, name: name.clone() });
+        for m in members {
+            self.send(m, Message::Destroyed { group, name: name.clone(), last, member: true });
         }
     }
 
@@ -666,8 +698,8 @@ impl Message {
             Message::Left { group, name, after } => {
                 w.u8(6).u32(group.0).str(name).u32(*after);
             }
-            Message::Destroyed { group, name } => {
-                w.u8(7).u32(group.0).str(name);
+            Message::Destroyed { group, name, last, member } => {
+                w.u8(7).u32(group.0).str(name).u32(*last).u8(u8::from(*member));
             }
             Message::Refused { kind, name, why } => {
                 w.u8(8).u8(*kind as u8).str(name).u8(*why as u8);
@@ -698,7 +730,7 @@ impl Message {
                 },
             }),
             6 => Message::Left { group: GroupId(r.u32()?), name: r.str()?, after: r.u32()? },
-            7 => Message::Destroyed { group: GroupId(r.u32()?), name: r.str()? },
+            7 => Message::Destroyed { group: GroupId(r.u32()?), name: r.str()?, last: r.u32()?, member: r.u8()? == 1 },
             8 => Message::Refused { kind: kind(r.u8()?)?, name: r.str()?, why: refusal(r.u8()?)? },
             9 => Message::Moved { group: GroupId(r.u32()?), server: r.u32()?, number: r.u32()? },
             other => return Err(DecodeError::Unknown("membership message", other)),

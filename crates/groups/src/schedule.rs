@@ -201,6 +201,17 @@ fn lowest_bit(r: usize) -> usize {
     r & r.wrapping_neg()
 }
 
+/// Whom `me` passes a post of `origin` on to, in a view of `members`: its
+/// children in the binary tree rooted at the poster (seed 004's multicast
+/// tree). `None` if either is not a member of the view.
+pub fn post_children(members: &[u32], origin: u32, me: u32) -> Option<Vec<u32>> {
+    let n = members.len();
+    let from = members.iter().position(|&r| r == origin)?;
+    let mine = members.iter().position(|&r| r == me)?;
+    let (_, children) = tree(Algorithm::BinaryTree, n, (mine + n - from) % n);
+    Some(children.iter().map(|&c| members[(from + c) % n]).collect())
+}
+
 /// Splits `len` elements into `parts` nearly equal consecutive ranges.
 pub fn split(len: usize, parts: usize) -> Vec<std::ops::Range<usize>> {
     let (each, extra) = (len / parts, len % parts);
