@@ -74,9 +74,17 @@ impl Server<'_> {
         Ok(())
     }
 
-    /// The next message that came: a vote, a vote request, a commit or a
-    /// process's end.
-    fn poll(&mut self) -> Result<Option<Message>> {
+    /// The next message that came: a vote (if `votes`), a vote request, a
+    /// commit or a process's end.
+    fn poll(&mut self, votes: bool) -> Result<Option<Message>> {
+        if let Some(g) = &self.group {
+            if let Some(p) = g.try_recv(Source::Any, Tag::Any)? {
+                return Ok(Some((p.from, p.tag, p.data)));
+            }
+            if !votes {
+                return Ok(None);
+            }
+        }
         let tag = if self.group.is_some() { Tag::Is(VOTE) } else { Tag::Any };
         let world = self.world;
         let r = match &mut self.posted {
@@ -86,11 +94,6 @@ impl Server<'_> {
         if let Some(Completion::Received(s, d)) = world.test(r)? {
             self.posted = None;
             return Ok(Some((s.source, s.tag, d)));
-        }
-        if let Some(g) = &self.group {
-            if let Some(p) = g.try_recv(Source::Any, Tag::Any)? {
-                return Ok(Some((p.from, p.tag, p.data)));
-            }
         }
         Ok(None)
     }
@@ -168,7 +171,7 @@ fn main() -> Result<()> {
         let mut best = server.replicas[file];
         let mut votes = 1;
         while votes < quorum {
-            match server.poll()? {
+            match server.poll(true)? {
                 Some((_, VOTE, v)) => {
                     if u64_at(&v, 0) == id {
                         votes += 1;
@@ -206,9 +209,11 @@ fn main() -> Result<()> {
     }
     // A process's end comes after its last commit, from the same sender:
     // once every other process has ended, every commit has been applied.
+    // Votes are no longer awaited (the others may finish first; a receive
+    // for a vote would then fail, as nothing could match it).
     server.broadcast(DONE, &[])?;
     while server.done < n as usize - 1 {
-        match server.poll()? {
+        match server.poll(false)? {
             Some((_, VOTE, _)) => {}
             Some((from, tag, data)) => server.serve(from, tag, &data)?,
             None => std::thread::yield_now(),
