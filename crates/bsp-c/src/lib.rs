@@ -20,8 +20,10 @@ use std::sync::{Mutex, MutexGuard};
 
 use bulkwire_bsp::{Bsp, BspError, Call, Reason};
 
+mod groups;
+
 /// Where the process is in its one SPMD part.
-enum Phase {
+pub(crate) enum Phase {
     NotBegun,
     Running(Box<Bsp>),
     Ended,
@@ -32,7 +34,7 @@ static STATE: Mutex<Phase> = Mutex::new(Phase::NotBegun);
 /// not report an exit the library itself chose.
 static LEAVING: AtomicBool = AtomicBool::new(false);
 
-fn state() -> MutexGuard<'static, Phase> {
+pub(crate) fn state() -> MutexGuard<'static, Phase> {
     // A panic while the lock was held has already ended the process's part;
     // the state is still what it was.
     STATE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -144,6 +146,8 @@ pub extern "C" fn bsp_begin(maxprocs: c_int) {
 
 #[no_mangle]
 pub extern "C" fn bsp_end() {
+    // The groups borrow the section's runtime: they go first.
+    groups::end();
     let mut guard = state();
     let bsp = match std::mem::replace(&mut *guard, Phase::Ended) {
         Phase::Running(bsp) => bsp,

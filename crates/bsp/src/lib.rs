@@ -435,6 +435,12 @@ impl Bsp {
         self.nprocs
     }
 
+    /// The runtime underneath, for layers that share it (groups use its
+    /// channels 3 and 4; BSP uses 2).
+    pub fn runtime(&self) -> &Runtime {
+        self.rt.as_ref().expect("the runtime is there until end")
+    }
+
     pub fn pid(&self) -> u32 {
         self.pid
     }

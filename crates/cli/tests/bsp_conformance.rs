@@ -1,6 +1,7 @@
 //! The BSPlib conformance suite and the C examples, run through the C ABI.
 //!
-//! Every program under `tests/bsp-conformance/` and `examples/bsp/` states in
+//! Every program under `tests/bsp-conformance/`, `examples/bsp/` and
+//! `examples/groups/` states in
 //! its header comment what it expects (see `tests/bsp-conformance/check.h`).
 //! Each is compiled with `scripts/bspcc` against the `libbsp` this build made
 //! and run with `bulkwire run -n P` for P = 1, 2, 3, 4 and 8, several jobs at
@@ -516,6 +517,13 @@ fn bsplib_c_examples() {
     let pid = Variant { every_case: true, ..PID_ORDER };
     let random = Variant { every_case: true, ..RANDOM_ORDER };
     run_suite("BSPlib C examples", Path::new("examples/bsp"), &[latin, pid, random, LOSSY]);
+}
+
+/// Groups and collectives from C (`include/bulkwire.h`) inside a BSP
+/// section: `examples/groups/`.
+#[test]
+fn groups_from_c() {
+    run_suite("groups from C", Path::new("examples/groups"), &[DEFAULT, LOSSY]);
 }
 
 /// The wrappers as a user meets them: bspcc with the Oxford toolset's

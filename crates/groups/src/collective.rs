@@ -229,7 +229,7 @@ impl<'g> Group<'g> {
     /// This process's position in the view's member list.
     pub fn position(&self) -> Result<usize, GroupError> {
         let view = self.view()?;
-        Ok(view.position(self.groups.world.rank()).expect("a member"))
+        Ok(view.position(self.groups.rt.rank()).expect("a member"))
     }
 
     /// Waits until the group's view has `n` members.
@@ -318,7 +318,7 @@ impl<'g> Group<'g> {
     pub fn multicast(&self, root: Rank, targets: &[Rank], buf: &mut [u8]) -> Result<(), GroupError> {
         let call = "group multicast";
         let view = self.view()?;
-        let me = self.groups.world.rank();
+        let me = self.groups.rt.rank();
         let mut set: Vec<Rank> = view.members.iter().copied().filter(|m| *m == root || targets.contains(m)).collect();
         for &t in targets.iter().chain([&root]) {
             if !view.contains(t) {

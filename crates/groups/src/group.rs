@@ -8,7 +8,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use bulkwire_comm::World;
 use bulkwire_proto::SendError;
-use bulkwire_runtime::{Engine, Inbound, RuntimeError};
+use bulkwire_runtime::{Engine, Inbound, Runtime, RuntimeError};
 
 use crate::codec::{Reader, Writer};
 use crate::membership::{
@@ -166,7 +166,7 @@ pub struct Posted {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct Groups<'w> {
-    pub(crate) world: &'w World,
+    pub(crate) rt: &'w Runtime,
     state: Mutex<State>,
 }
 
@@ -214,14 +214,20 @@ impl<'w> Groups<'w> {
     /// Starts the groups layer of this process: every process of the job
     /// calls it (the membership protocol needs each process to answer).
     pub fn new(world: &'w World) -> Result<Groups<'w>, GroupError> {
+        Groups::on_runtime(world.runtime())
+    }
+
+    /// The groups layer over a runtime that another layer started (a BSP
+    /// section's, for instance): the groups use channels 3 and 4 of it.
+    pub fn on_runtime(rt: &'w Runtime) -> Result<Groups<'w>, GroupError> {
         let job_algorithms = parse_algorithms(std::env::var(ALGORITHM_VAR).ok().as_deref())
             .map_err(|why| GroupError::Setting { var: ALGORITHM_VAR, why })?;
         let job_delivery = match std::env::var(DELIVERY_VAR) {
             Ok(v) => v.parse().map_err(|why| GroupError::Setting { var: DELIVERY_VAR, why })?,
             Err(_) => Delivery::Sent,
         };
-        let (me, size) = (world.rank(), world.size());
-        world.runtime().with(|e| {
+        let (me, size) = (rt.rank(), rt.size());
+        rt.with(|e| {
             for peer in (0..size).filter(|&p| p != me) {
                 e.endpoint.set_premium(peer, CONTROL, true);
                 e.endpoint.set_probe_by_pace(peer, CONTROL, true);
@@ -239,11 +245,17 @@ impl<'w> Groups<'w> {
             history: HashMap::from([(WORLD, BTreeMap::from([(1, (0..size).collect())]))]),
             mailbox: HashMap::new(),
         };
-        Ok(Groups { world, state: Mutex::new(state) })
+        Ok(Groups { rt, state: Mutex::new(state) })
     }
 
     pub(crate) fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A handle for the group numbered `id` (its calls fail with a clear
+    /// error if this process is not a member).
+    pub fn group(&self, id: GroupId) -> Group<'_> {
+        Group { groups: self, id }
     }
 
     /// The group of every process of the job (view 1, never changes).
@@ -281,7 +293,7 @@ impl<'w> Groups<'w> {
 
     /// The next membership event of this process's groups, if any came.
     pub fn poll_event(&self) -> Result<Option<Event>, GroupError> {
-        let rt = self.world.runtime();
+        let rt = self.rt;
         Ok(rt.with(|e| {
             let mut st = self.state();
             self.pump(e, &mut st);
@@ -299,8 +311,7 @@ impl<'w> Groups<'w> {
         call: &'static str,
         f: impl FnOnce(&mut Membership) -> Result<(), RequestError>,
     ) -> Result<(), GroupError> {
-        self.world
-            .runtime()
+        self.rt
             .with(|e| {
                 let mut st = self.state();
                 let result = f(&mut st.membership);
@@ -313,7 +324,7 @@ impl<'w> Groups<'w> {
     /// A member of a group called `name` already: the directory or the
     /// server would refuse the request; say so without asking them.
     fn refuse_if_member(&self, call: &'static str, name: &str, why: Refusal) -> Result<(), GroupError> {
-        let rt = self.world.runtime();
+        let rt = self.rt;
         let member = rt.with(|e| {
             let mut st = self.state();
             self.pump(e, &mut st);
@@ -352,7 +363,7 @@ impl<'w> Groups<'w> {
         _call: &'static str,
         mut f: impl FnMut(&mut State) -> Result<Option<R>, GroupError>,
     ) -> Result<R, GroupError> {
-        self.world.runtime().wait_collective(|e| {
+        self.rt.wait_collective(|e| {
             let mut st = self.state();
             self.pump(e, &mut st);
             Ok(f(&mut st).transpose())
@@ -414,7 +425,7 @@ impl<'w> Groups<'w> {
     /// poster (seed 004's multicast tree). Posts of views not yet
     /// installed here wait in the inbox.
     fn take_posts(&self, e: &mut Engine, st: &mut State) {
-        let me = self.world.rank();
+        let me = self.rt.rank();
         loop {
             let history = &st.history;
             let known = |m: &Inbound| {
@@ -445,8 +456,8 @@ impl<'w> Groups<'w> {
 
     /// Posts `data` to every other member of `group`'s current view.
     pub(crate) fn post(&self, call: &'static str, group: GroupId, tag: i32, data: &[u8]) -> Result<(), GroupError> {
-        let me = self.world.rank();
-        self.world.runtime().with(|e| {
+        let me = self.rt.rank();
+        self.rt.with(|e| {
             let mut st = self.state();
             self.pump(e, &mut st);
             let view = match st.membership.view(group) {
@@ -487,7 +498,7 @@ impl<'w> Groups<'w> {
         if block {
             return self.wait(call, step).map(Some);
         }
-        self.world.runtime().with(|e| {
+        self.rt.with(|e| {
             let mut st = self.state();
             self.pump(e, &mut st);
             Ok(step(&mut st))
@@ -501,16 +512,16 @@ impl<'w> Groups<'w> {
         group: GroupId,
         participants: Option<&[Rank]>,
     ) -> Result<Ctx, GroupError> {
-        self.world.runtime().with(|e| {
+        self.rt.with(|e| {
             let mut st = self.state();
             self.pump(e, &mut st);
-            Ok(begin_locked(&mut st, call, group, participants, self.world.rank()))
+            Ok(begin_locked(&mut st, call, group, participants, self.rt.rank()))
         })?
     }
 
     /// The latest view of `group` here.
     pub(crate) fn current_view(&self, call: &'static str, group: GroupId) -> Result<View, GroupError> {
-        self.world.runtime().with(|e| {
+        self.rt.with(|e| {
             let mut st = self.state();
             self.pump(e, &mut st);
             let name = describe(&st, group);
@@ -552,8 +563,8 @@ impl<'w> Groups<'w> {
         ctx: &Ctx,
         mut step: impl FnMut(&mut Engine, &mut State) -> Result<Option<R>, GroupError>,
     ) -> Result<R, GroupError> {
-        let me = self.world.rank();
-        self.world.runtime().wait_collective(|e| {
+        let me = self.rt.rank();
+        self.rt.wait_collective(|e| {
             let mut st = self.state();
             flush(e, &mut st);
             // What came is used before any view change is looked at: a
@@ -601,7 +612,7 @@ impl<'w> Groups<'w> {
             .and_then(|l| l.algorithms.get(&op))
             .or_else(|| st.job_algorithms.get(&op))
             .copied()
-            .unwrap_or_else(|| schedule::choose(op, bytes, members, self.world.runtime().shares_cores()))
+            .unwrap_or_else(|| schedule::choose(op, bytes, members, self.rt.shares_cores()))
     }
 
     pub(crate) fn delivery(&self, group: GroupId) -> Delivery {
