@@ -7,6 +7,7 @@
 #   PREFIX/bin/bspcc           compiler wrapper (bspc++ for C++)
 #   PREFIX/bin/bsprun          bsprun -npes N prog, as bulkwire run -n N prog
 #   PREFIX/include/bsp.h       the BSPlib header (and mcbsp.h, its alias)
+#   PREFIX/include/bulkwire.h  groups and collectives for C
 #   PREFIX/lib/libbsp.so, .a   the BSPlib library, shared and static
 #
 # PREFIX defaults to /usr/local when run as root, ~/.local otherwise.
@@ -34,10 +35,11 @@ ln -sf bspcc "$prefix/bin/bspc++"
 install -m 755 scripts/bsprun "$prefix/bin/bsprun"
 install -m 644 include/bsp.h "$prefix/include/bsp.h"
 install -m 644 include/mcbsp.h "$prefix/include/mcbsp.h"
+install -m 644 include/bulkwire.h "$prefix/include/bulkwire.h"
 install -m 755 target/release/libbsp.so "$prefix/lib/libbsp.so"
 install -m 644 target/release/libbsp.a "$prefix/lib/libbsp.a"
 
-echo "installed bulkwire, bspcc, bspc++, bsprun, bsp.h and libbsp under $prefix"
+echo "installed bulkwire, bspcc, bspc++, bsprun, bsp.h, bulkwire.h and libbsp under $prefix"
 case ":$PATH:" in
     *":$prefix/bin:"*) ;;
     *) echo "add $prefix/bin to PATH to use them: export PATH=\"$prefix/bin:\$PATH\"" ;;
