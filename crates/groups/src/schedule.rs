@@ -126,9 +126,11 @@ impl FromStr for Operation {
 /// and whether the processes share cores: the fewest rounds for small
 /// messages, the fewest bytes per link for large ones. Where processes
 /// share cores, every relay waits for one, so broadcasts go straight from
-/// the root up to 1 MiB (measured with 8 processes on 2 cores: flat 71 us
-/// against binomial 396 us at 32 KiB). Measured with `bulkwire bench
-/// bcast` and `bench allreduce` (docs/BENCHMARKS.md).
+/// the root up to 1 MiB, and reductions below 16 KiB (measured with 8
+/// processes on 2 cores: broadcast of 32 KiB flat 210-257 us against
+/// binomial 353-362; allreduce of 8 B to 4 KiB flat 5-25% below binomial).
+/// Measured with `bulkwire bench bcast` and `bench allreduce`
+/// (docs/BENCHMARKS.md).
 pub fn choose(op: Operation, bytes: usize, members: usize, shares_cores: bool) -> Algorithm {
     if members <= 2 {
         return Algorithm::Flat;
@@ -136,6 +138,7 @@ pub fn choose(op: Operation, bytes: usize, members: usize, shares_cores: bool) -
     match op {
         Operation::Bcast if shares_cores && bytes <= 1 << 20 => Algorithm::Flat,
         Operation::Bcast if shares_cores => Algorithm::Binomial,
+        Operation::Reduce | Operation::Allreduce if shares_cores && bytes < 16 << 10 => Algorithm::Flat,
         Operation::Bcast if bytes >= 512 << 10 && members >= 4 => Algorithm::ScatterAllgather,
         Operation::Bcast if bytes >= 64 << 10 => Algorithm::BinaryTree,
         Operation::Allreduce if bytes >= 64 << 10 => Algorithm::Ring,
@@ -287,6 +290,26 @@ mod tests {
                 assert_eq!(ranges.len(), parts);
                 assert_eq!(ranges.iter().map(|r| r.len()).sum::<usize>(), len);
                 assert!(ranges.windows(2).all(|w| w[0].end == w[1].start));
+            }
+        }
+    }
+
+    #[test]
+    fn the_automatic_choice_avoids_relays_where_processes_share_cores() {
+        use Operation::*;
+        assert_eq!(choose(Bcast, 32 << 10, 8, false), Algorithm::Binomial);
+        assert_eq!(choose(Bcast, 32 << 10, 8, true), Algorithm::Flat);
+        assert_eq!(choose(Bcast, 4 << 20, 8, false), Algorithm::ScatterAllgather);
+        assert_eq!(choose(Bcast, 4 << 20, 8, true), Algorithm::Binomial);
+        assert_eq!(choose(Allreduce, 8, 8, true), Algorithm::Flat);
+        assert_eq!(choose(Allreduce, 8, 8, false), Algorithm::Binomial);
+        assert_eq!(choose(Allreduce, 1 << 20, 8, true), Algorithm::Ring);
+        assert_eq!(choose(Bcast, 1 << 30, 2, false), Algorithm::Flat);
+        for op in Operation::ALL {
+            for bytes in [0, 8, 1 << 16, 1 << 22] {
+                for shares in [false, true] {
+                    assert!(choose(op, bytes, 8, shares).supports(op), "{op:?} {bytes} {shares}");
+                }
             }
         }
     }
