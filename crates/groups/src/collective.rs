@@ -839,8 +839,15 @@ fn control(ctx: &Ctx, kind: u8, round: u32) -> Vec<u8> {
     v
 }
 
+/// Takes the control message `control(ctx, kind, round)` from `from` if it
+/// came (looked for at every turn of a wait: built on the stack).
 fn take_control(e: &mut Engine, ctx: &Ctx, kind: u8, from: Rank, round: u32) -> bool {
-    let want = control(ctx, kind, round);
+    let mut want = [0u8; 17];
+    want[0] = kind;
+    for (i, x) in [ctx.group.0, ctx.view.number, ctx.op, round].into_iter().enumerate() {
+        want[1 + 4 * i..5 + 4 * i].copy_from_slice(&x.to_le_bytes());
+    }
+    debug_assert_eq!(want[..], control(ctx, kind, round)[..]);
     e.take(|m| m.channel == CONTROL && m.from == from && m.data[m.start..] == want[..]).is_some()
 }
 

@@ -708,9 +708,15 @@ fn begin_locked(
     Ok(Ctx { call, group, view, op, me })
 }
 
+/// Checked at every turn of a collective's wait: the names are made only
+/// for an error.
 fn check_view(st: &State, ctx: &Ctx) -> Result<(), GroupError> {
-    let group = describe(st, ctx.group);
-    match st.membership.view(ctx.group) {
+    let view = st.membership.view(ctx.group);
+    if view.is_some_and(|v| v.number == ctx.view.number) {
+        return Ok(());
+    }
+    let group = format!("{:?} ({})", ctx.view.name, ctx.group.0);
+    match view {
         Some(v) if v.number == ctx.view.number => Ok(()),
         Some(v) => Err(GroupError::ViewChanged {
             call: ctx.call,
@@ -754,12 +760,11 @@ fn abort_message(ctx: &Ctx, err: &GroupError, me: Rank) -> Option<Vec<u8>> {
 
 /// The error another member stopped this collective with, if it did.
 fn take_abort(e: &mut Engine, ctx: &Ctx) -> Option<GroupError> {
-    let mut prefix = vec![ABORT];
-    for x in [ctx.group.0, ctx.view.number, ctx.op] {
-        prefix.extend_from_slice(&x.to_le_bytes());
-    }
-    let m = e.take(|m| m.channel == CONTROL && m.data[m.start..].starts_with(&prefix))?;
-    let d = &m.data[m.start + prefix.len()..];
+    // Looked for at every turn of a wait: compared in place, nothing made.
+    let (g, v, op) = (ctx.group.0.to_le_bytes(), ctx.view.number.to_le_bytes(), ctx.op.to_le_bytes());
+    let ours = |d: &[u8]| d.len() >= 13 && d[0] == ABORT && d[1..5] == g && d[5..9] == v && d[9..13] == op;
+    let m = e.take(|m| m.channel == CONTROL && ours(&m.data[m.start..]))?;
+    let d = &m.data[m.start + 13..];
     if d.len() != 24 {
         return Some(GroupError::Malformed { call: ctx.call, rank: m.from });
     }
