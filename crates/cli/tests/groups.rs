@@ -446,3 +446,57 @@ fn static_voting_agrees_with_posts_and_with_point_to_point() {
         assert_eq!((row["requests_count"].as_u64(), row["replicas_agree"].as_bool()), (Some(600), Some(true)), "{row}");
     }
 }
+
+/// A member busy computing (away from the library) still passes posts on
+/// to its subtree and, as a group's server and the directory, still
+/// answers a join: the runtime's progress thread does the groups' work
+/// meanwhile.
+#[test]
+fn a_busy_member_does_not_hold_up_posts_or_joins() {
+    if is_rank() {
+        let world = World::init().unwrap();
+        let groups = Groups::new(&world).unwrap();
+        let rank = world.rank();
+        let all = groups.world();
+        if rank == 0 {
+            groups.create("busy", &[]).unwrap();
+        }
+        all.barrier().unwrap();
+        let start = Instant::now();
+        match rank {
+            // Rank 0 posts, then computes; rank 1 relays rank 0's posts to
+            // rank 3 (binary tree over 0, 1, 2, 3) and computes from the start.
+            0 => {
+                // Rank 1 is surely computing by then.
+                std::thread::sleep(Duration::from_millis(300));
+                all.post(1, b"through a busy relay").unwrap();
+                std::thread::sleep(Duration::from_secs(3));
+            }
+            1 => std::thread::sleep(Duration::from_secs(3)),
+            2 => {
+                // Once rank 0 (the directory and the group's server) computes.
+                std::thread::sleep(Duration::from_millis(600));
+                let asked = Instant::now();
+                groups.join("busy").unwrap();
+                println!("join took {:?}", asked.elapsed());
+                assert!(asked.elapsed() < Duration::from_secs(1), "the join waited for the busy server");
+            }
+            _ => {
+                let p = all.recv(Source::Rank(0), Tag::Is(1)).unwrap();
+                assert_eq!(p.data, b"through a busy relay");
+                println!("post took {:?}", start.elapsed());
+                assert!(start.elapsed() < Duration::from_secs(2), "the post waited for the busy relay");
+            }
+        }
+        if rank != 0 {
+            // Every post reaches every member: drain this one.
+            let _ = all.try_recv(Source::Rank(0), Tag::Is(1));
+        }
+        all.barrier().unwrap();
+        world.finalize().unwrap();
+        return;
+    }
+    let (out, _) = launch(4, "a_busy_member_does_not_hold_up_posts_or_joins", &[]);
+    let stdout = check(&out);
+    assert!(stdout.contains("join took") && stdout.contains("post took"), "{stdout}");
+}

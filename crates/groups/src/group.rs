@@ -4,11 +4,11 @@
 //! them.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use bulkwire_comm::World;
 use bulkwire_proto::SendError;
-use bulkwire_runtime::{Engine, Inbound, Runtime, RuntimeError};
+use bulkwire_runtime::{Engine, Inbound, ProgressHook, Runtime, RuntimeError};
 
 use crate::codec::{Reader, Writer};
 use crate::membership::{
@@ -167,7 +167,8 @@ pub struct Posted {
 /// ```
 pub struct Groups<'w> {
     pub(crate) rt: &'w Runtime,
-    state: Mutex<State>,
+    /// Shared with the runtime's progress thread ([`pump`] as its hook).
+    state: Arc<Mutex<State>>,
 }
 
 /// A group this process is a member of, as a handle for its operations.
@@ -245,7 +246,20 @@ impl<'w> Groups<'w> {
             history: HashMap::from([(WORLD, BTreeMap::from([(1, (0..size).collect())]))]),
             mailbox: HashMap::new(),
         };
-        Ok(Groups { rt, state: Mutex::new(state) })
+        let state = Arc::new(Mutex::new(state));
+        // While the application computes, the progress thread answers the
+        // membership protocol and passes posts on: a member busy elsewhere
+        // holds up neither a group's changes nor its subtree's posts. A
+        // weak reference: once the groups are dropped, the hook does
+        // nothing.
+        let shared = Arc::downgrade(&state);
+        rt.set_progress_hook(Some(ProgressHook(Arc::new(move |e: &mut Engine| {
+            if let Some(state) = shared.upgrade() {
+                let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
+                pump(e, &mut st, me);
+            }
+        }))));
+        Ok(Groups { rt, state })
     }
 
     pub(crate) fn state(&self) -> MutexGuard<'_, State> {
@@ -370,88 +384,9 @@ impl<'w> Groups<'w> {
         })?
     }
 
-    /// Moves the control plane along: sends what waits for room, handles
-    /// the membership messages that came, installs new views.
+    /// Moves the control plane along (see [`pump`]).
     pub(crate) fn pump(&self, e: &mut Engine, st: &mut State) {
-        flush(e, st);
-        while let Some(m) = e.take(|m| m.channel == CONTROL && m.data.get(m.start) == Some(&MEMBERSHIP)) {
-            let handled = Message::decode(&mut Reader::new(&m.data[m.start + 1..]))
-                .map_err(|_| "undecodable")
-                .and_then(|msg| st.membership.handle(m.from, msg));
-            if handled.is_err() {
-                st.stats.malformed += 1;
-            }
-        }
-        while let Some((to, msg)) = st.membership.poll_transmit() {
-            let mut w = Writer::new();
-            w.u8(MEMBERSHIP);
-            msg.encode(&mut w);
-            st.stats.control_messages_sent += 1;
-            st.outbox.push_back((to, CONTROL, w.bytes));
-        }
-        while let Some(event) = st.membership.poll_event() {
-            match &event {
-                Event::View(v) => {
-                    let local = st.local.entry(v.group).or_insert_with(|| Local {
-                        view: v.number,
-                        op: 0,
-                        multicasts: HashMap::new(),
-                        algorithms: HashMap::new(),
-                        delivery: None,
-                    });
-                    local.view = v.number;
-                    local.op = 0;
-                    local.multicasts.clear();
-                    drop_older(e, v.group, v.number);
-                    st.history.entry(v.group).or_default().insert(v.number, v.members.clone());
-                }
-                Event::Left { group, .. } | Event::Destroyed { group, .. } => {
-                    // The views' history stays: posts of those views that
-                    // still come are passed on down their trees.
-                    st.local.remove(group);
-                    st.mailbox.remove(group);
-                    drop_older(e, *group, u32::MAX);
-                }
-                Event::Refused { .. } => {}
-            }
-            st.events.push_back(event);
-        }
-        self.take_posts(e, st);
-        flush(e, st);
-    }
-
-    /// Delivers the posts that came for views this process was in, and
-    /// passes each on to its children in the view's tree rooted at the
-    /// poster (seed 004's multicast tree). Posts of views not yet
-    /// installed here wait in the inbox.
-    fn take_posts(&self, e: &mut Engine, st: &mut State) {
-        let me = self.rt.rank();
-        loop {
-            let history = &st.history;
-            let known = |m: &Inbound| {
-                post_of(m).is_some_and(|(g, v)| history.get(&GroupId(g)).is_some_and(|h| h.contains_key(&v)))
-            };
-            let Some(m) = e.take(known) else { return };
-            let d = &m.data[m.start..];
-            let (g, v) = post_of(&m).expect("checked by the predicate");
-            let origin = u32::from_le_bytes(d[9..13].try_into().expect("4 bytes"));
-            let tag = i32::from_le_bytes(d[13..17].try_into().expect("4 bytes"));
-            let members = &st.history[&GroupId(g)][&v];
-            let Some(children) = schedule::post_children(members, origin, me) else {
-                st.stats.malformed += 1;
-                continue;
-            };
-            for c in children {
-                st.stats.data_messages_sent += 1;
-                st.outbox.push_back((c, DATA, d.to_vec()));
-            }
-            // Passed on in any case (the subtree needs it), kept only while
-            // this process is a member.
-            if st.membership.view(GroupId(g)).is_some() {
-                let data = d[POST_HEADER..].to_vec();
-                st.mailbox.entry(GroupId(g)).or_default().push_back(Posted { from: origin, tag, view: v, data });
-            }
-        }
+        pump(e, st, self.rt.rank());
     }
 
     /// Posts `data` to every other member of `group`'s current view.
@@ -706,6 +641,90 @@ fn begin_locked(
     };
     let me = view.position(me).expect("a member of the view");
     Ok(Ctx { call, group, view, op, me })
+}
+
+/// Moves the control plane along: sends what waits for room, handles
+/// the membership messages that came, installs new views, passes posts
+/// on. Called by every wait of the layer, and by the runtime's progress
+/// thread while the application computes (`Groups::on_runtime`).
+fn pump(e: &mut Engine, st: &mut State, me: Rank) {
+    flush(e, st);
+    while let Some(m) = e.take(|m| m.channel == CONTROL && m.data.get(m.start) == Some(&MEMBERSHIP)) {
+        let handled = Message::decode(&mut Reader::new(&m.data[m.start + 1..]))
+            .map_err(|_| "undecodable")
+            .and_then(|msg| st.membership.handle(m.from, msg));
+        if handled.is_err() {
+            st.stats.malformed += 1;
+        }
+    }
+    while let Some((to, msg)) = st.membership.poll_transmit() {
+        let mut w = Writer::new();
+        w.u8(MEMBERSHIP);
+        msg.encode(&mut w);
+        st.stats.control_messages_sent += 1;
+        st.outbox.push_back((to, CONTROL, w.bytes));
+    }
+    while let Some(event) = st.membership.poll_event() {
+        match &event {
+            Event::View(v) => {
+                let local = st.local.entry(v.group).or_insert_with(|| Local {
+                    view: v.number,
+                    op: 0,
+                    multicasts: HashMap::new(),
+                    algorithms: HashMap::new(),
+                    delivery: None,
+                });
+                local.view = v.number;
+                local.op = 0;
+                local.multicasts.clear();
+                drop_older(e, v.group, v.number);
+                st.history.entry(v.group).or_default().insert(v.number, v.members.clone());
+            }
+            Event::Left { group, .. } | Event::Destroyed { group, .. } => {
+                // The views' history stays: posts of those views that
+                // still come are passed on down their trees.
+                st.local.remove(group);
+                st.mailbox.remove(group);
+                drop_older(e, *group, u32::MAX);
+            }
+            Event::Refused { .. } => {}
+        }
+        st.events.push_back(event);
+    }
+    take_posts(e, st, me);
+    flush(e, st);
+}
+
+/// Delivers the posts that came for views this process was in, and
+/// passes each on to its children in the view's tree rooted at the
+/// poster (seed 004's multicast tree). Posts of views not yet
+/// installed here wait in the inbox.
+fn take_posts(e: &mut Engine, st: &mut State, me: Rank) {
+    loop {
+        let history = &st.history;
+        let known =
+            |m: &Inbound| post_of(m).is_some_and(|(g, v)| history.get(&GroupId(g)).is_some_and(|h| h.contains_key(&v)));
+        let Some(m) = e.take(known) else { return };
+        let d = &m.data[m.start..];
+        let (g, v) = post_of(&m).expect("checked by the predicate");
+        let origin = u32::from_le_bytes(d[9..13].try_into().expect("4 bytes"));
+        let tag = i32::from_le_bytes(d[13..17].try_into().expect("4 bytes"));
+        let members = &st.history[&GroupId(g)][&v];
+        let Some(children) = schedule::post_children(members, origin, me) else {
+            st.stats.malformed += 1;
+            continue;
+        };
+        for c in children {
+            st.stats.data_messages_sent += 1;
+            st.outbox.push_back((c, DATA, d.to_vec()));
+        }
+        // Passed on in any case (the subtree needs it), kept only while
+        // this process is a member.
+        if st.membership.view(GroupId(g)).is_some() {
+            let data = d[POST_HEADER..].to_vec();
+            st.mailbox.entry(GroupId(g)).or_default().push_back(Posted { from: origin, tag, view: v, data });
+        }
+    }
 }
 
 /// Checked at every turn of a collective's wait: the names are made only

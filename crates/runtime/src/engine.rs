@@ -120,6 +120,21 @@ pub struct Engine {
     verbose: bool,
     /// The job's Warp parameters, for peers put under control at run time.
     rate_control: RateControl,
+    /// Work of a layer above that the progress thread does while the
+    /// application is away from the library ([`Runtime::set_progress_hook`]).
+    hook: Option<ProgressHook>,
+}
+
+/// A layer's work for the progress thread: called with the engine locked
+/// after each reading of the sockets while no application thread is in a
+/// call; what it sends goes out at once.
+#[derive(Clone)]
+pub struct ProgressHook(pub std::sync::Arc<dyn Fn(&mut Engine) + Send + Sync>);
+
+impl std::fmt::Debug for ProgressHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProgressHook")
+    }
 }
 
 impl Engine {
@@ -448,6 +463,7 @@ impl Runtime {
             wake_at: None,
             verbose,
             rate_control,
+            hook: None,
         };
         // Spinning pays only when every process of the job here has a core.
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
@@ -484,6 +500,12 @@ impl Runtime {
     /// peer table is): no link nor switch port lies between its processes.
     pub fn on_loopback(&self) -> bool {
         self.loopback
+    }
+
+    /// Sets (or with `None` clears) work that the progress thread does for
+    /// a layer above while the application is away from the library.
+    pub fn set_progress_hook(&self, hook: Option<ProgressHook>) {
+        self.inner.lock().hook = hook;
     }
 
     /// Whether more of the job's processes run on this host than it has
@@ -929,6 +951,13 @@ fn progress_thread(inner: &Inner) {
             let app_polls = inner.app_polls.load(Ordering::SeqCst);
             if !app_polls {
                 e.progress();
+                // A layer's own progress (groups pass posts on), while the
+                // application computes.
+                if let Some(hook) = e.hook.clone() {
+                    (hook.0)(&mut e);
+                    let now = e.now();
+                    e.flush(now);
+                }
             }
             let now = e.now();
             if !reported {

@@ -31,7 +31,7 @@ pub mod rate;
 pub mod rendezvous;
 mod sockets;
 
-pub use engine::{Engine, Inbound, Runtime, RuntimeError};
+pub use engine::{Engine, Inbound, ProgressHook, Runtime, RuntimeError};
 pub use env::{new_job_id, new_key, JobEnv, JobEnvError};
 pub use env::{JOB, KEY, LOCAL_SIZE, RANK, RENDEZVOUS, SIZE};
 pub use loss::{LossInjector, DROP, DROP_SEED};
