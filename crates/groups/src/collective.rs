@@ -286,8 +286,9 @@ impl<'g> Group<'g> {
     /// Sends `data` to every other member of the group's current view, down
     /// a binary tree rooted here, without the others calling anything
     /// together (seed 004's NCS_mcast): each receives it with
-    /// [`Group::recv`]. Members pass posts on whenever they call into the
-    /// groups layer. Each member of the view gets each post once, and one
+    /// [`Group::recv`]. Members pass posts on as they come, in their calls
+    /// or, while they compute, on the runtime's progress thread. Each member
+    /// of the view gets each post once, and one
     /// poster's posts of one view in the order posted (posts of different
     /// views take different trees).
     pub fn post(&self, tag: i32, data: &[u8]) -> Result<(), GroupError> {
