@@ -287,10 +287,10 @@ impl<'g> Group<'g> {
     /// a binary tree rooted here, without the others calling anything
     /// together (seed 004's NCS_mcast): each receives it with
     /// [`Group::recv`]. Members pass posts on as they come, in their calls
-    /// or, while they compute, on the runtime's progress thread. Each member
-    /// of the view gets each post once, and one
-    /// poster's posts of one view in the order posted (posts of different
-    /// views take different trees).
+    /// or, while they compute, on the runtime's progress thread. Each
+    /// member of the view gets each post once, and one poster's posts of
+    /// one view in the order posted (posts of different views take
+    /// different trees).
     pub fn post(&self, tag: i32, data: &[u8]) -> Result<(), GroupError> {
         self.groups.post("group post", self.id, tag, data)
     }
