@@ -51,6 +51,10 @@ int bw_group_set_algorithm(int group, const char *collective, const char *algori
 /* Non-zero: a broadcast's root returns once every member has the data,
    acknowledgements merged up the tree. */
 int bw_group_set_confirmed(int group, int confirmed);
+/* Non-zero: latest-value mode for the group's posts, for data of which only
+   the newest value counts: a post not yet received is replaced by a newer
+   one of the same poster and tag. */
+int bw_group_set_latest_only(int group, int on);
 
 /* Collectives. */
 int bw_bcast(int group, int root, void *buf, size_t len);

@@ -213,6 +213,13 @@ pub extern "C" fn bw_group_set_confirmed(group: c_int, confirmed: c_int) -> c_in
     with_groups("bw_group_set_confirmed", |g| self::group(g, group).set_delivery(delivery).map(|_| 0))
 }
 
+/// `on` non-zero: latest-value mode for the group's posts (only the newest
+/// post of each poster and tag not yet received is kept).
+#[no_mangle]
+pub extern "C" fn bw_group_set_latest_only(group: c_int, on: c_int) -> c_int {
+    with_groups("bw_group_set_latest_only", |g| self::group(g, group).set_latest_only(on != 0).map(|_| 0))
+}
+
 /// # Safety
 ///
 /// `buf` points to `len` writable bytes.

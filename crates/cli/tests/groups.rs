@@ -500,3 +500,44 @@ fn a_busy_member_does_not_hold_up_posts_or_joins() {
     let stdout = check(&out);
     assert!(stdout.contains("join took") && stdout.contains("post took"), "{stdout}");
 }
+
+/// Latest-value mode: a reader that comes late finds only the newest post
+/// of each poster and tag; with the mode off it finds every one.
+#[test]
+fn in_latest_value_mode_a_late_reader_finds_the_newest_post_only() {
+    if is_rank() {
+        let world = World::init().unwrap();
+        let groups = Groups::new(&world).unwrap();
+        let all = groups.world();
+        for latest in [true, false] {
+            all.set_latest_only(latest).unwrap();
+            all.barrier().unwrap();
+            if world.rank() == 0 {
+                for i in 0..500u32 {
+                    all.post(1, &i.to_le_bytes()).unwrap();
+                }
+                all.post(2, b"done").unwrap();
+            } else {
+                // The poster's posts of one view come in order: once "done"
+                // is here, so is every value.
+                all.recv(Source::Rank(0), Tag::Is(2)).unwrap();
+                let mut got = Vec::new();
+                while let Some(p) = all.try_recv(Source::Rank(0), Tag::Is(1)).unwrap() {
+                    got.push(u32::from_le_bytes(p.data.try_into().unwrap()));
+                }
+                if latest {
+                    assert_eq!(got, [499], "only the newest value");
+                } else {
+                    assert_eq!(got, (0..500).collect::<Vec<_>>(), "every value, in order");
+                }
+            }
+            all.barrier().unwrap();
+        }
+        println!("rank-ok {}", world.rank());
+        world.finalize().unwrap();
+        return;
+    }
+    let (out, _) = launch(3, "in_latest_value_mode_a_late_reader_finds_the_newest_post_only", &[]);
+    let stdout = check(&out);
+    assert_eq!(stdout.matches("rank-ok").count(), 3, "{stdout}");
+}

@@ -295,6 +295,18 @@ impl<'g> Group<'g> {
         self.groups.post("group post", self.id, tag, data)
     }
 
+    /// Latest-value mode for this group's posts (`on`), for data of which
+    /// only the newest value counts (a position, a best bound, a load): a
+    /// post not yet received here is replaced by a newer one of the same
+    /// poster and tag, and one still waiting for room in the transport
+    /// likewise, so a slow reader sees the newest value and memory stays
+    /// bounded. Every post still travels reliably hop by hop; what is
+    /// dropped is only what is superseded. Off by default (every post is
+    /// delivered).
+    pub fn set_latest_only(&self, on: bool) -> Result<(), GroupError> {
+        self.groups.set_local(self.id, |l| l.set_latest(on))
+    }
+
     /// Waits for the next post from `source` with `tag`.
     pub fn recv(&self, source: Source, tag: Tag) -> Result<Posted, GroupError> {
         let post = self.groups.take_post("group recv", self.id, true, |p| accepts(source, tag, p))?;

@@ -119,6 +119,8 @@ pub(crate) struct Local {
     multicasts: HashMap<Vec<Rank>, u32>,
     algorithms: HashMap<Operation, Algorithm>,
     delivery: Option<Delivery>,
+    /// Posts in latest-value mode ([`Group::set_latest_only`]).
+    latest: bool,
 }
 
 pub(crate) struct State {
@@ -406,9 +408,11 @@ impl<'w> Groups<'w> {
             }
             message.extend_from_slice(&tag.to_le_bytes());
             message.extend_from_slice(data);
+            let latest = st.local.get(&group).is_some_and(|l| l.latest);
             for c in schedule::post_children(&view.members, me, me).expect("a member") {
-                self.send(e, &mut st, c, DATA, message.clone());
+                queue_post(&mut st, c, message.clone(), latest);
             }
+            flush(e, &mut st);
             Ok(Ok(()))
         })?
     }
@@ -558,13 +562,7 @@ impl<'w> Groups<'w> {
     pub(crate) fn set_local(&self, group: GroupId, f: impl FnOnce(&mut Local)) -> Result<(), GroupError> {
         let mut st = self.state();
         let view = st.membership.view(group).map(|v| v.number);
-        let local = st.local.entry(group).or_insert_with(|| Local {
-            view: view.unwrap_or(0),
-            op: 0,
-            multicasts: HashMap::new(),
-            algorithms: HashMap::new(),
-            delivery: None,
-        });
+        let local = st.local.entry(group).or_insert_with(|| Local::new(view.unwrap_or(0)));
         f(local);
         Ok(())
     }
@@ -587,6 +585,14 @@ impl State {
 }
 
 impl Local {
+    fn new(view: u32) -> Local {
+        Local { view, op: 0, multicasts: HashMap::new(), algorithms: HashMap::new(), delivery: None, latest: false }
+    }
+
+    pub(crate) fn set_latest(&mut self, on: bool) {
+        self.latest = on;
+    }
+
     pub(crate) fn set_algorithm(&mut self, op: Operation, algorithm: Option<Algorithm>) {
         match algorithm {
             Some(a) => self.algorithms.insert(op, a),
@@ -613,13 +619,7 @@ fn begin_locked(
             false => GroupError::NotMember { call, group: name },
         });
     };
-    let local = st.local.entry(group).or_insert_with(|| Local {
-        view: view.number,
-        op: 0,
-        multicasts: HashMap::new(),
-        algorithms: HashMap::new(),
-        delivery: None,
-    });
+    let local = st.local.entry(group).or_insert_with(|| Local::new(view.number));
     if local.view != view.number {
         local.view = view.number;
         local.op = 0;
@@ -667,13 +667,7 @@ fn pump(e: &mut Engine, st: &mut State, me: Rank) {
     while let Some(event) = st.membership.poll_event() {
         match &event {
             Event::View(v) => {
-                let local = st.local.entry(v.group).or_insert_with(|| Local {
-                    view: v.number,
-                    op: 0,
-                    multicasts: HashMap::new(),
-                    algorithms: HashMap::new(),
-                    delivery: None,
-                });
+                let local = st.local.entry(v.group).or_insert_with(|| Local::new(v.number));
                 local.view = v.number;
                 local.op = 0;
                 local.multicasts.clear();
@@ -714,15 +708,20 @@ fn take_posts(e: &mut Engine, st: &mut State, me: Rank) {
             st.stats.malformed += 1;
             continue;
         };
+        let latest = st.local.get(&GroupId(g)).is_some_and(|l| l.latest);
         for c in children {
-            st.stats.data_messages_sent += 1;
-            st.outbox.push_back((c, DATA, d.to_vec()));
+            queue_post(st, c, d.to_vec(), latest);
         }
         // Passed on in any case (the subtree needs it), kept only while
-        // this process is a member.
+        // this process is a member; in latest-value mode a newer post of
+        // the same poster and tag replaces one not yet received.
         if st.membership.view(GroupId(g)).is_some() {
             let data = d[POST_HEADER..].to_vec();
-            st.mailbox.entry(GroupId(g)).or_default().push_back(Posted { from: origin, tag, view: v, data });
+            let mailbox = st.mailbox.entry(GroupId(g)).or_default();
+            if latest {
+                mailbox.retain(|p| (p.from, p.tag) != (origin, tag));
+            }
+            mailbox.push_back(Posted { from: origin, tag, view: v, data });
         }
     }
 }
@@ -801,6 +800,23 @@ fn take_abort(e: &mut Engine, ctx: &Ctx) -> Option<GroupError> {
             other_bytes: other_bytes.min(usize::MAX as u64) as usize,
         },
     })
+}
+
+/// Queues a post for `to`. In latest-value mode a post of the same group,
+/// view, poster and tag still waiting for room in the transport is
+/// replaced by this one instead.
+fn queue_post(st: &mut State, to: Rank, bytes: Vec<u8>, latest: bool) {
+    if latest {
+        let same = |b: &Vec<u8>| {
+            b.len() >= POST_HEADER && bytes.len() >= POST_HEADER && b[..POST_HEADER] == bytes[..POST_HEADER]
+        };
+        if let Some(slot) = st.outbox.iter_mut().find(|(t, ch, b)| *t == to && *ch == DATA && same(b)) {
+            slot.2 = bytes;
+            return;
+        }
+    }
+    st.stats.data_messages_sent += 1;
+    st.outbox.push_back((to, DATA, bytes));
 }
 
 /// Bytes before a post's data: kind, group, view, poster, tag.
