@@ -379,7 +379,7 @@ impl<'w> Groups<'w> {
         _call: &'static str,
         mut f: impl FnMut(&mut State) -> Result<Option<R>, GroupError>,
     ) -> Result<R, GroupError> {
-        self.rt.wait_collective(|e| {
+        self.rt.wait_both_paths(|e| {
             let mut st = self.state();
             self.pump(e, &mut st);
             Ok(f(&mut st).transpose())
@@ -503,7 +503,7 @@ impl<'w> Groups<'w> {
         mut step: impl FnMut(&mut Engine, &mut State) -> Result<Option<R>, GroupError>,
     ) -> Result<R, GroupError> {
         let me = self.rt.rank();
-        self.rt.wait_collective(|e| {
+        self.rt.wait_both_paths(|e| {
             let mut st = self.state();
             flush(e, &mut st);
             // What came is used before any view change is looked at: a
