@@ -48,13 +48,8 @@ impl Args {
 
     /// The Open MPI reference, measured by the launching process.
     pub fn open_mpi(&self, op: Operation, remote: bool) -> Report {
-        let mut report = Report::default();
         if self.no_mpi {
-            return report;
-        }
-        if remote {
-            report.notes.push("no Open MPI reference: the ranks run on other hosts; it would run on this one".into());
-            return report;
+            return Report::default();
         }
         let sizes: Vec<String> = self.sizes().iter().map(|s| s.to_string()).collect();
         let args = [
@@ -64,11 +59,7 @@ impl Args {
             "--sizes".into(),
             sizes.join(","),
         ];
-        match crate::mpi::rows(self.ranks, &args, op.name(), "median_us") {
-            Ok(rows) => report.rows = rows,
-            Err(why) => report.notes.push(format!("no Open MPI reference: {why}")),
-        }
-        report
+        crate::mpi_reference(remote, self.ranks, &args, op.name(), "median_us")
     }
 }
 

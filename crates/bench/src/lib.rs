@@ -128,14 +128,20 @@ impl Bench {
 /// measured by the launching process: rows, or a note saying why there are
 /// none.
 fn open_mpi(remote: bool, ranks: u32, args: &[String], bench: &str, metric: &str) -> Report {
+    if ranks != 2 && !remote {
+        return Report { rows: Vec::new(), notes: vec!["no Open MPI reference: it runs one pair of processes".into()] };
+    }
+    mpi_reference(remote, ranks, args, bench, metric)
+}
+
+/// Open MPI's rows of table `bench` on `procs` processes (`mpi::rows`),
+/// measured by the launching process, or a note saying why there are none.
+fn mpi_reference(remote: bool, procs: u32, args: &[String], bench: &str, metric: &str) -> Report {
     let missing = |why: &str| Report { rows: Vec::new(), notes: vec![format!("no Open MPI reference: {why}")] };
     if remote {
         return missing("the ranks run on other hosts; it would run on this one");
     }
-    if ranks != 2 {
-        return missing("it runs one pair of processes");
-    }
-    match mpi::rows(2, args, bench, metric) {
+    match mpi::rows(procs, args, bench, metric) {
         Ok(rows) => Report { rows, notes: Vec::new() },
         Err(why) => missing(&why),
     }

@@ -235,7 +235,7 @@ impl<'g> Group<'g> {
     /// Waits until the group's view has `n` members.
     pub fn wait_members(&self, n: usize) -> Result<View, GroupError> {
         let (id, call) = (self.id, "group wait_members");
-        self.groups.wait(call, |st| match st.membership.view(id) {
+        self.groups.wait(|st| match st.membership.view(id) {
             Some(v) if v.members.len() == n => Ok(Some(v.clone())),
             Some(_) => Ok(None),
             None => Err(GroupError::NotMember { call, group: id.0.to_string() }),
@@ -270,7 +270,7 @@ impl<'g> Group<'g> {
         let id = self.id;
         let name = self.groups.name_of(id);
         self.groups.request_change(call, id, kind)?;
-        self.groups.wait(call, |st| {
+        self.groups.wait(|st| {
             if st.membership.view(id).is_none() {
                 return Ok(Some(()));
             }
@@ -347,7 +347,7 @@ impl<'g> Group<'g> {
     }
 
     fn broadcast(&self, ctx: &Ctx, root: Rank, buf: &mut [u8]) -> Result<(), GroupError> {
-        let root_pos = ctx.view.position(root).ok_or_else(|| not_member(ctx.call, root, &ctx.view))?;
+        let root_pos = root_position(ctx, root)?;
         if ctx.n() == 1 {
             return Ok(());
         }
@@ -517,7 +517,7 @@ impl<'g> Group<'g> {
     /// `root`'s `buf` (the others' are left as they were).
     pub fn reduce<T: Element>(&self, root: Rank, buf: &mut [T], op: Op<T>) -> Result<(), GroupError> {
         let ctx = self.groups.begin("group reduce", self.id, None)?;
-        let root_pos = ctx.view.position(root).ok_or_else(|| not_member(ctx.call, root, &ctx.view))?;
+        let root_pos = root_position(&ctx, root)?;
         let bytes = std::mem::size_of_val(buf);
         let algorithm = match self.groups.algorithm(self.id, Operation::Reduce, bytes, ctx.n()) {
             Algorithm::ScatterAllgather | Algorithm::Ring => Algorithm::Binomial,
@@ -682,15 +682,12 @@ impl<'g> Group<'g> {
     /// view order; `recv` is only used at the root.
     pub fn gather(&self, root: Rank, send: &[u8], recv: &mut [u8]) -> Result<(), GroupError> {
         let ctx = self.groups.begin("group gather", self.id, None)?;
-        let root_pos = ctx.view.position(root).ok_or_else(|| not_member(ctx.call, root, &ctx.view))?;
+        let root_pos = root_position(&ctx, root)?;
         let (n, len) = (ctx.n(), send.len());
         if ctx.me == root_pos && recv.len() != n * len {
             return Err(size_arg(ctx.call, "recv", n, len, recv.len()));
         }
-        let algorithm = match self.groups.algorithm(self.id, Operation::Gather, len, n) {
-            Algorithm::Flat => Algorithm::Flat,
-            _ => Algorithm::Binomial,
-        };
+        let algorithm = self.spanning_tree(Operation::Gather, len, n);
         let relative = self.tree_gather(&ctx, root_pos, algorithm, send)?;
         if ctx.me == root_pos {
             for r in 0..n {
@@ -699,6 +696,15 @@ impl<'g> Group<'g> {
             }
         }
         Ok(())
+    }
+
+    /// The tree a gather or scatter runs on: flat if chosen, else binomial
+    /// (the trees whose subtrees are consecutive positions).
+    fn spanning_tree(&self, op: Operation, len: usize, n: usize) -> Algorithm {
+        match self.groups.algorithm(self.id, op, len, n) {
+            Algorithm::Flat => Algorithm::Flat,
+            _ => Algorithm::Binomial,
+        }
     }
 
     /// Gathers the members' `send` up a tree, each subtree's blocks in
@@ -747,15 +753,12 @@ impl<'g> Group<'g> {
     /// dealt out: block i to the member at position i.
     pub fn scatter(&self, root: Rank, send: &[u8], recv: &mut [u8]) -> Result<(), GroupError> {
         let ctx = self.groups.begin("group scatter", self.id, None)?;
-        let root_pos = ctx.view.position(root).ok_or_else(|| not_member(ctx.call, root, &ctx.view))?;
+        let root_pos = root_position(&ctx, root)?;
         let (n, len) = (ctx.n(), recv.len());
         if ctx.me == root_pos && send.len() != n * len {
             return Err(size_arg(ctx.call, "send", n, len, send.len()));
         }
-        let algorithm = match self.groups.algorithm(self.id, Operation::Scatter, len, n) {
-            Algorithm::Flat => Algorithm::Flat,
-            _ => Algorithm::Binomial,
-        };
+        let algorithm = self.spanning_tree(Operation::Scatter, len, n);
         let r = ctx.relative(root_pos);
         let span = |c: usize| subtree_span(algorithm, n, c);
         let (parent, children) = tree(algorithm, n, r);
@@ -867,6 +870,11 @@ fn take_control(e: &mut Engine, ctx: &Ctx, kind: u8, from: Rank, round: u32) -> 
 fn accepts(source: Source, tag: Tag, p: &Posted) -> bool {
     let from = matches!(source, Source::Any) || source == Source::Rank(p.from);
     from && (matches!(tag, Tag::Any) || tag == Tag::Is(p.tag))
+}
+
+/// `root`'s position in the collective's view, or the error naming the call.
+fn root_position(ctx: &Ctx, root: Rank) -> Result<usize, GroupError> {
+    ctx.view.position(root).ok_or_else(|| not_member(ctx.call, root, &ctx.view))
 }
 
 fn not_member(call: &'static str, rank: Rank, view: &View) -> GroupError {

@@ -301,10 +301,8 @@ impl<'w> Groups<'w> {
     /// Waits until this process is a member of a group called `name` (one
     /// another process created with it as a member, or it joined).
     pub fn find(&self, name: &str) -> Result<Group<'_>, GroupError> {
-        self.wait("group find", |st| {
-            Ok(st.membership.groups().find(|v| v.name == name && v.group != WORLD).map(|v| v.group))
-        })
-        .map(|id| Group { groups: self, id })
+        self.wait(|st| Ok(st.membership.groups().find(|v| v.name == name && v.group != WORLD).map(|v| v.group)))
+            .map(|id| Group { groups: self, id })
     }
 
     /// The next membership event of this process's groups, if any came.
@@ -354,7 +352,7 @@ impl<'w> Groups<'w> {
     }
 
     fn await_view(&self, call: &'static str, name: &str, kind: RequestKind) -> Result<Group<'_>, GroupError> {
-        let id = self.wait(call, |st| {
+        let id = self.wait(|st| {
             if let Some(v) = st.membership.groups().find(|v| v.name == name && v.group != WORLD) {
                 return Ok(Some(v.group));
             }
@@ -376,7 +374,6 @@ impl<'w> Groups<'w> {
     /// Waits, pumping the control plane, until `f` gives a value.
     pub(crate) fn wait<R>(
         &self,
-        _call: &'static str,
         mut f: impl FnMut(&mut State) -> Result<Option<R>, GroupError>,
     ) -> Result<R, GroupError> {
         self.rt.wait_both_paths(|e| {
@@ -435,7 +432,7 @@ impl<'w> Groups<'w> {
             Ok(None)
         };
         if block {
-            return self.wait(call, step).map(Some);
+            return self.wait(step).map(Some);
         }
         self.rt.with(|e| {
             let mut st = self.state();
