@@ -20,7 +20,7 @@ pub struct Args {
     placement: crate::measure::Placement,
     /// Which paths carry the data (as `bulkwire run --paths`).
     #[arg(long, value_enum)]
-    paths: Option<crate::launch::PathsChoice>,
+    paths: Option<bulkwire_launch::launch::PathsChoice>,
     /// Print every rank's traffic to every peer at the end (as `bulkwire run --stats`).
     #[arg(long)]
     stats: bool,
@@ -39,7 +39,7 @@ pub fn run(args: &Args) -> Result<i32, String> {
         return Err("the demo needs at least 2 ranks".into());
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
-    let mut launch = crate::launch::Args::local(
+    let mut launch = bulkwire_launch::launch::Args::local(
         args.ranks,
         vec![
             exe.to_string_lossy().into_owned(),
@@ -55,7 +55,7 @@ pub fn run(args: &Args) -> Result<i32, String> {
     launch.bind = args.placement.bind;
     launch.paths = args.paths;
     launch.stats = args.stats;
-    crate::launch::run(&launch)
+    bulkwire_launch::launch::run(&launch)
 }
 
 const RING: i32 = 1;

@@ -2,12 +2,10 @@
 //! benchmarks live in `bulkwire-bench`, the experiments in `bulkwire-lab`.
 
 mod demo;
-mod hosts;
-mod launch;
 mod measure;
 mod monitor;
-mod stats;
 
+use bulkwire_launch::launch;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]

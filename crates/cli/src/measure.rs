@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use bulkwire_bench::{Bench, Report};
 use bulkwire_lab::{background, profile, reliability, service_switching, switching_testbed, warp};
 
-use crate::launch::PathsChoice;
+use bulkwire_launch::launch::PathsChoice;
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// How rows are printed: a table by default.
@@ -85,12 +85,12 @@ fn job(bench: &Bench, placement: &Placement, paths: Option<PathsChoice>) -> Resu
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let spec = serde_json::to_string(bench).map_err(|e| e.to_string())?;
     let command = vec![exe.to_string_lossy().into_owned(), "__bench-rank".into(), spec];
-    let mut args = crate::launch::Args::local(bench.ranks(), command);
+    let mut args = bulkwire_launch::launch::Args::local(bench.ranks(), command);
     args.hosts = placement.hosts.clone();
     args.ssh = placement.ssh.clone();
     args.bind = placement.bind;
     args.paths = paths;
-    let (status, output) = crate::launch::run_capturing_rank_0(&args)?;
+    let (status, output) = bulkwire_launch::launch::run_capturing_rank_0(&args)?;
     // Rank 0 prints its report as one line of JSON; anything else it
     // printed is passed on.
     let mut job = None;
