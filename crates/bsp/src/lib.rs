@@ -238,9 +238,26 @@ struct HpPut {
     len: usize,
 }
 
+/// The runtime a computation runs on: its own, started by `begin` and
+/// finished by `end`, or one that outlives it ([`Bsp::begin_on`]).
+pub(crate) enum Held {
+    Owned(Runtime),
+    Shared(&'static Runtime),
+}
+
+impl std::ops::Deref for Held {
+    type Target = Runtime;
+    fn deref(&self) -> &Runtime {
+        match self {
+            Held::Owned(rt) => rt,
+            Held::Shared(rt) => rt,
+        }
+    }
+}
+
 /// One process of a BSP computation.
 pub struct Bsp {
-    rt: Option<Runtime>,
+    rt: Option<Held>,
     pid: u32,
     nprocs: u32,
     started: Instant,
@@ -306,13 +323,26 @@ impl Bsp {
             call: Call::Begin,
             reason: Reason::Runtime(e.to_string()),
         })?;
-        let fail = |reason: Reason| BspError { pid: env.rank, call: Call::Begin, reason };
+        Bsp::begin_held(Held::Owned(rt), requested)
+    }
+
+    /// `bsp_begin` with all the processes of the job, on a runtime that
+    /// another layer of this process started and will finish (the Python
+    /// package's, shared with its point-to-point and group calls): `end`
+    /// leaves it running, and a later `begin_on` starts another BSP
+    /// computation on it. Every process of the job must call it.
+    pub fn begin_on(rt: &'static Runtime) -> Result<Bsp, BspError> {
+        Bsp::begin_held(Held::Shared(rt), i64::from(u32::MAX))
+    }
+
+    fn begin_held(rt: Held, requested: i64) -> Result<Bsp, BspError> {
+        let (rank, size) = (rt.rank(), rt.size());
+        let fail = |reason: Reason| BspError { pid: rank, call: Call::Begin, reason };
         // Few messages where processes share cores (each message then costs
         // CPU time the others wait for: the star; and for the dissemination,
         // fan-out 2 measured best against 1 and 7 with 8 processes on 2
         // cores); fewer rounds where each has its own.
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
-        let shared_cores = env.local_size > cores;
+        let shared_cores = rt.shares_cores();
         // Every process checks the setting, but process 0's counts: a bad
         // value there must stop the job, not leave the others waiting.
         let barrier = barrier_setting(shared_cores).map_err(|reason| {
@@ -328,8 +358,8 @@ impl Bsp {
             0 => return Err(fail(Reason::Invalid("maxprocs is 0: at least one process is needed".into()))),
             n => u32::try_from(n).unwrap_or(u32::MAX),
         };
-        let nprocs = env.size.min(maxprocs);
-        if env.rank >= nprocs {
+        let nprocs = size.min(maxprocs);
+        if rank >= nprocs {
             let code = i32::from(rt.finish().is_err());
             std::process::exit(code);
         }
@@ -352,8 +382,8 @@ impl Bsp {
             _ => 0,
         };
         let profile = match std::env::var(PROFILE_ENV) {
-            Ok(prefix) if !prefix.is_empty() => Some(Profiler::create(&prefix, env.rank).map_err(|e| BspError {
-                pid: env.rank,
+            Ok(prefix) if !prefix.is_empty() => Some(Profiler::create(&prefix, rank).map_err(|e| BspError {
+                pid: rank,
                 call: Call::Begin,
                 reason: Reason::Runtime(format!("{PROFILE_ENV}: {e}")),
             })?),
@@ -366,7 +396,7 @@ impl Bsp {
         // is delivered in its datagram rather than copied out of it.
         let (max_payload, receiver_packets) = rt
             .with(|e| {
-                for peer in (0..nprocs).filter(|&q| q != env.rank) {
+                for peer in (0..nprocs).filter(|&q| q != rank) {
                     e.endpoint.set_receiver_driven(peer, sync::CHANNEL, true);
                 }
                 e.endpoint.set_in_place(sync::CHANNEL, true);
@@ -376,7 +406,7 @@ impl Bsp {
         let now = Instant::now();
         Ok(Bsp {
             rt: Some(rt),
-            pid: env.rank,
+            pid: rank,
             nprocs,
             started: now,
             superstep: 0,
@@ -438,7 +468,7 @@ impl Bsp {
     /// The runtime underneath, for layers that share it (groups use its
     /// channels 3 and 4; BSP uses 2).
     pub fn runtime(&self) -> &Runtime {
-        self.rt.as_ref().expect("the runtime is there until end")
+        self.rt.as_deref().expect("the runtime is there until end")
     }
 
     pub fn pid(&self) -> u32 {
@@ -939,8 +969,12 @@ impl Bsp {
             })?;
         }
         let pid = self.pid;
-        let rt = self.rt.take().expect("the runtime is there until end");
-        rt.finish().map_err(|e| BspError { pid, call: Call::End, reason: Reason::Runtime(e.to_string()) })
+        match self.rt.take().expect("the runtime is there until end") {
+            Held::Owned(rt) => {
+                rt.finish().map_err(|e| BspError { pid, call: Call::End, reason: Reason::Runtime(e.to_string()) })
+            }
+            Held::Shared(_) => Ok(()),
+        }
     }
 
     fn poison(&mut self, e: BspError) -> BspError {

@@ -347,7 +347,7 @@ fn try_send(e: &mut Engine, to: u32, message: Vec<u8>, framed: bool) -> Result<O
 }
 
 /// Works on the engine once (it fails only when the job is stopping).
-fn rt_with(rt: &Option<Runtime>, f: impl FnOnce(&mut Engine)) -> Result<(), Reason> {
+fn rt_with(rt: &Option<crate::Held>, f: impl FnOnce(&mut Engine)) -> Result<(), Reason> {
     let rt = rt.as_ref().expect("the runtime is there until end");
     rt.with(|e| {
         f(e);

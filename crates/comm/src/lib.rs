@@ -236,11 +236,26 @@ impl World {
                 failure = Some(err);
                 Ok(Some(Completion::Sent))
             }
-        })?;
-        match failure {
-            Some(err) => Err(err),
-            None => Ok(completion),
+        });
+        match (completion, failure) {
+            (Ok(completion), None) => Ok(completion),
+            (Ok(_), Some(err)) => self.withdraw(request, err),
+            (Err(err), _) => self.withdraw(request, err.into()),
         }
+    }
+
+    /// A wait that failed (interrupted, say) takes its receive back, so that
+    /// no later message is matched to it and lost; one matched meanwhile is
+    /// delivered after all.
+    fn withdraw(&self, request: Request, err: CommError) -> Result<Completion, CommError> {
+        if let RequestState::Recv { id } = request.state {
+            let mut m = self.matching();
+            if let Some((status, data)) = m.done.remove(&id) {
+                return Ok(Completion::Received(status, data));
+            }
+            m.posted.retain(|p| p.id != id);
+        }
+        Err(err)
     }
 
     fn step(&self, e: &mut Engine, state: &mut RequestState) -> Result<Option<Completion>, CommError> {

@@ -78,6 +78,10 @@ pub enum RuntimeError {
     Protocol { peer: u32, reason: &'static str },
     #[error("the job is stopping: {0}")]
     Stopped(String),
+    /// The flag given to [`Runtime::set_interrupt`] was raised (by a signal
+    /// handler, say) while a call waited.
+    #[error("interrupted while waiting")]
+    Interrupted,
 }
 
 /// A message taken from the endpoint, waiting to be matched: `data[start..]`
@@ -306,6 +310,9 @@ struct Inner {
     /// The launcher let everyone go (all ranks finished).
     released: AtomicBool,
     rank: u32,
+    /// Raised (by a signal handler, say) to end the application's waits
+    /// with [`RuntimeError::Interrupted`]; see [`Runtime::set_interrupt`].
+    interrupt: std::sync::OnceLock<Arc<AtomicBool>>,
 }
 
 impl Inner {
@@ -331,13 +338,13 @@ impl Inner {
 /// A running process of a job: its engine and the progress thread.
 pub struct Runtime {
     inner: Arc<Inner>,
-    thread: Option<JoinHandle<()>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
     size: u32,
     /// The job runs on one host, over loopback.
     loopback: bool,
     /// More of the job's processes run on this host than it has cores.
     shares_cores: bool,
-    finished: bool,
+    finished: AtomicBool,
 }
 
 impl Runtime {
@@ -490,19 +497,44 @@ impl Runtime {
             control: Mutex::new(control),
             released: AtomicBool::new(false),
             rank: env.rank,
+            interrupt: std::sync::OnceLock::new(),
         });
         let thread_inner = inner.clone();
         let thread = std::thread::Builder::new()
             .name("bulkwire-progress".into())
             .spawn(move || progress_thread(&thread_inner))?;
         let shares_cores = env.local_size > cores;
-        Ok(Runtime { inner, thread: Some(thread), size: env.size, loopback, shares_cores, finished: false })
+        Ok(Runtime {
+            inner,
+            thread: Mutex::new(Some(thread)),
+            size: env.size,
+            loopback,
+            shares_cores,
+            finished: AtomicBool::new(false),
+        })
     }
 
     /// Whether the job runs on one host, over loopback (every socket in the
     /// peer table is): no link nor switch port lies between its processes.
     pub fn on_loopback(&self) -> bool {
         self.loopback
+    }
+
+    /// Makes every wait of the application end with
+    /// [`RuntimeError::Interrupted`] while `flag` is raised: a signal handler
+    /// that raises it (Ctrl-C in an interpreter, say) then interrupts a
+    /// blocked receive within [`POLL_AT_MOST`]. The flag is the caller's to
+    /// lower. Only the first flag given counts.
+    pub fn set_interrupt(&self, flag: Arc<AtomicBool>) {
+        let _ = self.inner.interrupt.set(flag);
+    }
+
+    fn check(&self, e: &Engine) -> Result<(), RuntimeError> {
+        check(e)?;
+        match self.inner.interrupt.get() {
+            Some(flag) if flag.load(Ordering::Relaxed) => Err(RuntimeError::Interrupted),
+            _ => Ok(()),
+        }
     }
 
     /// Sets (or with `None` clears) work that the progress thread does for
@@ -696,7 +728,7 @@ impl Runtime {
         let mut round = 0u32;
         let spun = loop {
             let mut e = self.inner.lock();
-            if let Err(err) = check(&e) {
+            if let Err(err) = self.check(&e) {
                 break Err(err);
             }
             e.progress_spinning(round, both_paths);
@@ -748,7 +780,7 @@ impl Runtime {
         loop {
             let (fds, timeout) = {
                 let mut e = self.inner.lock();
-                check(&e)?;
+                self.check(&e)?;
                 e.progress();
                 // Other threads of the application may wait on what arrived.
                 self.inner.changed.notify_all();
@@ -777,7 +809,7 @@ impl Runtime {
     ) -> Result<R, RuntimeError> {
         let mut e = self.inner.lock();
         loop {
-            check(&e)?;
+            self.check(&e)?;
             if let Some(r) = self.step(&mut e, f)? {
                 return Ok(r);
             }
@@ -823,16 +855,13 @@ impl Runtime {
 
     /// Leaves the job cleanly: waits until everything this process sent has
     /// been acknowledged, tells the launcher, and keeps answering peers until
-    /// every rank has finished.
-    pub fn finish(mut self) -> Result<(), RuntimeError> {
-        self.finish_inner()
-    }
-
-    fn finish_inner(&mut self) -> Result<(), RuntimeError> {
-        if self.finished {
+    /// every rank has finished. Later calls do nothing, so a runtime shared
+    /// by reference can be finished through it; one dropped unfinished
+    /// finishes this way.
+    pub fn finish(&self) -> Result<(), RuntimeError> {
+        if self.finished.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        self.finished = true;
         // What peers have not acknowledged yet they are asked to now, rather
         // than at the next timeout (long on a channel whose receivers drive
         // recovery).
@@ -848,17 +877,18 @@ impl Runtime {
         self.inner.report(&ToLauncher::Finished);
         while !self.inner.released.load(Ordering::SeqCst) {
             let e = self.inner.lock();
-            check(&e)?;
+            self.check(&e)?;
             drop(self.inner.changed.wait_timeout(e, Duration::from_millis(20)).unwrap_or_else(|p| p.into_inner()));
         }
         self.shutdown();
         Ok(())
     }
 
-    fn shutdown(&mut self) {
+    fn shutdown(&self) {
         self.inner.stop.store(true, Ordering::SeqCst);
         self.inner.wake_thread();
-        if let Some(t) = self.thread.take() {
+        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(t) = thread {
             let _ = t.join();
         }
     }
@@ -866,13 +896,12 @@ impl Runtime {
 
 impl Drop for Runtime {
     fn drop(&mut self) {
-        if std::thread::panicking() && !self.finished {
+        if std::thread::panicking() && !self.finished.swap(true, Ordering::SeqCst) {
             // A panic is a failure of this rank, not its end: stop the job.
             self.inner.report(&ToLauncher::Failed { reason: "the program panicked".into() });
-            self.finished = true;
         }
-        if !self.finished {
-            if let Err(e) = self.finish_inner() {
+        if !self.finished.load(Ordering::SeqCst) {
+            if let Err(e) = self.finish() {
                 eprintln!("bulkwire: rank {}: {e}", self.inner.rank);
             }
         }
