@@ -1,0 +1,944 @@
+//! `bulkwire._bulkwire`: the native half of the Python package. The
+//! package's Python half (`python/bulkwire/__init__.py`) gives it mpi4py's
+//! shape: objects pickled by the lower-case calls, buffers (NumPy arrays,
+//! `bytearray`, anything with the buffer protocol) by the upper-case ones.
+//! Here every call takes bytes or buffers only.
+//!
+//! A process joins its job once ([`join`]), on first use; the job's
+//! runtime then serves the point-to-point calls, the groups and any number
+//! of BSP sections one after another, and is finished at interpreter exit
+//! (or failed, on an uncaught exception; the Python half arranges both).
+//!
+//! Every call that may wait releases the interpreter lock while it waits,
+//! so other Python threads run, and ends with `KeyboardInterrupt` when the
+//! user presses Ctrl-C: a flag raised by SIGINT beside Python's own handler
+//! ends the runtime's waits ([`bulkwire_runtime::Runtime::set_interrupt`]).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use bulkwire_bsp::Bsp as RustBsp;
+use bulkwire_comm::{Completion, Source, Tag, World as RustWorld};
+use bulkwire_groups::{Algorithm, Delivery, GroupId, Groups, Op, Operation, WORLD};
+use pyo3::buffer::PyUntypedBuffer;
+use pyo3::exceptions::{PyException, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+pyo3::create_exception!(
+    _bulkwire,
+    Error,
+    PyException,
+    "An error of the bulkwire runtime; its message is the Rust error's, naming the call and the cause."
+);
+
+/// The job as this process joined it: leaked, as it lives until the
+/// process ends (the interpreter finishes it at exit).
+struct Job {
+    world: &'static RustWorld,
+    groups: &'static Groups<'static>,
+    interrupt: Arc<AtomicBool>,
+}
+
+static JOB: OnceLock<Job> = OnceLock::new();
+static JOINING: Mutex<()> = Mutex::new(());
+
+fn job() -> PyResult<&'static Job> {
+    JOB.get().ok_or_else(|| Error::new_err("this process has not joined its job: call bulkwire.World() first"))
+}
+
+/// Joins the job this process was started in (`bulkwire run`): the
+/// rendezvous, then the groups layer, which every process starts. Later
+/// calls return at once.
+#[pyfunction]
+fn join(py: Python<'_>) -> PyResult<()> {
+    let _one = JOINING.lock().unwrap_or_else(|e| e.into_inner());
+    if JOB.get().is_some() {
+        return Ok(());
+    }
+    let interrupt = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGINT, interrupt.clone())
+        .map_err(|e| Error::new_err(format!("cannot watch for Ctrl-C: {e}")))?;
+    let (world, groups) = py
+        .detach(|| -> Result<_, String> {
+            let world: &'static RustWorld = Box::leak(Box::new(RustWorld::init().map_err(|e| e.to_string())?));
+            world.runtime().set_interrupt(interrupt.clone());
+            let groups: &'static Groups<'static> = Box::leak(Box::new(Groups::new(world).map_err(|e| e.to_string())?));
+            Ok((world, groups))
+        })
+        .map_err(Error::new_err)?;
+    let _ = JOB.set(Job { world, groups, interrupt });
+    Ok(())
+}
+
+/// Whether this process has joined its job.
+#[pyfunction]
+fn joined() -> bool {
+    JOB.get().is_some()
+}
+
+/// Leaves the job cleanly: waits until what this process sent is
+/// delivered and every rank has finished. Called at interpreter exit.
+#[pyfunction]
+fn finalize(py: Python<'_>) -> PyResult<()> {
+    let Some(job) = JOB.get() else { return Ok(()) };
+    blocking(py, job, || job.world.runtime().finish().map_err(|e| e.to_string()))
+}
+
+/// Tells the launcher this rank failed: the job stops, printing `reason`.
+#[pyfunction]
+fn fail(reason: &str) {
+    if let Some(job) = JOB.get() {
+        job.world.abort(reason);
+    }
+}
+
+/// Runs `f` without the interpreter lock, as a call that Ctrl-C
+/// interrupts; a pending `KeyboardInterrupt` wins over the error that the
+/// interruption caused.
+fn blocking<R: Send>(py: Python<'_>, job: &Job, f: impl FnOnce() -> Result<R, String> + Send) -> PyResult<R> {
+    job.interrupt.store(false, Ordering::SeqCst);
+    match py.detach(f) {
+        Ok(r) => Ok(r),
+        Err(message) => {
+            py.check_signals()?;
+            Err(Error::new_err(message))
+        }
+    }
+}
+
+// ----- buffers -------------------------------------------------------------
+
+/// A buffer of a Python object, held while a call uses its memory.
+struct Buf {
+    buf: PyUntypedBuffer,
+}
+
+impl Buf {
+    fn read(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Buf> {
+        let buf = PyUntypedBuffer::get(obj).map_err(|_| {
+            PyTypeError::new_err(format!(
+                "{what}: expected a buffer (bytes, bytearray, a NumPy array…), got {}",
+                type_name(obj)
+            ))
+        })?;
+        if !buf.is_c_contiguous() {
+            return Err(PyValueError::new_err(format!(
+                "{what}: the buffer is not contiguous (use numpy.ascontiguousarray)"
+            )));
+        }
+        Ok(Buf { buf })
+    }
+
+    fn write(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Buf> {
+        let b = Buf::read(obj, what)?;
+        if b.buf.readonly() {
+            return Err(PyValueError::new_err(format!("{what}: the buffer is read-only")));
+        }
+        Ok(b)
+    }
+
+    fn addr(&self) -> usize {
+        self.buf.buf_ptr() as usize
+    }
+
+    fn len(&self) -> usize {
+        self.buf.len_bytes()
+    }
+
+    fn item_size(&self) -> usize {
+        self.buf.item_size()
+    }
+
+    /// The element type, for reductions.
+    fn kind(&self, what: &str) -> PyResult<Kind> {
+        let format = self.buf.format().to_string_lossy().into_owned();
+        let code = format.trim_start_matches(['@', '=', '<']);
+        Ok(match (code, self.item_size()) {
+            ("b", 1) => Kind::I8,
+            ("B", 1) => Kind::U8,
+            ("h", 2) => Kind::I16,
+            ("H", 2) => Kind::U16,
+            ("i" | "l", 4) => Kind::I32,
+            ("I" | "L", 4) => Kind::U32,
+            ("l" | "q", 8) => Kind::I64,
+            ("L" | "Q", 8) => Kind::U64,
+            ("f", 4) => Kind::F32,
+            ("d", 8) => Kind::F64,
+            _ => {
+                return Err(PyTypeError::new_err(format!(
+                    "{what}: cannot reduce elements of format {format:?} ({} bytes): int8 to int64, uint8 to uint64, \
+                     float32 and float64 in the machine's byte order can be",
+                    self.item_size()
+                )))
+            }
+        })
+    }
+}
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
+}
+
+/// # Safety
+///
+/// `addr..addr + len` must be memory of a buffer held for the slice's life.
+unsafe fn bytes<'a>(addr: usize, len: usize) -> &'a [u8] {
+    if len == 0 {
+        return &[];
+    }
+    std::slice::from_raw_parts(addr as *const u8, len)
+}
+
+/// # Safety
+///
+/// As [`bytes`], and the buffer is writable and nobody else's meanwhile.
+#[allow(clippy::mut_from_ref)]
+unsafe fn bytes_mut<'a>(addr: usize, len: usize) -> &'a mut [u8] {
+    if len == 0 {
+        return &mut [];
+    }
+    std::slice::from_raw_parts_mut(addr as *mut u8, len)
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    I8,
+    U8,
+    I16,
+    U16,
+    I32,
+    U32,
+    I64,
+    U64,
+    F32,
+    F64,
+}
+
+#[derive(Clone, Copy)]
+enum OpName {
+    Sum,
+    Prod,
+    Min,
+    Max,
+}
+
+impl OpName {
+    fn parse(name: &str) -> PyResult<OpName> {
+        match name {
+            "sum" => Ok(OpName::Sum),
+            "prod" => Ok(OpName::Prod),
+            "min" => Ok(OpName::Min),
+            "max" => Ok(OpName::Max),
+            other => Err(PyValueError::new_err(format!("{other:?} is not a reduction: sum, prod, min or max"))),
+        }
+    }
+
+    fn op<T>(self) -> Op<T> {
+        match self {
+            OpName::Sum => Op::Sum,
+            OpName::Prod => Op::Prod,
+            OpName::Min => Op::Min,
+            OpName::Max => Op::Max,
+        }
+    }
+}
+
+/// Runs `f` on the buffer's memory as a slice of its element type.
+macro_rules! typed {
+    ($kind:expr, $addr:expr, $len:expr, |$s:ident| $body:expr) => {{
+        fn cast<T: bytemuck_free::Plain>(addr: usize, len: usize) -> Result<&'static mut [T], String> {
+            let size = std::mem::size_of::<T>();
+            if addr % std::mem::align_of::<T>() != 0 || len % size != 0 {
+                return Err("the buffer is not aligned to its elements".into());
+            }
+            // SAFETY: the caller holds the buffer, writable, for the call;
+            // alignment and length checked above; every bit pattern is a
+            // value of these number types.
+            Ok(unsafe { std::slice::from_raw_parts_mut(addr as *mut T, len / size) })
+        }
+        match $kind {
+            Kind::I8 => cast::<i8>($addr, $len).and_then(|$s| $body),
+            Kind::U8 => cast::<u8>($addr, $len).and_then(|$s| $body),
+            Kind::I16 => cast::<i16>($addr, $len).and_then(|$s| $body),
+            Kind::U16 => cast::<u16>($addr, $len).and_then(|$s| $body),
+            Kind::I32 => cast::<i32>($addr, $len).and_then(|$s| $body),
+            Kind::U32 => cast::<u32>($addr, $len).and_then(|$s| $body),
+            Kind::I64 => cast::<i64>($addr, $len).and_then(|$s| $body),
+            Kind::U64 => cast::<u64>($addr, $len).and_then(|$s| $body),
+            Kind::F32 => cast::<f32>($addr, $len).and_then(|$s| $body),
+            Kind::F64 => cast::<f64>($addr, $len).and_then(|$s| $body),
+        }
+    }};
+}
+
+/// The number types a buffer may hold in a reduction.
+mod bytemuck_free {
+    pub trait Plain: Copy {}
+    impl Plain for i8 {}
+    impl Plain for u8 {}
+    impl Plain for i16 {}
+    impl Plain for u16 {}
+    impl Plain for i32 {}
+    impl Plain for u32 {}
+    impl Plain for i64 {}
+    impl Plain for u64 {}
+    impl Plain for f32 {}
+    impl Plain for f64 {}
+}
+
+// ----- point to point -------------------------------------------------------
+
+fn source(rank: i64, size: u32) -> PyResult<Source> {
+    match rank {
+        -1 => Ok(Source::Any),
+        r if (0..i64::from(size)).contains(&r) => Ok(Source::Rank(r as u32)),
+        r => Err(PyValueError::new_err(format!("source {r} does not exist: the job has ranks 0 to {}", size - 1))),
+    }
+}
+
+fn tag(tag: i64) -> PyResult<Tag> {
+    match tag {
+        -1 => Ok(Tag::Any),
+        t if (0..=i64::from(i32::MAX)).contains(&t) => Ok(Tag::Is(t as i32)),
+        t => Err(PyValueError::new_err(format!("tag {t}: tags are 0 to {} (ANY_TAG = -1 in receives)", i32::MAX))),
+    }
+}
+
+fn send_tag(t: i64) -> PyResult<i32> {
+    match tag(t)? {
+        Tag::Is(t) => Ok(t),
+        Tag::Any => Err(PyValueError::new_err("a send needs a tag of 0 or more (ANY_TAG is for receives)")),
+    }
+}
+
+fn dest(rank: i64, size: u32) -> PyResult<u32> {
+    u32::try_from(rank).ok().filter(|&r| r < size).ok_or_else(|| {
+        PyValueError::new_err(format!("rank {rank} does not exist: the job has ranks 0 to {}", size - 1))
+    })
+}
+
+/// The process's view of its job: rank, size, messages, time.
+#[pyclass(frozen, module = "bulkwire._bulkwire")]
+struct World;
+
+#[pymethods]
+impl World {
+    #[new]
+    fn new(py: Python<'_>) -> PyResult<World> {
+        join(py)?;
+        Ok(World)
+    }
+
+    #[getter]
+    fn rank(&self) -> PyResult<u32> {
+        Ok(job()?.world.rank())
+    }
+
+    #[getter]
+    fn size(&self) -> PyResult<u32> {
+        Ok(job()?.world.size())
+    }
+
+    /// Seconds since this process joined the job.
+    fn wtime(&self) -> PyResult<f64> {
+        Ok(job()?.world.wtime())
+    }
+
+    /// Sends the bytes of `data` (any contiguous buffer) to `dest`.
+    fn send(&self, py: Python<'_>, data: &Bound<'_, PyAny>, dest: i64, tag: i64) -> PyResult<()> {
+        let job = job()?;
+        let to = self::dest(dest, job.world.size())?;
+        let tag = send_tag(tag)?;
+        let buf = Buf::read(data, "send")?;
+        let (addr, len) = (buf.addr(), buf.len());
+        // SAFETY: `buf` holds the memory until the call returns.
+        blocking(py, job, || job.world.send(to, tag, unsafe { bytes(addr, len) }).map_err(|e| e.to_string()))
+    }
+
+    /// Starts a send: the data is copied now, so the buffer may be reused.
+    fn isend(&self, data: &Bound<'_, PyAny>, dest: i64, tag: i64) -> PyResult<Request> {
+        let job = job()?;
+        let to = self::dest(dest, job.world.size())?;
+        let tag = send_tag(tag)?;
+        let buf = Buf::read(data, "isend")?;
+        // SAFETY: `buf` holds the memory for the call.
+        let data = unsafe { bytes(buf.addr(), buf.len()) };
+        let request = job.world.isend(to, tag, data).map_err(|e| Error::new_err(e.to_string()))?;
+        Ok(Request { pending: Mutex::new(Some(request)) })
+    }
+
+    /// Receives a message: `(bytes, source, tag)`. `-1` is any source or tag.
+    fn recv<'py>(&self, py: Python<'py>, source: i64, tag: i64) -> PyResult<(Bound<'py, PyBytes>, u32, i32)> {
+        let job = job()?;
+        let (from, tag) = (self::source(source, job.world.size())?, self::tag(tag)?);
+        let (status, data) = blocking(py, job, || job.world.recv(from, tag).map_err(|e| e.to_string()))?;
+        Ok((PyBytes::new(py, &data), status.source, status.tag))
+    }
+
+    /// Receives a message into the writable buffer `buf`:
+    /// `(source, tag, bytes received)`. A message longer than the buffer
+    /// is an error (it is consumed).
+    fn recv_into(&self, py: Python<'_>, buf: &Bound<'_, PyAny>, source: i64, tag: i64) -> PyResult<(u32, i32, usize)> {
+        let job = job()?;
+        let (from, tag) = (self::source(source, job.world.size())?, self::tag(tag)?);
+        let buf = Buf::write(buf, "Recv")?;
+        let (status, data) = blocking(py, job, || job.world.recv(from, tag).map_err(|e| e.to_string()))?;
+        into(&buf, &data, status.source, status.tag)?;
+        Ok((status.source, status.tag, data.len()))
+    }
+
+    /// Posts a receive; its [`Request`] gives `(bytes, source, tag)`.
+    fn irecv(&self, source: i64, tag: i64) -> PyResult<Request> {
+        let job = job()?;
+        let (from, tag) = (self::source(source, job.world.size())?, self::tag(tag)?);
+        let request = job.world.irecv(from, tag).map_err(|e| Error::new_err(e.to_string()))?;
+        Ok(Request { pending: Mutex::new(Some(request)) })
+    }
+
+    /// Returns when every rank has entered the barrier.
+    fn barrier(&self, py: Python<'_>) -> PyResult<()> {
+        let job = job()?;
+        blocking(py, job, || job.world.barrier().map_err(|e| e.to_string()))
+    }
+
+    /// The same ping-pong as `bulkwire.bench`'s, in Rust on this runtime:
+    /// seconds per round trip of `size` bytes with `peer` (rank 0 starts).
+    fn pingpong_rust(&self, py: Python<'_>, peer: i64, size: usize, iterations: usize) -> PyResult<f64> {
+        let job = job()?;
+        let peer = dest(peer, job.world.size())?;
+        blocking(py, job, || {
+            let world = job.world;
+            let data = vec![0u8; size];
+            let start = std::time::Instant::now();
+            for _ in 0..iterations {
+                if world.rank() == 0 {
+                    world.send(peer, 1, &data).map_err(|e| e.to_string())?;
+                    world.recv(Source::Rank(peer), Tag::Is(1)).map_err(|e| e.to_string())?;
+                } else {
+                    world.recv(Source::Rank(peer), Tag::Is(1)).map_err(|e| e.to_string())?;
+                    world.send(peer, 1, &data).map_err(|e| e.to_string())?;
+                }
+            }
+            Ok(start.elapsed().as_secs_f64() / iterations.max(1) as f64)
+        })
+    }
+}
+
+/// Copies a received message into a receive buffer.
+fn into(buf: &Buf, data: &[u8], source: u32, tag: i32) -> PyResult<()> {
+    if data.len() > buf.len() {
+        return Err(Error::new_err(format!(
+            "Recv: the message from rank {source} with tag {tag} has {} bytes, the buffer {}: it was truncated away",
+            data.len(),
+            buf.len()
+        )));
+    }
+    // SAFETY: `buf` is writable and held; `data` fits, checked above.
+    unsafe { bytes_mut(buf.addr(), data.len()) }.copy_from_slice(data);
+    Ok(())
+}
+
+/// A send or receive under way.
+#[pyclass(frozen, module = "bulkwire._bulkwire")]
+struct Request {
+    pending: Mutex<Option<bulkwire_comm::Request>>,
+}
+
+type Received<'py> = Option<(Bound<'py, PyBytes>, u32, i32)>;
+
+fn completed(py: Python<'_>, c: Completion) -> Received<'_> {
+    match c {
+        Completion::Sent => None,
+        Completion::Received(status, data) => Some((PyBytes::new(py, &data), status.source, status.tag)),
+    }
+}
+
+#[pymethods]
+impl Request {
+    /// Waits until the request completes: `None` for a send, `(bytes,
+    /// source, tag)` for a receive.
+    fn wait<'py>(&self, py: Python<'py>) -> PyResult<Received<'py>> {
+        let job = job()?;
+        let request = self.take()?;
+        let c = blocking(py, job, || job.world.wait(request).map_err(|e| e.to_string()))?;
+        Ok(completed(py, c))
+    }
+
+    /// `(True, result)` if the request has completed (the result as
+    /// [`Request::wait`]'s), `(False, None)` if not.
+    fn test<'py>(&self, py: Python<'py>) -> PyResult<(bool, Received<'py>)> {
+        let job = job()?;
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(request) = pending.as_mut() else {
+            return Err(Error::new_err("request was already completed"));
+        };
+        match job.world.test(request).map_err(|e| Error::new_err(e.to_string()))? {
+            Some(c) => {
+                *pending = None;
+                Ok((true, completed(py, c)))
+            }
+            None => Ok((false, None)),
+        }
+    }
+
+    /// Whether the request has completed (been waited for or tested true).
+    #[getter]
+    fn done(&self) -> bool {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner()).is_none()
+    }
+}
+
+impl Request {
+    fn take(&self) -> PyResult<bulkwire_comm::Request> {
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or_else(|| Error::new_err("request was already completed"))
+    }
+}
+
+// ----- groups --------------------------------------------------------------
+
+/// A group this process is a member of (`WORLD` is every process). Roots
+/// and members are job ranks.
+#[pyclass(frozen, module = "bulkwire._bulkwire")]
+struct Group {
+    id: GroupId,
+}
+
+fn group_err(e: bulkwire_groups::GroupError) -> String {
+    e.to_string()
+}
+
+#[pymethods]
+impl Group {
+    /// The group of every process of the job.
+    #[staticmethod]
+    fn world() -> PyResult<Group> {
+        job()?;
+        Ok(Group { id: WORLD })
+    }
+
+    /// Creates a group called `name` of this process and `members`.
+    #[staticmethod]
+    fn create(py: Python<'_>, name: String, members: Vec<u32>) -> PyResult<Group> {
+        let job = job()?;
+        let g = blocking(py, job, || job.groups.create(&name, &members).map_err(group_err))?;
+        Ok(Group { id: g.id() })
+    }
+
+    /// Joins the group called `name`.
+    #[staticmethod]
+    fn join(py: Python<'_>, name: String) -> PyResult<Group> {
+        let job = job()?;
+        let g = blocking(py, job, || job.groups.join(&name).map_err(group_err))?;
+        Ok(Group { id: g.id() })
+    }
+
+    /// Waits until this process is a member of a group called `name`.
+    #[staticmethod]
+    fn find(py: Python<'_>, name: String) -> PyResult<Group> {
+        let job = job()?;
+        let g = blocking(py, job, || job.groups.find(&name).map_err(group_err))?;
+        Ok(Group { id: g.id() })
+    }
+
+    /// `(name, view number, members)` as this process has the group now.
+    fn view(&self) -> PyResult<(String, u32, Vec<u32>)> {
+        let view = job()?.groups.group(self.id).view().map_err(|e| Error::new_err(e.to_string()))?;
+        Ok((view.name, view.number, view.members))
+    }
+
+    /// Waits until the group's view has `n` members: its members.
+    fn wait_members(&self, py: Python<'_>, n: usize) -> PyResult<Vec<u32>> {
+        let job = job()?;
+        let g = job.groups.group(self.id);
+        blocking(py, job, || g.wait_members(n).map(|v| v.members).map_err(group_err))
+    }
+
+    fn leave(&self, py: Python<'_>) -> PyResult<()> {
+        let job = job()?;
+        let g = job.groups.group(self.id);
+        blocking(py, job, || g.leave().map_err(group_err))
+    }
+
+    fn destroy(&self, py: Python<'_>) -> PyResult<()> {
+        let job = job()?;
+        let g = job.groups.group(self.id);
+        blocking(py, job, || g.destroy().map_err(group_err))
+    }
+
+    /// Chooses the algorithm of `op` (`None`: the automatic choice).
+    #[pyo3(signature = (op, algorithm=None))]
+    fn set_algorithm(&self, op: &str, algorithm: Option<&str>) -> PyResult<()> {
+        let op: Operation = op.parse().map_err(PyValueError::new_err)?;
+        let algorithm: Option<Algorithm> =
+            algorithm.map(|a| a.parse::<Algorithm>()).transpose().map_err(PyValueError::new_err)?;
+        job()?.groups.group(self.id).set_algorithm(op, algorithm).map_err(|e| Error::new_err(e.to_string()))
+    }
+
+    /// `"sent"` or `"confirmed"`: when a broadcast's root returns.
+    fn set_delivery(&self, delivery: &str) -> PyResult<()> {
+        let delivery: Delivery = delivery.parse().map_err(PyValueError::new_err)?;
+        job()?.groups.group(self.id).set_delivery(delivery).map_err(|e| Error::new_err(e.to_string()))
+    }
+
+    fn bcast(&self, py: Python<'_>, root: u32, buf: &Bound<'_, PyAny>) -> PyResult<()> {
+        let job = job()?;
+        let g = job.groups.group(self.id);
+        let b = Buf::write(buf, "Bcast")?;
+        let (addr, len) = (b.addr(), b.len());
+        // SAFETY: `b` holds the writable memory until the call returns.
+        blocking(py, job, || g.bcast(root, unsafe { bytes_mut(addr, len) }).map_err(group_err))
+    }
+
+    fn multicast(&self, py: Python<'_>, root: u32, targets: Vec<u32>, buf: &Bound<'_, PyAny>) -> PyResult<()> {
+        let job = job()?;
+        let g = job.groups.group(self.id);
+        let b = Buf::write(buf, "multicast")?;
+        let (addr, len) = (b.addr(), b.len());
+        // SAFETY: as in `bcast`.
+        blocking(py, job, || g.multicast(root, &targets, unsafe { bytes_mut(addr, len) }).map_err(group_err))
+    }
+
+    /// Reduces every member's `buf` into `root`'s, element by element.
+    fn reduce(&self, py: Python<'_>, root: u32, buf: &Bound<'_, PyAny>, op: &str) -> PyResult<()> {
+        let job = job()?;
+        let g = job.groups.group(self.id);
+        let op = OpName::parse(op)?;
+        let b = Buf::write(buf, "Reduce")?;
+        let (kind, addr, len) = (b.kind("Reduce")?, b.addr(), b.len());
+        blocking(py, job, || typed!(kind, addr, len, |s| g.reduce(root, s, op.op()).map_err(group_err)))
+    }
+
+    /// Reduces every member's `buf` into every member's.
+    fn allreduce(&self, py: Python<'_>, buf: &Bound<'_, PyAny>, op: &str) -> PyResult<()> {
+        let job = job()?;
+        let g = job.groups.group(self.id);
+        let op = OpName::parse(op)?;
+        let b = Buf::write(buf, "Allreduce")?;
+        let (kind, addr, len) = (b.kind("Allreduce")?, b.addr(), b.len());
+        blocking(py, job, || typed!(kind, addr, len, |s| g.allreduce(s, op.op()).map_err(group_err)))
+    }
+
+    /// Every member's `send` lands in `root`'s `recv` (n blocks, view order).
+    #[pyo3(signature = (root, send, recv=None))]
+    fn gather(
+        &self,
+        py: Python<'_>,
+        root: u32,
+        send: &Bound<'_, PyAny>,
+        recv: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let job = job()?;
+        let g = job.groups.group(self.id);
+        let s = Buf::read(send, "Gather")?;
+        let r = recv.map(|r| Buf::write(r, "Gather")).transpose()?;
+        let (sa, sl) = (s.addr(), s.len());
+        let (ra, rl) = r.as_ref().map_or((0, 0), |r| (r.addr(), r.len()));
+        // SAFETY: `s` and `r` hold their memory until the call returns.
+        blocking(py, job, || g.gather(root, unsafe { bytes(sa, sl) }, unsafe { bytes_mut(ra, rl) }).map_err(group_err))
+    }
+
+    /// `root`'s `send` (n blocks of `len(recv)` bytes) is dealt out.
+    #[pyo3(signature = (root, send, recv))]
+    fn scatter(
+        &self,
+        py: Python<'_>,
+        root: u32,
+        send: Option<&Bound<'_, PyAny>>,
+        recv: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let job = job()?;
+        let g = job.groups.group(self.id);
+        let s = send.map(|s| Buf::read(s, "Scatter")).transpose()?;
+        let r = Buf::write(recv, "Scatter")?;
+        let (sa, sl) = s.as_ref().map_or((0, 0), |s| (s.addr(), s.len()));
+        let (ra, rl) = (r.addr(), r.len());
+        // SAFETY: as in `gather`.
+        blocking(py, job, || g.scatter(root, unsafe { bytes(sa, sl) }, unsafe { bytes_mut(ra, rl) }).map_err(group_err))
+    }
+
+    /// Every member's `send` lands in every member's `recv`, in view order.
+    fn allgather(&self, py: Python<'_>, send: &Bound<'_, PyAny>, recv: &Bound<'_, PyAny>) -> PyResult<()> {
+        let job = job()?;
+        let g = job.groups.group(self.id);
+        let s = Buf::read(send, "Allgather")?;
+        let r = Buf::write(recv, "Allgather")?;
+        let (sa, sl, ra, rl) = (s.addr(), s.len(), r.addr(), r.len());
+        // SAFETY: as in `gather`.
+        blocking(py, job, || g.allgather(unsafe { bytes(sa, sl) }, unsafe { bytes_mut(ra, rl) }).map_err(group_err))
+    }
+
+    fn barrier(&self, py: Python<'_>) -> PyResult<()> {
+        let job = job()?;
+        let g = job.groups.group(self.id);
+        blocking(py, job, || g.barrier().map_err(group_err))
+    }
+
+    /// Sends `data` to every other member without a common call (a post).
+    fn post(&self, py: Python<'_>, tag: i64, data: &Bound<'_, PyAny>) -> PyResult<()> {
+        let job = job()?;
+        let g = job.groups.group(self.id);
+        let tag = send_tag(tag)?;
+        let b = Buf::read(data, "post")?;
+        let (addr, len) = (b.addr(), b.len());
+        // SAFETY: `b` holds the memory until the call returns.
+        blocking(py, job, || g.post(tag, unsafe { bytes(addr, len) }).map_err(group_err))
+    }
+
+    /// The next post from `source` with `tag` (-1: any): `(bytes, source,
+    /// tag)`; with `block=False`, `None` if none has come.
+    #[pyo3(signature = (source, tag, block=true))]
+    fn recv_post<'py>(&self, py: Python<'py>, source: i64, tag: i64, block: bool) -> PyResult<Received<'py>> {
+        let job = job()?;
+        let g = job.groups.group(self.id);
+        let (from, tag) = (self::source(source, job.world.size())?, self::tag(tag)?);
+        let post = blocking(py, job, || {
+            if block {
+                g.recv(from, tag).map(Some).map_err(group_err)
+            } else {
+                g.try_recv(from, tag).map_err(group_err)
+            }
+        })?;
+        Ok(post.map(|p| (PyBytes::new(py, &p.data), p.from, p.tag)))
+    }
+
+    /// Latest-value mode for this group's posts.
+    fn set_latest_only(&self, on: bool) -> PyResult<()> {
+        job()?.groups.group(self.id).set_latest_only(on).map_err(|e| Error::new_err(e.to_string()))
+    }
+
+    /// Acknowledgements of confirmed broadcasts this process received.
+    fn acks_received(&self) -> PyResult<u64> {
+        Ok(job()?.groups.stats().acks_received)
+    }
+}
+
+// ----- BSP -----------------------------------------------------------------
+
+/// A BSP computation of every process of the job, on the job's runtime.
+#[pyclass(unsendable, module = "bulkwire._bulkwire")]
+struct Bsp {
+    bsp: Option<RustBsp>,
+    /// Registered buffers by address, most recent last: their exports keep
+    /// the arrays from being resized or freed while registered.
+    regs: HashMap<usize, Vec<Buf>>,
+    /// Buffers that must live until the end of the next sync: popped
+    /// registrations, and the destinations of gets.
+    until_sync: Vec<Buf>,
+}
+
+/// `&mut Bsp` crossing into the call that runs without the interpreter
+/// lock: the closure runs on this same thread, before the call returns.
+struct OnThisThread<'a>(&'a mut RustBsp);
+// SAFETY: see above; nothing of the Bsp leaves this thread.
+unsafe impl Send for OnThisThread<'_> {}
+
+impl Bsp {
+    fn bsp(&mut self) -> PyResult<&mut RustBsp> {
+        self.bsp.as_mut().ok_or_else(|| Error::new_err("this BSP section has ended"))
+    }
+
+    fn registered(&self, obj: &Bound<'_, PyAny>, what: &str) -> PyResult<(usize, usize)> {
+        let b = Buf::read(obj, what)?;
+        match self.regs.get(&b.addr()) {
+            Some(bufs) if !bufs.is_empty() => Ok((b.addr(), b.item_size())),
+            _ => Err(Error::new_err(format!(
+                "{what}: the array is not registered (call push_reg on every process first)"
+            ))),
+        }
+    }
+}
+
+fn bsp_err(e: bulkwire_bsp::BspError) -> PyErr {
+    Error::new_err(e.to_string())
+}
+
+#[pymethods]
+impl Bsp {
+    /// `bsp_begin` with every process of the job.
+    #[new]
+    fn new(py: Python<'_>) -> PyResult<Bsp> {
+        join(py)?;
+        let job = job()?;
+        let rt = job.world.runtime();
+        let bsp = blocking(py, job, || RustBsp::begin_on(rt).map_err(|e| e.to_string()))?;
+        Ok(Bsp { bsp: Some(bsp), regs: HashMap::new(), until_sync: Vec::new() })
+    }
+
+    #[getter]
+    fn pid(&mut self) -> PyResult<u32> {
+        Ok(self.bsp()?.pid())
+    }
+
+    #[getter]
+    fn nprocs(&mut self) -> PyResult<u32> {
+        Ok(self.bsp()?.nprocs())
+    }
+
+    /// Seconds since the section began.
+    fn time(&mut self) -> PyResult<f64> {
+        Ok(self.bsp()?.time())
+    }
+
+    /// Registers the writable contiguous buffer `array` (collective; in
+    /// effect from the next sync).
+    fn push_reg(&mut self, array: &Bound<'_, PyAny>) -> PyResult<()> {
+        let b = Buf::write(array, "push_reg")?;
+        let (addr, len) = (b.addr(), b.len());
+        // SAFETY: the export in `regs` keeps the memory valid while it is
+        // registered; the array is only touched by this thread.
+        unsafe { self.bsp()?.push_reg_raw(addr as *const u8, len) }.map_err(bsp_err)?;
+        self.regs.entry(addr).or_default().push(b);
+        Ok(())
+    }
+
+    /// Removes the most recent registration of `array` (from the next sync).
+    fn pop_reg(&mut self, array: &Bound<'_, PyAny>) -> PyResult<()> {
+        let b = Buf::read(array, "pop_reg")?;
+        let addr = b.addr();
+        self.bsp()?.pop_reg_raw(addr as *const u8).map_err(bsp_err)?;
+        if let Some(held) = self.regs.get_mut(&addr).and_then(Vec::pop) {
+            self.until_sync.push(held);
+        }
+        Ok(())
+    }
+
+    /// Copies `src` now into process `pid`'s registered `dst`, at element
+    /// `offset` of it, at the end of the sync.
+    #[pyo3(signature = (pid, src, dst, offset=0))]
+    fn put(&mut self, pid: u32, src: &Bound<'_, PyAny>, dst: &Bound<'_, PyAny>, offset: usize) -> PyResult<()> {
+        let (dst_addr, item) = self.registered(dst, "put")?;
+        let s = Buf::read(src, "put")?;
+        let bsp = self.bsp()?;
+        // SAFETY: `s` holds the source, which is copied now.
+        unsafe { bsp.put_raw(pid, s.addr() as *const u8, dst_addr as *const u8, offset * item, s.len()) }
+            .map_err(bsp_err)
+    }
+
+    /// Fills `dst` with `len(dst)` bytes of process `pid`'s registered
+    /// `src` from element `offset`, as they are at the end of this
+    /// superstep, by the end of the sync.
+    #[pyo3(signature = (pid, src, dst, offset=0))]
+    fn get(&mut self, pid: u32, src: &Bound<'_, PyAny>, dst: &Bound<'_, PyAny>, offset: usize) -> PyResult<()> {
+        let (src_addr, item) = self.registered(src, "get")?;
+        let d = Buf::write(dst, "get")?;
+        let bsp = self.bsp()?;
+        // SAFETY: `until_sync` holds the destination until the sync ends.
+        unsafe { bsp.get_raw(pid, src_addr as *const u8, offset * item, d.addr() as *mut u8, d.len()) }
+            .map_err(bsp_err)?;
+        self.until_sync.push(d);
+        Ok(())
+    }
+
+    /// Sets the tag size of messages from the next sync; returns the old one.
+    fn set_tagsize(&mut self, size: usize) -> PyResult<usize> {
+        self.bsp()?.set_tagsize(size).map_err(bsp_err)
+    }
+
+    /// Sends `payload` with `tag` (of the tag size) to `pid`'s queue.
+    fn send(&mut self, pid: u32, tag: &Bound<'_, PyAny>, payload: &Bound<'_, PyAny>) -> PyResult<()> {
+        let t = Buf::read(tag, "send")?;
+        let p = Buf::read(payload, "send")?;
+        let bsp = self.bsp()?;
+        // SAFETY: both buffers are held for the call, which copies them.
+        bsp.send(pid, unsafe { bytes(t.addr(), t.len()) }, unsafe { bytes(p.addr(), p.len()) }).map_err(bsp_err)
+    }
+
+    /// `(messages, payload bytes)` waiting in the queue.
+    fn qsize(&mut self) -> PyResult<(usize, usize)> {
+        Ok(self.bsp()?.qsize())
+    }
+
+    /// Takes the first message of the queue: `(tag, payload)` as bytes, or
+    /// `None` when the queue is empty.
+    #[pyo3(name = "move")]
+    fn move_message<'py>(&mut self, py: Python<'py>) -> PyResult<Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>> {
+        let bsp = self.bsp()?;
+        Ok(bsp.messages().next().map(|m| (PyBytes::new(py, m.tag), PyBytes::new(py, m.payload))))
+    }
+
+    /// Ends the superstep.
+    fn sync(&mut self, py: Python<'_>) -> PyResult<()> {
+        let job = job()?;
+        let bsp = OnThisThread(self.bsp()?);
+        blocking(py, job, move || {
+            let bsp = bsp;
+            bsp.0.sync().map_err(|e| e.to_string())
+        })?;
+        self.until_sync.clear();
+        Ok(())
+    }
+
+    /// `bsp_end`: the last sync. The job's runtime stays, for later calls.
+    fn end(&mut self, py: Python<'_>) -> PyResult<()> {
+        let job = job()?;
+        let bsp = self.bsp.take().ok_or_else(|| Error::new_err("this BSP section has ended"))?;
+        blocking(py, job, move || bsp.end().map_err(|e| e.to_string()))?;
+        self.until_sync.clear();
+        self.regs.clear();
+        Ok(())
+    }
+
+    /// Whether the section is still running.
+    #[getter]
+    fn active(&self) -> bool {
+        self.bsp.is_some()
+    }
+}
+
+// ----- the launcher --------------------------------------------------------
+
+#[derive(clap::Parser)]
+#[command(name = "python -m bulkwire.run", about = "Runs a program as a job of N processes (as `bulkwire run`)")]
+struct RunCommand {
+    #[command(flatten)]
+    args: bulkwire_launch::Args,
+}
+
+/// `bulkwire run` with `argv` (its first word the command's name): starts
+/// the job, waits for it, and returns its exit status. A program that is a
+/// Python script (`prog.py`), or `-m module` or `-c code`, is run by
+/// `interpreter`.
+#[pyfunction]
+#[pyo3(signature = (argv, interpreter=None))]
+fn launch(py: Python<'_>, argv: Vec<String>, interpreter: Option<String>) -> i32 {
+    use clap::Parser;
+    let mut command = match RunCommand::try_parse_from(&argv) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return e.exit_code();
+        }
+    };
+    let program = &command.args.command[0];
+    if let Some(python) = interpreter.filter(|_| program.ends_with(".py") || program == "-m" || program == "-c") {
+        command.args.command.insert(0, python);
+    }
+    match py.detach(|| bulkwire_launch::run(&command.args)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("bulkwire: {e}");
+            1
+        }
+    }
+}
+
+#[pymodule]
+fn _bulkwire(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("Error", m.py().get_type::<Error>())?;
+    m.add_class::<World>()?;
+    m.add_class::<Request>()?;
+    m.add_class::<Group>()?;
+    m.add_class::<Bsp>()?;
+    m.add_function(wrap_pyfunction!(join, m)?)?;
+    m.add_function(wrap_pyfunction!(joined, m)?)?;
+    m.add_function(wrap_pyfunction!(finalize, m)?)?;
+    m.add_function(wrap_pyfunction!(fail, m)?)?;
+    m.add_function(wrap_pyfunction!(launch, m)?)?;
+    Ok(())
+}
