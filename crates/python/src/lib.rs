@@ -319,14 +319,30 @@ fn dest(rank: i64, size: u32) -> PyResult<u32> {
     })
 }
 
-/// The process's view of its job: rank, size, messages, time.
-#[pyclass(frozen, module = "bulkwire._bulkwire")]
+/// Sets a `bulkwire.Status`'s fields, if one was given.
+fn set_status(status: Option<&Bound<'_, PyAny>>, source: u32, tag: i32, count: usize) -> PyResult<()> {
+    if let Some(st) = status.filter(|st| !st.is_none()) {
+        st.setattr("source", source)?;
+        st.setattr("tag", tag)?;
+        st.setattr("count", count)?;
+    }
+    Ok(())
+}
+
+/// The process's view of its job: rank, size, time, and messages of
+/// buffers. `bulkwire.World` subclasses it with the calls on objects.
+#[pyclass(frozen, subclass, module = "bulkwire._bulkwire")]
 struct World;
 
 #[pymethods]
 impl World {
     #[new]
-    fn new(py: Python<'_>) -> PyResult<World> {
+    #[pyo3(signature = (*_args, **_kwargs))]
+    fn new(
+        py: Python<'_>,
+        _args: &Bound<'_, pyo3::types::PyTuple>,
+        _kwargs: Option<&Bound<'_, pyo3::types::PyDict>>,
+    ) -> PyResult<World> {
         join(py)?;
         Ok(World)
     }
@@ -346,55 +362,91 @@ impl World {
         Ok(job()?.world.wtime())
     }
 
-    /// Sends the bytes of `data` (any contiguous buffer) to `dest`.
-    fn send(&self, py: Python<'_>, data: &Bound<'_, PyAny>, dest: i64, tag: i64) -> PyResult<()> {
+    /// Sends the bytes of `buf` (any contiguous buffer) to `dest`; returns
+    /// once they are queued (the buffer may then be reused).
+    #[pyo3(name = "Send", signature = (buf, dest, tag=0))]
+    fn send(&self, py: Python<'_>, buf: &Bound<'_, PyAny>, dest: i64, tag: i64) -> PyResult<()> {
         let job = job()?;
         let to = self::dest(dest, job.world.size())?;
         let tag = send_tag(tag)?;
-        let buf = Buf::read(data, "send")?;
-        let (addr, len) = (buf.addr(), buf.len());
-        // SAFETY: `buf` holds the memory until the call returns.
-        blocking(py, job, || job.world.send(to, tag, unsafe { bytes(addr, len) }).map_err(|e| e.to_string()))
+        let b = Buf::read(buf, "Send")?;
+        let (addr, len) = (b.addr(), b.len());
+        // SAFETY: `b` holds the memory until the call returns.
+        let data = unsafe { bytes(addr, len) };
+        // A send that finds room returns at once: only one that must wait
+        // for it lets go of the interpreter.
+        let mut request = job.world.isend(to, tag, data).map_err(|e| Error::new_err(e.to_string()))?;
+        if job.world.test(&mut request).map_err(|e| Error::new_err(e.to_string()))?.is_none() {
+            blocking(py, job, || job.world.wait(request).map(drop).map_err(|e| e.to_string()))?;
+        }
+        Ok(())
     }
 
-    /// Starts a send: the data is copied now, so the buffer may be reused.
-    fn isend(&self, data: &Bound<'_, PyAny>, dest: i64, tag: i64) -> PyResult<Request> {
+    /// Starts sending the bytes of `buf`, copied now.
+    #[pyo3(name = "Isend", signature = (buf, dest, tag=0))]
+    fn isend(&self, buf: &Bound<'_, PyAny>, dest: i64, tag: i64) -> PyResult<Request> {
         let job = job()?;
         let to = self::dest(dest, job.world.size())?;
         let tag = send_tag(tag)?;
-        let buf = Buf::read(data, "isend")?;
-        // SAFETY: `buf` holds the memory for the call.
-        let data = unsafe { bytes(buf.addr(), buf.len()) };
+        let b = Buf::read(buf, "Isend")?;
+        // SAFETY: `b` holds the memory for the call.
+        let data = unsafe { bytes(b.addr(), b.len()) };
         let request = job.world.isend(to, tag, data).map_err(|e| Error::new_err(e.to_string()))?;
-        Ok(Request { pending: Mutex::new(Some(request)) })
+        Ok(Request::new(request, Then::Nothing))
     }
 
-    /// Receives a message: `(bytes, source, tag)`. `-1` is any source or tag.
-    fn recv<'py>(&self, py: Python<'py>, source: i64, tag: i64) -> PyResult<(Bound<'py, PyBytes>, u32, i32)> {
+    /// Receives a message into the writable buffer `buf` (a message longer
+    /// than it is an error, and is consumed). `-1` is any source or tag.
+    #[pyo3(name = "Recv", signature = (buf, source=-1, tag=-1, status=None))]
+    fn recv(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        source: i64,
+        tag: i64,
+        status: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
         let job = job()?;
         let (from, tag) = (self::source(source, job.world.size())?, self::tag(tag)?);
-        let (status, data) = blocking(py, job, || job.world.recv(from, tag).map_err(|e| e.to_string()))?;
-        Ok((PyBytes::new(py, &data), status.source, status.tag))
+        let b = Buf::write(buf, "Recv")?;
+        let (st, data) = blocking(py, job, || job.world.recv(from, tag).map_err(|e| e.to_string()))?;
+        into(&b, &data, st.source, st.tag)?;
+        set_status(status, st.source, st.tag, data.len())
     }
 
-    /// Receives a message into the writable buffer `buf`:
-    /// `(source, tag, bytes received)`. A message longer than the buffer
-    /// is an error (it is consumed).
-    fn recv_into(&self, py: Python<'_>, buf: &Bound<'_, PyAny>, source: i64, tag: i64) -> PyResult<(u32, i32, usize)> {
+    /// Posts a receive into `buf`, which the request fills when it completes.
+    #[pyo3(name = "Irecv", signature = (buf, source=-1, tag=-1))]
+    fn irecv(&self, buf: &Bound<'_, PyAny>, source: i64, tag: i64) -> PyResult<Request> {
         let job = job()?;
         let (from, tag) = (self::source(source, job.world.size())?, self::tag(tag)?);
-        let buf = Buf::write(buf, "Recv")?;
-        let (status, data) = blocking(py, job, || job.world.recv(from, tag).map_err(|e| e.to_string()))?;
-        into(&buf, &data, status.source, status.tag)?;
-        Ok((status.source, status.tag, data.len()))
+        Buf::write(buf, "Irecv")?;
+        let request = job.world.irecv(from, tag).map_err(|e| Error::new_err(e.to_string()))?;
+        Ok(Request::new(request, Then::Fill(buf.clone().unbind())))
     }
 
-    /// Posts a receive; its [`Request`] gives `(bytes, source, tag)`.
-    fn irecv(&self, source: i64, tag: i64) -> PyResult<Request> {
+    /// Receives a message as `bytes`.
+    #[pyo3(signature = (source=-1, tag=-1, status=None))]
+    fn _recv_bytes<'py>(
+        &self,
+        py: Python<'py>,
+        source: i64,
+        tag: i64,
+        status: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let job = job()?;
+        let (from, tag) = (self::source(source, job.world.size())?, self::tag(tag)?);
+        let (st, data) = blocking(py, job, || job.world.recv(from, tag).map_err(|e| e.to_string()))?;
+        set_status(status, st.source, st.tag, data.len())?;
+        Ok(PyBytes::new(py, &data))
+    }
+
+    /// Posts a receive whose request returns `decode(bytes)`.
+    #[pyo3(signature = (source, tag, decode))]
+    fn _irecv_decoded(&self, source: i64, tag: i64, decode: Py<PyAny>) -> PyResult<Request> {
         let job = job()?;
         let (from, tag) = (self::source(source, job.world.size())?, self::tag(tag)?);
         let request = job.world.irecv(from, tag).map_err(|e| Error::new_err(e.to_string()))?;
-        Ok(Request { pending: Mutex::new(Some(request)) })
+        Ok(Request::new(request, Then::Decode(decode)))
     }
 
     /// Returns when every rank has entered the barrier.
@@ -403,25 +455,29 @@ impl World {
         blocking(py, job, || job.world.barrier().map_err(|e| e.to_string()))
     }
 
-    /// The same ping-pong as `bulkwire.bench`'s, in Rust on this runtime:
-    /// seconds per round trip of `size` bytes with `peer` (rank 0 starts).
-    fn pingpong_rust(&self, py: Python<'_>, peer: i64, size: usize, iterations: usize) -> PyResult<f64> {
+    /// The ping-pong of `python -m bulkwire.bench`, in Rust on this
+    /// runtime: the seconds of each of `iterations` round trips of `size`
+    /// bytes with `peer` (the lower rank starts).
+    fn _pingpong_rust(&self, py: Python<'_>, peer: i64, size: usize, iterations: usize) -> PyResult<Vec<f64>> {
         let job = job()?;
         let peer = dest(peer, job.world.size())?;
         blocking(py, job, || {
             let world = job.world;
             let data = vec![0u8; size];
-            let start = std::time::Instant::now();
+            let mut times = Vec::with_capacity(iterations);
+            let err = |e: bulkwire_comm::CommError| e.to_string();
             for _ in 0..iterations {
-                if world.rank() == 0 {
-                    world.send(peer, 1, &data).map_err(|e| e.to_string())?;
-                    world.recv(Source::Rank(peer), Tag::Is(1)).map_err(|e| e.to_string())?;
+                let start = std::time::Instant::now();
+                if world.rank() < peer {
+                    world.send(peer, 1, &data).map_err(err)?;
+                    world.recv(Source::Rank(peer), Tag::Is(1)).map_err(err)?;
                 } else {
-                    world.recv(Source::Rank(peer), Tag::Is(1)).map_err(|e| e.to_string())?;
-                    world.send(peer, 1, &data).map_err(|e| e.to_string())?;
+                    world.recv(Source::Rank(peer), Tag::Is(1)).map_err(err)?;
+                    world.send(peer, 1, &data).map_err(err)?;
                 }
+                times.push(start.elapsed().as_secs_f64());
             }
-            Ok(start.elapsed().as_secs_f64() / iterations.max(1) as f64)
+            Ok(times)
         })
     }
 }
@@ -440,63 +496,116 @@ fn into(buf: &Buf, data: &[u8], source: u32, tag: i32) -> PyResult<()> {
     Ok(())
 }
 
-/// A send or receive under way.
+/// What a request does with a message it received.
+enum Then {
+    /// A send: nothing.
+    Nothing,
+    /// Copies it into this buffer.
+    Fill(Py<PyAny>),
+    /// Returns this function of its bytes (`pickle.loads`).
+    Decode(Py<PyAny>),
+}
+
+/// A send or receive under way: `wait()` completes it and returns what it
+/// received (`None` for a send or a receive into a buffer).
 #[pyclass(frozen, module = "bulkwire._bulkwire")]
 struct Request {
     pending: Mutex<Option<bulkwire_comm::Request>>,
-}
-
-type Received<'py> = Option<(Bound<'py, PyBytes>, u32, i32)>;
-
-fn completed(py: Python<'_>, c: Completion) -> Received<'_> {
-    match c {
-        Completion::Sent => None,
-        Completion::Received(status, data) => Some((PyBytes::new(py, &data), status.source, status.tag)),
-    }
-}
-
-#[pymethods]
-impl Request {
-    /// Waits until the request completes: `None` for a send, `(bytes,
-    /// source, tag)` for a receive.
-    fn wait<'py>(&self, py: Python<'py>) -> PyResult<Received<'py>> {
-        let job = job()?;
-        let request = self.take()?;
-        let c = blocking(py, job, || job.world.wait(request).map_err(|e| e.to_string()))?;
-        Ok(completed(py, c))
-    }
-
-    /// `(True, result)` if the request has completed (the result as
-    /// [`Request::wait`]'s), `(False, None)` if not.
-    fn test<'py>(&self, py: Python<'py>) -> PyResult<(bool, Received<'py>)> {
-        let job = job()?;
-        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(request) = pending.as_mut() else {
-            return Err(Error::new_err("request was already completed"));
-        };
-        match job.world.test(request).map_err(|e| Error::new_err(e.to_string()))? {
-            Some(c) => {
-                *pending = None;
-                Ok((true, completed(py, c)))
-            }
-            None => Ok((false, None)),
-        }
-    }
-
-    /// Whether the request has completed (been waited for or tested true).
-    #[getter]
-    fn done(&self) -> bool {
-        self.pending.lock().unwrap_or_else(|e| e.into_inner()).is_none()
-    }
+    then: Then,
 }
 
 impl Request {
+    fn new(request: bulkwire_comm::Request, then: Then) -> Request {
+        Request { pending: Mutex::new(Some(request)), then }
+    }
+
     fn take(&self) -> PyResult<bulkwire_comm::Request> {
         self.pending
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take()
             .ok_or_else(|| Error::new_err("request was already completed"))
+    }
+
+    fn finish<'py>(
+        &self,
+        py: Python<'py>,
+        c: Completion,
+        status: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let Completion::Received(st, data) = c else { return Ok(py.None().into_bound(py)) };
+        set_status(status, st.source, st.tag, data.len())?;
+        match &self.then {
+            Then::Nothing => Ok(PyBytes::new(py, &data).into_any()),
+            Then::Fill(buf) => {
+                let b = Buf::write(buf.bind(py), "Irecv")?;
+                into(&b, &data, st.source, st.tag)?;
+                Ok(py.None().into_bound(py))
+            }
+            Then::Decode(f) => f.bind(py).call1((PyBytes::new(py, &data),)),
+        }
+    }
+}
+
+#[pymethods]
+impl Request {
+    /// Waits until the request completes; returns what it received.
+    #[pyo3(signature = (status=None))]
+    fn wait<'py>(&self, py: Python<'py>, status: Option<&Bound<'_, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+        let job = job()?;
+        let request = self.take()?;
+        let c = blocking(py, job, || job.world.wait(request).map_err(|e| e.to_string()))?;
+        self.finish(py, c, status)
+    }
+
+    /// `(True, result)` once the request has completed (the result as
+    /// `wait`'s), `(False, None)` before.
+    #[pyo3(signature = (status=None))]
+    fn test<'py>(&self, py: Python<'py>, status: Option<&Bound<'_, PyAny>>) -> PyResult<(bool, Bound<'py, PyAny>)> {
+        let job = job()?;
+        let done = {
+            let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(request) = pending.as_mut() else {
+                return Err(Error::new_err("request was already completed"));
+            };
+            let done = job.world.test(request).map_err(|e| Error::new_err(e.to_string()))?;
+            if done.is_some() {
+                *pending = None;
+            }
+            done
+        };
+        match done {
+            Some(c) => Ok((true, self.finish(py, c, status)?)),
+            None => Ok((false, py.None().into_bound(py))),
+        }
+    }
+
+    /// Waits for every request of `requests`; returns their results in order.
+    #[staticmethod]
+    #[pyo3(signature = (requests, statuses=None))]
+    fn waitall<'py>(
+        py: Python<'py>,
+        requests: Vec<Bound<'py, Request>>,
+        statuses: Option<Vec<Bound<'py, PyAny>>>,
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        if let Some(st) = statuses.as_ref().filter(|st| st.len() != requests.len()) {
+            return Err(PyValueError::new_err(format!(
+                "waitall: {} requests but {} statuses",
+                requests.len(),
+                st.len()
+            )));
+        }
+        let mut results = Vec::with_capacity(requests.len());
+        for (i, r) in requests.iter().enumerate() {
+            results.push(r.get().wait(py, statuses.as_ref().map(|st| &st[i]))?);
+        }
+        Ok(results)
+    }
+
+    /// Whether the request has completed (waited for, or tested true).
+    #[getter]
+    fn done(&self) -> bool {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner()).is_none()
     }
 }
 
@@ -693,7 +802,13 @@ impl Group {
     /// The next post from `source` with `tag` (-1: any): `(bytes, source,
     /// tag)`; with `block=False`, `None` if none has come.
     #[pyo3(signature = (source, tag, block=true))]
-    fn recv_post<'py>(&self, py: Python<'py>, source: i64, tag: i64, block: bool) -> PyResult<Received<'py>> {
+    fn recv_post<'py>(
+        &self,
+        py: Python<'py>,
+        source: i64,
+        tag: i64,
+        block: bool,
+    ) -> PyResult<Option<(Bound<'py, PyBytes>, u32, i32)>> {
         let job = job()?;
         let g = job.groups.group(self.id);
         let (from, tag) = (self::source(source, job.world.size())?, self::tag(tag)?);

@@ -32,7 +32,7 @@ import sys
 from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 from . import _bulkwire
-from ._bulkwire import Error
+from ._bulkwire import Error, Request
 
 __all__ = [
     "ANY_SOURCE",
@@ -352,10 +352,14 @@ class _Collectives:
 # ----- the job -----------------------------------------------------------------
 
 
-class World(_Collectives):
+class World(_bulkwire.World, _Collectives):
     """This process's job: ``rank``, ``size``, messages and collectives of all
     ranks. ``World()`` joins the job on its first call and returns the same
-    object afterwards."""
+    object afterwards.
+
+    The buffer calls ``Send(buf, dest, tag=0)``, ``Recv(buf, source=ANY_SOURCE,
+    tag=ANY_TAG, status=None)``, ``Isend`` and ``Irecv`` are the native
+    module's, without a Python layer between."""
 
     _instance: Optional["World"] = None
 
@@ -363,10 +367,7 @@ class World(_Collectives):
         if cls._instance is None:
             _join()
             self = super().__new__(cls)
-            self._world = _bulkwire.World()
             self._native = _bulkwire.Group.world()
-            self.rank = self._world.rank
-            self.size = self._world.size
             cls._instance = self
         return cls._instance
 
@@ -385,32 +386,26 @@ class World(_Collectives):
     def Get_size(self) -> int:
         return self.size
 
-    def wtime(self) -> float:
-        """Seconds since this process joined the job."""
-        return self._world.wtime()
-
-    Wtime = wtime
+    def Wtime(self) -> float:
+        return self.wtime()
 
     # --- objects
 
     def send(self, obj: Any, dest: int, tag: int = 0) -> None:
         """Sends ``obj`` (pickled); returns once it is queued."""
-        self._world.send(pickle.dumps(obj, _PICKLE), dest, tag)
+        self.Send(pickle.dumps(obj, _PICKLE), dest, tag)
 
     def recv(self, buf: None = None, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Optional[Status] = None) -> Any:
         """Receives an object from ``source`` with ``tag``."""
-        data, src, got = self._world.recv(source, tag)
-        if status is not None:
-            status._set(src, got, len(data))
-        return pickle.loads(data)
+        return pickle.loads(self._recv_bytes(source, tag, status))
 
-    def isend(self, obj: Any, dest: int, tag: int = 0) -> "Request":
+    def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
         """Starts sending ``obj``."""
-        return Request(self._world.isend(pickle.dumps(obj, _PICKLE), dest, tag), pickle.loads)
+        return self.Isend(pickle.dumps(obj, _PICKLE), dest, tag)
 
-    def irecv(self, buf: None = None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> "Request":
-        """Posts a receive of an object; ``wait()`` returns it."""
-        return Request(self._world.irecv(source, tag), pickle.loads)
+    def irecv(self, buf: None = None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
+        """Posts a receive of an object; the request's ``wait()`` returns it."""
+        return self._irecv_decoded(source, tag, pickle.loads)
 
     def sendrecv(self, sendobj: Any, dest: int, sendtag: int = 0, source: int = ANY_SOURCE, recvtag: int = ANY_TAG,
                  status: Optional[Status] = None) -> Any:
@@ -418,26 +413,6 @@ class World(_Collectives):
         request = self.irecv(source=source, tag=recvtag)
         self.send(sendobj, dest, sendtag)
         return request.wait(status)
-
-    # --- buffers
-
-    def Send(self, buf: Any, dest: int, tag: int = 0) -> None:
-        """Sends the bytes of ``buf``; returns once they are queued."""
-        self._world.send(buf, dest, tag)
-
-    def Recv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Optional[Status] = None) -> None:
-        """Receives a message into ``buf`` (it must be large enough)."""
-        src, got, count = self._world.recv_into(buf, source, tag)
-        if status is not None:
-            status._set(src, got, count)
-
-    def Isend(self, buf: Any, dest: int, tag: int = 0) -> "Request":
-        """Starts sending ``buf`` (its bytes are copied now)."""
-        return Request(self._world.isend(buf, dest, tag), None)
-
-    def Irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> "Request":
-        """Posts a receive into ``buf``, filled when the request completes."""
-        return Request(self._world.irecv(source, tag), None, into=buf)
 
     # --- groups
 
@@ -463,53 +438,6 @@ class World(_Collectives):
 
     def __repr__(self) -> str:
         return f"bulkwire.World(rank={self.rank}, size={self.size})"
-
-
-class Request:
-    """A send or receive under way; ``wait()`` completes it and returns what
-    it received (the object, for ``irecv``)."""
-
-    def __init__(self, native: Any, decode: Optional[Callable[[bytes], Any]], into: Any = None):
-        self._native = native
-        self._decode = decode
-        self._into = into
-
-    def _finish(self, got: Any, status: Optional[Status]) -> Any:
-        if got is None:
-            return None
-        data, source, tag = got
-        if status is not None:
-            status._set(source, tag, len(data))
-        if self._into is not None:
-            view = memoryview(self._into).cast("B")
-            if len(data) > view.nbytes:
-                raise Error(
-                    f"Irecv: the message from rank {source} with tag {tag} has {len(data)} bytes, "
-                    f"the buffer {view.nbytes}"
-                )
-            view[: len(data)] = data
-            return None
-        return self._decode(data) if self._decode else data
-
-    def wait(self, status: Optional[Status] = None) -> Any:
-        """Waits for completion; returns the received object (or ``None``)."""
-        return self._finish(self._native.wait(), status)
-
-    Wait = wait
-
-    def test(self, status: Optional[Status] = None) -> tuple[bool, Any]:
-        """``(True, result)`` once complete, ``(False, None)`` before."""
-        done, got = self._native.test()
-        return (True, self._finish(got, status)) if done else (False, None)
-
-    Test = test
-
-    @staticmethod
-    def waitall(requests: Sequence["Request"], statuses: Optional[list] = None) -> list:
-        """Waits for every request; returns their results in order."""
-        return [r.wait(statuses[i] if statuses else None) for i, r in enumerate(requests)]
-
-    Waitall = waitall
 
 
 class Group(_Collectives):
