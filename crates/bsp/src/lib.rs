@@ -351,7 +351,7 @@ impl Bsp {
             error
         })?;
         let (maxprocs, barrier) =
-            agree_on_maxprocs(&rt, requested, barrier.code()).map_err(|e| fail(Reason::Runtime(e.to_string())))?;
+            agree_on_maxprocs(&rt, requested, barrier.code(), matches!(rt, Held::Shared(_))).map_err(|e| fail(Reason::Runtime(e.to_string())))?;
         let barrier = Barrier::from_code(barrier);
         let maxprocs = match maxprocs {
             n if n < 0 => return Err(fail(Reason::Negative { what: "maxprocs", value: n })),
@@ -1001,15 +1001,30 @@ impl Drop for Bsp {
     }
 }
 
-/// Process 0's `bsp_begin` argument, for every process: the standard takes
-/// process 0's, since under `bsp_init` only process 0 runs `main`, where the
-/// number is usually decided. Process 0 sends it to every other process as
-/// its first message on the bsp channel; it precedes any superstep traffic
-/// from process 0 because the channel delivers in order.
 /// Process 0's `bsp_begin` argument and barrier (its [`Barrier::code`]),
-/// which every process takes.
-fn agree_on_maxprocs(rt: &Runtime, mine: i64, barrier: u32) -> Result<(i64, u32), RuntimeError> {
+/// for every process: the standard takes process 0's, since under
+/// `bsp_init` only process 0 runs `main`, where the number is usually
+/// decided. Process 0 sends them to every other process as its first
+/// message on the bsp channel; it precedes any superstep traffic from
+/// process 0 because the channel delivers in order.
+///
+/// With `handshake` (a computation on a runtime that an earlier one may
+/// have used), every other process first tells process 0 that it is ready,
+/// and process 0 answers only when all are: so nobody sends the new
+/// computation's data to a process still finishing the old one's last
+/// sync, which would take it for its own.
+fn agree_on_maxprocs(rt: &Runtime, mine: i64, barrier: u32, handshake: bool) -> Result<(i64, u32), RuntimeError> {
     if rt.rank() == 0 {
+        if handshake {
+            let mut ready = vec![false; rt.size() as usize];
+            ready[0] = true;
+            rt.wait(|e| {
+                while let Some(m) = e.take(|m| m.channel == sync::CHANNEL && m.data[m.start..] == [BEGIN]) {
+                    ready[m.from as usize] = true;
+                }
+                Ok(ready.iter().all(|&r| r).then_some(()))
+            })?;
+        }
         let mut pending: Vec<u32> = (1..rt.size()).collect();
         rt.wait(|e| {
             while let Some(&to) = pending.last() {
@@ -1022,6 +1037,13 @@ fn agree_on_maxprocs(rt: &Runtime, mine: i64, barrier: u32) -> Result<(i64, u32)
             Ok(Some(()))
         })?;
         return Ok((mine, barrier));
+    }
+    if handshake {
+        rt.wait(|e| match e.endpoint.send_owned(0, sync::CHANNEL, vec![BEGIN]) {
+            Ok(()) => Ok(Some(())),
+            Err(bulkwire_proto::SendError::WouldBlock) => Ok(None),
+            Err(other) => Err(RuntimeError::Stopped(other.to_string())),
+        })?;
     }
     rt.wait(|e| match e.take(|m| m.from == 0 && m.channel == sync::CHANNEL) {
         None => Ok(None),
@@ -1037,7 +1059,7 @@ fn agree_on_maxprocs(rt: &Runtime, mine: i64, barrier: u32) -> Result<(i64, u32)
 }
 
 /// Kind byte of the message that carries process 0's `bsp_begin` argument.
-const BEGIN: u8 = 0xB0;
+pub(crate) const BEGIN: u8 = 0xB0;
 
 fn begin_message(maxprocs: i64, barrier: u32) -> Vec<u8> {
     let mut m = vec![BEGIN];

@@ -170,7 +170,10 @@ impl Net {
         for buffer in self.spare.drain(..) {
             e.recycle(buffer);
         }
-        while let Some(m) = e.take(|m| m.channel == CHANNEL) {
+        // A computation's begin message (see `agree_on_maxprocs`) is the
+        // next computation's, on a runtime that outlives this one: left
+        // for it.
+        while let Some(m) = e.take(|m| m.channel == CHANNEL && m.data.get(m.start) != Some(&crate::BEGIN)) {
             let from = m.from;
             if let Err(why) = self.sort(m.from, m.data, m.start, superstep) {
                 self.broken.get_or_insert(Reason::Malformed { peer: from, why });

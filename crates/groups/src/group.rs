@@ -4,6 +4,7 @@
 //! them.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bulkwire_comm::World;
@@ -171,6 +172,25 @@ pub struct Groups<'w> {
     pub(crate) rt: &'w Runtime,
     /// Shared with the runtime's progress thread ([`pump`] as its hook).
     state: Arc<Mutex<State>>,
+    /// Waits of this layer under way: while one is, it pumps, and the hook
+    /// does not (see [`Groups::on_runtime`]).
+    waiting: Arc<AtomicU32>,
+}
+
+/// A wait of the groups layer, counted while it lasts.
+struct Waiting<'a>(&'a AtomicU32);
+
+impl<'a> Waiting<'a> {
+    fn enter(count: &'a AtomicU32) -> Waiting<'a> {
+        count.fetch_add(1, Ordering::SeqCst);
+        Waiting(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// A group this process is a member of, as a handle for its operations.
@@ -254,14 +274,25 @@ impl<'w> Groups<'w> {
         // holds up neither a group's changes nor its subtree's posts. A
         // weak reference: once the groups are dropped, the hook does
         // nothing.
+        //
+        // The hook also runs in the waits of other layers (a receive, a BSP
+        // sync), so that rank 0, the directory, answers while it waits
+        // there. Not in this layer's own waits: they pump after looking at
+        // what came, since a new view drops the older views' messages that
+        // a collective of the older view may still need.
         let shared = Arc::downgrade(&state);
+        let waiting = Arc::new(AtomicU32::new(0));
+        let in_wait = waiting.clone();
         rt.set_progress_hook(Some(ProgressHook(Arc::new(move |e: &mut Engine| {
+            if in_wait.load(Ordering::SeqCst) > 0 {
+                return;
+            }
             if let Some(state) = shared.upgrade() {
                 let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
                 pump(e, &mut st, me);
             }
         }))));
-        Ok(Groups { rt, state })
+        Ok(Groups { rt, state, waiting })
     }
 
     pub(crate) fn state(&self) -> MutexGuard<'_, State> {
@@ -376,6 +407,7 @@ impl<'w> Groups<'w> {
         &self,
         mut f: impl FnMut(&mut State) -> Result<Option<R>, GroupError>,
     ) -> Result<R, GroupError> {
+        let _counted = Waiting::enter(&self.waiting);
         self.rt.wait_both_paths(|e| {
             let mut st = self.state();
             self.pump(e, &mut st);
@@ -500,6 +532,7 @@ impl<'w> Groups<'w> {
         mut step: impl FnMut(&mut Engine, &mut State) -> Result<Option<R>, GroupError>,
     ) -> Result<R, GroupError> {
         let me = self.rt.rank();
+        let _counted = Waiting::enter(&self.waiting);
         self.rt.wait_both_paths(|e| {
             let mut st = self.state();
             flush(e, &mut st);

@@ -487,26 +487,50 @@ fn spawn(mut cmd: Command) -> std::io::Result<Child> {
     cmd.spawn()
 }
 
+/// Copies a rank's output to ours a whole line at a time, so that lines of
+/// ranks that write at once never mix (a program whose stdout is
+/// unbuffered, Python's under PYTHONUNBUFFERED say, writes a line in
+/// pieces); `\r` ends a line too, for progress bars. A piece without an end
+/// waits for the rest, unless it grows past 64 KiB.
 fn forward(
-    mut from: impl Read + Send + 'static,
+    from: impl Read + Send + 'static,
     to: impl Write + Send + 'static,
     prefix: String,
 ) -> thread::JoinHandle<()> {
+    const LONGEST: usize = 64 << 10;
     thread::spawn(move || {
         let mut to = to;
-        if prefix.is_empty() {
-            let _ = std::io::copy(&mut from, &mut to);
-            return;
-        }
-        let mut reader = BufReader::new(from);
-        let mut line = Vec::new();
-        while reader.read_until(b'\n', &mut line).map(|n| n > 0).unwrap_or(false) {
-            let mut out = prefix.as_bytes().to_vec();
-            out.extend_from_slice(&line);
-            if to.write_all(&out).and_then(|_| to.flush()).is_err() {
-                break;
+        let mut reader = BufReader::with_capacity(LONGEST, from);
+        let mut pending: Vec<u8> = Vec::new();
+        let mut out = Vec::new();
+        loop {
+            let chunk = match reader.fill_buf() {
+                Ok([]) | Err(_) => break,
+                Ok(chunk) => chunk,
+            };
+            let n = chunk.len();
+            pending.extend_from_slice(chunk);
+            reader.consume(n);
+            let whole = match pending.iter().rposition(|&b| b == b'\n' || b == b'\r') {
+                Some(i) => i + 1,
+                None if pending.len() >= LONGEST => pending.len(),
+                None => continue,
+            };
+            out.clear();
+            for line in pending[..whole].split_inclusive(|&b| b == b'\n' || b == b'\r') {
+                out.extend_from_slice(prefix.as_bytes());
+                out.extend_from_slice(line);
             }
-            line.clear();
+            pending.drain(..whole);
+            if to.write_all(&out).and_then(|_| to.flush()).is_err() {
+                return;
+            }
+        }
+        if !pending.is_empty() {
+            out.clear();
+            out.extend_from_slice(prefix.as_bytes());
+            out.extend_from_slice(&pending);
+            let _ = to.write_all(&out).and_then(|_| to.flush());
         }
     })
 }

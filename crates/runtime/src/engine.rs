@@ -154,6 +154,17 @@ impl Engine {
         self.wake_at = Some(self.wake_at.map_or(at, |w| w.min(at)));
     }
 
+    /// The work of the layer that set a progress hook, if any: the progress
+    /// thread runs it while the application computes, and a wait of the
+    /// application whenever something arrives, so that a process waiting
+    /// in one layer (a receive, a BSP sync) still serves another (the
+    /// groups' membership protocol, whose directory is rank 0).
+    pub(crate) fn run_hook(&mut self) {
+        if let Some(hook) = self.hook.clone() {
+            (hook.0)(self);
+        }
+    }
+
     /// Reads what arrived, fires due timers, sends what is ready and collects
     /// delivered messages. Returns whether anything happened.
     pub fn progress(&mut self) -> bool {
@@ -538,7 +549,8 @@ impl Runtime {
     }
 
     /// Sets (or with `None` clears) work that the progress thread does for
-    /// a layer above while the application is away from the library.
+    /// a layer above while the application is away from the library, and
+    /// that the application's waits do whenever something arrives.
     pub fn set_progress_hook(&self, hook: Option<ProgressHook>) {
         self.inner.lock().hook = hook;
     }
@@ -731,7 +743,9 @@ impl Runtime {
             if let Err(err) = self.check(&e) {
                 break Err(err);
             }
-            e.progress_spinning(round, both_paths);
+            if e.progress_spinning(round, both_paths) {
+                e.run_hook();
+            }
             round = round.wrapping_add(1);
             match self.step(&mut e, &mut f) {
                 Ok(Some(r)) => break Ok(Some(r)),
@@ -781,7 +795,9 @@ impl Runtime {
             let (fds, timeout) = {
                 let mut e = self.inner.lock();
                 self.check(&e)?;
-                e.progress();
+                if e.progress() {
+                    e.run_hook();
+                }
                 // Other threads of the application may wait on what arrived.
                 self.inner.changed.notify_all();
                 if let Some(r) = self.step(&mut e, f)? {
@@ -1000,11 +1016,9 @@ fn progress_thread(inner: &Inner) {
                 e.progress();
                 // A layer's own progress (groups pass posts on), while the
                 // application computes.
-                if let Some(hook) = e.hook.clone() {
-                    (hook.0)(&mut e);
-                    let now = e.now();
-                    e.flush(now);
-                }
+                e.run_hook();
+                let now = e.now();
+                e.flush(now);
             }
             let now = e.now();
             if !reported {
