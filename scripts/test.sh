@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test suite: formatting, lints, every test (including the fault sweep over
 # 2,000 seeds, and the BSPlib conformance suite and C examples, compiled with
-# scripts/bspcc and run for P = 1, 2, 3, 4 and 8) and a short fuzzing run of
-# the wire decoder.
+# scripts/bspcc and run for P = 1, 2, 3, 4 and 8), the Python package's wheel
+# and pytest suite (scripts/python-test.sh, under each Python the machine has)
+# and a short fuzzing run of the wire decoder.
 #   FUZZ_SECONDS       fuzzing time (default 20)
 #   BULKWIRE_SEEDS     seeds of the fault sweep (default 2000)
 set -euo pipefail
@@ -18,6 +19,9 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "tests"
 cargo test --workspace --locked
+
+step "python package: wheel and tests"
+scripts/python-test.sh
 
 step "fuzz the wire decoder"
 FUZZ_SECONDS="${FUZZ_SECONDS:-20}" .ci/fuzz.sh

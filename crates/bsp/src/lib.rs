@@ -350,8 +350,8 @@ impl Bsp {
             rt.fail(&error.to_string());
             error
         })?;
-        let (maxprocs, barrier) =
-            agree_on_maxprocs(&rt, requested, barrier.code(), matches!(rt, Held::Shared(_))).map_err(|e| fail(Reason::Runtime(e.to_string())))?;
+        let (maxprocs, barrier) = agree_on_maxprocs(&rt, requested, barrier.code(), matches!(rt, Held::Shared(_)))
+            .map_err(|e| fail(Reason::Runtime(e.to_string())))?;
         let barrier = Barrier::from_code(barrier);
         let maxprocs = match maxprocs {
             n if n < 0 => return Err(fail(Reason::Negative { what: "maxprocs", value: n })),
