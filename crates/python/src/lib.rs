@@ -177,6 +177,52 @@ impl Buf {
     }
 }
 
+/// The bytes of a Python object for a point-to-point call: a plain
+/// contiguous export (`PyBUF_SIMPLE`), without the format, shape and
+/// strides that [`Buf`] asks for, and without its allocation: these calls
+/// move bytes only, and their cost per message is what Python adds to the
+/// runtime's latency.
+struct Bytes<'py> {
+    view: pyo3::ffi::Py_buffer,
+    _held: std::marker::PhantomData<Python<'py>>,
+}
+
+impl<'py> Bytes<'py> {
+    fn get(obj: &Bound<'py, PyAny>, writable: bool, what: &str) -> PyResult<Bytes<'py>> {
+        use pyo3::ffi;
+        let flags = if writable { ffi::PyBUF_WRITABLE } else { ffi::PyBUF_SIMPLE };
+        let mut view = ffi::Py_buffer::new();
+        // SAFETY: `obj` is a live object (the GIL is held, as `Bound`
+        // proves); `view` is released in `Drop` if the call succeeds.
+        if unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), &mut view, flags) } == 0 {
+            return Ok(Bytes { view, _held: std::marker::PhantomData });
+        }
+        // Say why in our words: which of the calls' conditions failed.
+        let _ = PyErr::take(obj.py());
+        let b = Buf::read(obj, what)?;
+        if writable && b.buf.readonly() {
+            return Err(PyValueError::new_err(format!("{what}: the buffer is read-only")));
+        }
+        Err(PyValueError::new_err(format!("{what}: the buffer is not contiguous (use numpy.ascontiguousarray)")))
+    }
+
+    fn addr(&self) -> usize {
+        self.view.buf as usize
+    }
+
+    fn len(&self) -> usize {
+        self.view.len as usize
+    }
+}
+
+impl Drop for Bytes<'_> {
+    fn drop(&mut self) {
+        // SAFETY: exported by PyObject_GetBuffer in `get`, released once;
+        // the GIL is held for the lifetime 'py.
+        unsafe { pyo3::ffi::PyBuffer_Release(&mut self.view) };
+    }
+}
+
 fn type_name(obj: &Bound<'_, PyAny>) -> String {
     obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
 }
@@ -369,7 +415,7 @@ impl World {
         let job = job()?;
         let to = self::dest(dest, job.world.size())?;
         let tag = send_tag(tag)?;
-        let b = Buf::read(buf, "Send")?;
+        let b = Bytes::get(buf, false, "Send")?;
         let (addr, len) = (b.addr(), b.len());
         // SAFETY: `b` holds the memory until the call returns.
         let data = unsafe { bytes(addr, len) };
@@ -388,7 +434,7 @@ impl World {
         let job = job()?;
         let to = self::dest(dest, job.world.size())?;
         let tag = send_tag(tag)?;
-        let b = Buf::read(buf, "Isend")?;
+        let b = Bytes::get(buf, false, "Isend")?;
         // SAFETY: `b` holds the memory for the call.
         let data = unsafe { bytes(b.addr(), b.len()) };
         let request = job.world.isend(to, tag, data).map_err(|e| Error::new_err(e.to_string()))?;
@@ -408,9 +454,9 @@ impl World {
     ) -> PyResult<()> {
         let job = job()?;
         let (from, tag) = (self::source(source, job.world.size())?, self::tag(tag)?);
-        let b = Buf::write(buf, "Recv")?;
+        let b = Bytes::get(buf, true, "Recv")?;
         let (st, data) = blocking(py, job, || job.world.recv(from, tag).map_err(|e| e.to_string()))?;
-        into(&b, &data, st.source, st.tag)?;
+        into(b.addr(), b.len(), &data, st.source, st.tag)?;
         set_status(status, st.source, st.tag, data.len())
     }
 
@@ -419,7 +465,7 @@ impl World {
     fn irecv(&self, buf: &Bound<'_, PyAny>, source: i64, tag: i64) -> PyResult<Request> {
         let job = job()?;
         let (from, tag) = (self::source(source, job.world.size())?, self::tag(tag)?);
-        Buf::write(buf, "Irecv")?;
+        Bytes::get(buf, true, "Irecv")?;
         let request = job.world.irecv(from, tag).map_err(|e| Error::new_err(e.to_string()))?;
         Ok(Request::new(request, Then::Fill(buf.clone().unbind())))
     }
@@ -482,17 +528,17 @@ impl World {
     }
 }
 
-/// Copies a received message into a receive buffer.
-fn into(buf: &Buf, data: &[u8], source: u32, tag: i32) -> PyResult<()> {
-    if data.len() > buf.len() {
+/// Copies a received message into a receive buffer of `len` bytes at
+/// `addr`, exported writable by the caller.
+fn into(addr: usize, len: usize, data: &[u8], source: u32, tag: i32) -> PyResult<()> {
+    if data.len() > len {
         return Err(Error::new_err(format!(
-            "Recv: the message from rank {source} with tag {tag} has {} bytes, the buffer {}: it was truncated away",
+            "Recv: the message from rank {source} with tag {tag} has {} bytes, the buffer {len}: it was truncated away",
             data.len(),
-            buf.len()
         )));
     }
-    // SAFETY: `buf` is writable and held; `data` fits, checked above.
-    unsafe { bytes_mut(buf.addr(), data.len()) }.copy_from_slice(data);
+    // SAFETY: the caller holds the writable export; `data` fits.
+    unsafe { bytes_mut(addr, data.len()) }.copy_from_slice(data);
     Ok(())
 }
 
@@ -538,8 +584,8 @@ impl Request {
         match &self.then {
             Then::Nothing => Ok(PyBytes::new(py, &data).into_any()),
             Then::Fill(buf) => {
-                let b = Buf::write(buf.bind(py), "Irecv")?;
-                into(&b, &data, st.source, st.tag)?;
+                let b = Bytes::get(buf.bind(py), true, "Irecv")?;
+                into(b.addr(), b.len(), &data, st.source, st.tag)?;
                 Ok(py.None().into_bound(py))
             }
             Then::Decode(f) => f.bind(py).call1((PyBytes::new(py, &data),)),

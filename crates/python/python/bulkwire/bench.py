@@ -14,6 +14,11 @@ pickled objects (``send``/``recv``), by
   only (``tcp``) and once with shared memory (``shm``), when both are
   installed (``--no-mpi`` skips them).
 
+Every rank runs with ``OPENBLAS_NUM_THREADS=1``: NumPy's OpenBLAS threads
+spin for work and would take the time a rank waits in on a machine of few
+cores. The loops alternate in five rounds per size, so that a drift of the
+machine's speed meets them alike.
+
 Rows (``--json``) are in the format of docs/BENCHMARKS.md: ``bench``,
 ``source``, ``what`` (the transport, ``-pickle`` for objects), ``procs``,
 ``size_bytes``, ``median_us``.
@@ -84,15 +89,24 @@ def _bulkwire_rank(sizes: list[int], quick: bool) -> None:
         warmup, n = _iterations(size, quick)
         out = numpy.zeros(size, dtype=numpy.uint8)
         into = numpy.empty(size, dtype=numpy.uint8)
-        world.barrier()
-        times = _loop(first, lambda: world.Send(out, peer, 1), lambda: world.Recv(into, peer, 1), warmup, n)
-        rows.append(_row("bulkwire-python", "udp", size, times))
-        world.barrier()
-        times = _loop(first, lambda: world.send(out, peer, 2), lambda: world.recv(source=peer, tag=2), warmup, n)
-        rows.append(_row("bulkwire-python", "udp-pickle", size, times))
-        world.barrier()
-        world._pingpong_rust(peer, size, warmup)
-        rows.append(_row("bulkwire", "udp", size, world._pingpong_rust(peer, size, n)))
+        times: dict[str, list[float]] = {"python": [], "pickle": [], "rust": []}
+        # Rounds that alternate the three loops, so that a drift of the
+        # machine's speed meets them alike.
+        rounds = 5
+        for round in range(rounds):
+            world.barrier()
+            times["python"] += _loop(first, lambda: world.Send(out, peer, 1), lambda: world.Recv(into, peer, 1),
+                                     warmup if round == 0 else 0, n // rounds)
+            world.barrier()
+            times["pickle"] += _loop(first, lambda: world.send(out, peer, 2), lambda: world.recv(source=peer, tag=2),
+                                     warmup if round == 0 else 0, n // rounds)
+            world.barrier()
+            if round == 0:
+                world._pingpong_rust(peer, size, warmup)
+            times["rust"] += world._pingpong_rust(peer, size, n // rounds)
+        rows.append(_row("bulkwire-python", "udp", size, times["python"]))
+        rows.append(_row("bulkwire-python", "udp-pickle", size, times["pickle"]))
+        rows.append(_row("bulkwire", "udp", size, times["rust"]))
     if world.rank == 0:
         print(ROWS_MARK + json.dumps(rows), flush=True)
 
@@ -126,7 +140,11 @@ def _rows_of(output: str) -> list[dict[str, Any]]:
 
 
 def _run(command: list[str], what: str) -> list[dict[str, Any]]:
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    # NumPy's OpenBLAS keeps threads that spin for work; on a machine of
+    # few cores they take the time the ranks wait in. Every rank, bulkwire's
+    # and mpi4py's alike, runs with one.
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"{what} failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
     return _rows_of(done.stdout)
