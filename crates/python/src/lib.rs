@@ -26,8 +26,9 @@ use pyo3::exceptions::{PyException, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
+// Named `bulkwire.Error`, where programs meet it.
 pyo3::create_exception!(
-    _bulkwire,
+    bulkwire,
     Error,
     PyException,
     "An error of the bulkwire runtime; its message is the Rust error's, naming the call and the cause."
