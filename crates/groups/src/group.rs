@@ -283,7 +283,7 @@ impl<'w> Groups<'w> {
         let shared = Arc::downgrade(&state);
         let waiting = Arc::new(AtomicU32::new(0));
         let in_wait = waiting.clone();
-        rt.set_progress_hook(Some(ProgressHook(Arc::new(move |e: &mut Engine| {
+        rt.add_progress_hook(ProgressHook(Arc::new(move |e: &mut Engine| {
             if in_wait.load(Ordering::SeqCst) > 0 {
                 return;
             }
@@ -291,7 +291,7 @@ impl<'w> Groups<'w> {
                 let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
                 pump(e, &mut st, me);
             }
-        }))));
+        })));
         Ok(Groups { rt, state, waiting })
     }
 

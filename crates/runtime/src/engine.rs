@@ -124,9 +124,9 @@ pub struct Engine {
     verbose: bool,
     /// The job's Warp parameters, for peers put under control at run time.
     rate_control: RateControl,
-    /// Work of a layer above that the progress thread does while the
-    /// application is away from the library ([`Runtime::set_progress_hook`]).
-    hook: Option<ProgressHook>,
+    /// Work of the layers above that the progress thread does while the
+    /// application is away from the library ([`Runtime::add_progress_hook`]).
+    hooks: Vec<ProgressHook>,
 }
 
 /// A layer's work for the progress thread: called with the engine locked
@@ -160,7 +160,8 @@ impl Engine {
     /// in one layer (a receive, a BSP sync) still serves another (the
     /// groups' membership protocol, whose directory is rank 0).
     pub(crate) fn run_hook(&mut self) {
-        if let Some(hook) = self.hook.clone() {
+        for i in 0..self.hooks.len() {
+            let hook = self.hooks[i].clone();
             (hook.0)(self);
         }
     }
@@ -416,8 +417,9 @@ impl Runtime {
         let coverage = mac_coverage(loopback)?;
         let mut config = Config::new(env.job, env.key.clone().covering(coverage), env.rank, env.size);
         // 0: comm's messages, 1: comm's collectives, 2: bsp's supersteps,
-        // 3: the groups' control plane (premium), 4: the groups' data.
-        config.channels = 5;
+        // 3: the groups' control plane (premium), 4: the groups' data,
+        // 5: the shared memory's writes.
+        config.channels = 6;
         config.max_message_size = 16 << 20;
         config.send_buffer_bytes = 32 << 20;
         config.recv_buffer_bytes = 32 << 20;
@@ -484,7 +486,7 @@ impl Runtime {
             wake_at: None,
             verbose,
             rate_control,
-            hook: None,
+            hooks: Vec::new(),
         };
         // Spinning pays only when every process of the job here has a core.
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
@@ -548,11 +550,12 @@ impl Runtime {
         }
     }
 
-    /// Sets (or with `None` clears) work that the progress thread does for
-    /// a layer above while the application is away from the library, and
-    /// that the application's waits do whenever something arrives.
-    pub fn set_progress_hook(&self, hook: Option<ProgressHook>) {
-        self.inner.lock().hook = hook;
+    /// Adds work that the progress thread does for a layer above while the
+    /// application is away from the library, and that the application's
+    /// waits do whenever something arrives (a layer's hook holds its state
+    /// weakly, so that it does nothing once the layer is gone).
+    pub fn add_progress_hook(&self, hook: ProgressHook) {
+        self.inner.lock().hooks.push(hook);
     }
 
     /// Whether more of the job's processes run on this host than it has
