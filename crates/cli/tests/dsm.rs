@@ -1,0 +1,172 @@
+//! The shared memory in multi-process jobs on loopback, started with
+//! `bulkwire run` (each test is the launcher and, as a rank, the program).
+
+use std::process::{Command, Output, Stdio};
+
+use bulkwire_comm::{Source, Tag, World};
+use bulkwire_dsm::{Dsm, DsmError, Semantics};
+
+fn is_rank() -> bool {
+    std::env::var("BULKWIRE_RENDEZVOUS").is_ok()
+}
+
+fn launch(n: u32, test: &str, env: &[(&str, &str)]) -> Output {
+    let exe = std::env::current_exe().expect("test binary");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bulkwire"));
+    cmd.envs(env.iter().copied());
+    cmd.arg("run").arg("-n").arg(n.to_string());
+    cmd.arg(exe).args(["--exact", test, "--nocapture", "--test-threads=1"]);
+    cmd.stdin(Stdio::null()).output().expect("run bulkwire")
+}
+
+fn check(out: &Output) -> String {
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    stdout.into_owned()
+}
+
+const N: u64 = 3000;
+
+/// Every rank writes its own slots while reading everyone's: PRAM order
+/// seen in the reads, slow writes never going back, coherent writes in one
+/// order, and after a fence every replica holding every last value.
+fn semantics_rank() {
+    let world = World::init().unwrap();
+    let dsm = Dsm::new(&world).unwrap();
+    let (me, n) = (world.rank() as usize, world.size() as usize);
+    let a = dsm.map::<u64>("a", n).unwrap();
+    let b = dsm.map::<u64>("b", n).unwrap();
+    let c = dsm.map::<i32>("c", n).unwrap();
+    let d = dsm.map::<f64>("d", 1).unwrap();
+    let mut seen_b = vec![0u64; n];
+    let mut seen_c = vec![0i32; n];
+    let mut coherent = Vec::new();
+    for i in 1..=N {
+        // PRAM: a[me] then b[me]; a reader that sees b[w] = j sees a[w] >= j.
+        a.write(me, i, Semantics::Pram).unwrap();
+        b.write(me, i, Semantics::Pram).unwrap();
+        c.write(me, i as i32, Semantics::Slow).unwrap();
+        if i % 500 == 0 {
+            let v = (me as f64) * 1e6 + i as f64;
+            d.write(0, v, Semantics::Coherent).unwrap();
+            coherent.push(v);
+            // A writer reads its coherent write or a later one.
+            assert!(d.read(0).unwrap() != 0.0);
+        }
+        for w in 0..n {
+            let bw = b.read(w).unwrap();
+            let aw = a.read(w).unwrap();
+            assert!(aw >= bw, "rank {me}: b[{w}] = {bw} but then a[{w}] = {aw}: PRAM order broken");
+            assert!(bw >= seen_b[w], "rank {me}: b[{w}] went back from {} to {bw}", seen_b[w]);
+            seen_b[w] = bw;
+            let cw = c.read(w).unwrap();
+            assert!(cw >= seen_c[w], "rank {me}: slow c[{w}] went back from {} to {cw}", seen_c[w]);
+            seen_c[w] = cw;
+        }
+    }
+    dsm.fence().unwrap();
+    for w in 0..n {
+        assert_eq!(
+            (a.read(w).unwrap(), b.read(w).unwrap(), c.read(w).unwrap()),
+            (N, N, N as i32),
+            "rank {me}, slot {w}"
+        );
+    }
+    // The coherent location holds the same last value everywhere.
+    let last = d.read(0).unwrap();
+    if me == 0 {
+        for from in 1..n as u32 {
+            let (_, bytes) = world.recv(Source::Rank(from), Tag::Is(9)).unwrap();
+            assert_eq!(f64::from_le_bytes(bytes.try_into().unwrap()), last, "rank {from}'s coherent value");
+        }
+    } else {
+        world.send(0, 9, &last.to_le_bytes()).unwrap();
+    }
+    let s = dsm.stats();
+    println!(
+        "rank {me}: {} batches, {} entries sent, {} coalesced, threshold {:.1}, warp {:.2}",
+        s.batches_sent, s.entries_sent, s.coalesced, s.threshold, s.last_warp
+    );
+    world.barrier().unwrap();
+}
+
+#[test]
+fn slow_pram_and_coherent_writes_keep_their_order_between_processes() {
+    if is_rank() {
+        return semantics_rank();
+    }
+    for flush in ["warp", "1", "200"] {
+        let out = check(&launch(
+            4,
+            "slow_pram_and_coherent_writes_keep_their_order_between_processes",
+            &[("BULKWIRE_DSM_FLUSH", flush)],
+        ));
+        assert_eq!(out.matches("batches").count(), 4, "{out}");
+    }
+}
+
+#[test]
+fn segments_mapped_differently_stop_the_job_with_both_sizes() {
+    if is_rank() {
+        let world = World::init().unwrap();
+        let dsm = Dsm::new(&world).unwrap();
+        let len = if world.rank() == 1 { 12 } else { 10 };
+        let x = dsm.map::<f64>("x", len).unwrap();
+        let err = dsm.fence().and_then(|()| x.write(0, 1.0, Semantics::Pram)).and_then(|()| dsm.fence());
+        match err {
+            Err(e @ DsmError::Mismatch { .. }) => {
+                world.abort(&e.to_string());
+                std::process::exit(1);
+            }
+            other => panic!("rank {}: {other:?}", world.rank()),
+        }
+    }
+    let out = launch(3, "segments_mapped_differently_stop_the_job_with_both_sizes", &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("\"x\" of 10 f64 here but \"x\" of 12 f64 at rank 1")
+            || stderr.contains("\"x\" of 12 f64 here but \"x\" of 10 f64"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn bad_indices_are_errors_naming_the_call() {
+    if is_rank() {
+        let world = World::init().unwrap();
+        let dsm = Dsm::new(&world).unwrap();
+        let x = dsm.map::<u8>("x", 4).unwrap();
+        let e = x.write(4, 1, Semantics::Slow).unwrap_err().to_string();
+        assert!(e.contains("write: index 4 is out of range: segment \"x\" has 4 elements"), "{e}");
+        let e = x.read(9).unwrap_err().to_string();
+        assert!(e.contains("read: index 9 is out of range"), "{e}");
+        let e = dsm.map::<u8>("x", 4).err().unwrap().to_string();
+        assert!(e.contains("mapped already"), "{e}");
+        dsm.fence().unwrap();
+        println!("indices checked");
+        return;
+    }
+    let out = check(&launch(2, "bad_indices_are_errors_naming_the_call", &[]));
+    assert_eq!(out.matches("indices checked").count(), 2, "{out}");
+}
+
+#[test]
+fn a_process_that_dies_ends_the_others_fence_with_an_error() {
+    if is_rank() {
+        let world = World::init().unwrap();
+        let dsm = Dsm::new(&world).unwrap();
+        let x = dsm.map::<u64>("x", 4).unwrap();
+        if world.rank() == 1 {
+            x.write(1, 7, Semantics::Pram).unwrap();
+            std::process::exit(3);
+        }
+        let e = dsm.fence().unwrap_err();
+        println!("rank {}: {e}", world.rank());
+        std::process::exit(2);
+    }
+    let out = launch(3, "a_process_that_dies_ends_the_others_fence_with_an_error", &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("rank 1"), "{stderr}");
+}
