@@ -21,6 +21,7 @@ mod incast;
 pub mod mpi;
 mod pingpong;
 pub mod reference;
+pub mod solver;
 mod total_exchange;
 pub mod trace;
 
@@ -59,6 +60,11 @@ pub enum Bench {
     /// rank 1: task-to-task latency, the share of data on the premium
     /// path, bandwidth per class with feedback. Both ranks on one machine.
     Trace(trace::Args),
+    /// Seed 003's asynchronous iterative solver (A x + b = 0 by Jacobi's
+    /// iteration) over the shared memory with writes flushed under Warp
+    /// control and at a fixed threshold, beside a synchronous BSP version
+    /// and Open MPI: time to converge, sweeps, bytes, packets resent.
+    Solver(solver::Args),
 }
 
 impl Bench {
@@ -69,6 +75,7 @@ impl Bench {
             Bench::Bw(_) | Bench::Echo(_) | Bench::Trace(_) => 2,
             Bench::Incast(a) => a.senders + 1,
             Bench::TotalExchange(a) => a.ranks,
+            Bench::Solver(a) => a.ranks,
             Bench::Bcast(a) | Bench::Allreduce(a) => a.ranks,
         }
     }
@@ -118,6 +125,7 @@ impl Bench {
             Bench::Incast(a) => incast::table(a, report),
             Bench::TotalExchange(_) => total_exchange::table(report),
             Bench::Trace(_) => trace::table(report),
+            Bench::Solver(_) => solver::table(report),
             Bench::Bcast(_) => collective::table(bulkwire_groups::Operation::Bcast, report),
             Bench::Allreduce(_) => collective::table(bulkwire_groups::Operation::Allreduce, report),
         }
@@ -153,6 +161,17 @@ pub fn rank(bench: &Bench) -> Result<Option<Report>, String> {
     if let Bench::TotalExchange(a) = bench {
         return total_exchange::rank(a).map_err(|e| e.to_string());
     }
+    // The solver runs BSP on the job's runtime beside the shared memory:
+    // its world lives as long as the process.
+    if let Bench::Solver(a) = bench {
+        let run = || -> Result<Option<Report>, CommError> {
+            let world: &'static World = Box::leak(Box::new(World::init()?));
+            let rows = solver::rank(world, a)?;
+            world.runtime().finish()?;
+            Ok((world.rank() == 0).then(|| Report { rows, notes: Vec::new() }))
+        };
+        return run().map_err(|e| e.to_string());
+    }
     let run = || -> Result<Option<Report>, CommError> {
         let world = World::init()?;
         if world.size() != bench.ranks() {
@@ -167,7 +186,7 @@ pub fn rank(bench: &Bench) -> Result<Option<Report>, String> {
             Bench::Trace(a) => trace::rank(&world, a)?,
             Bench::Bcast(a) => collective::rank(&world, a, bulkwire_groups::Operation::Bcast)?,
             Bench::Allreduce(a) => collective::rank(&world, a, bulkwire_groups::Operation::Allreduce)?,
-            Bench::TotalExchange(_) => unreachable!("run through bsp above"),
+            Bench::TotalExchange(_) | Bench::Solver(_) => unreachable!("run above"),
         };
         let report = (world.rank() == 0).then(|| Report { rows, notes: Vec::new() });
         world.finalize()?;
