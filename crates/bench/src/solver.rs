@@ -149,6 +149,9 @@ struct Outcome {
     seconds: f64,
     sweeps: u64,
     error: f64,
+    /// The shared memory's batches sent, and its threshold (writes) at the end.
+    batches: u64,
+    threshold: f64,
 }
 
 const RESULT: i32 = 901;
@@ -157,7 +160,10 @@ pub fn rank(world: &'static World, args: &Args) -> Result<Vec<Row>, CommError> {
     let (me, procs) = (world.rank() as usize, world.size() as usize);
     let (lo, hi) = block(args.size, procs, me);
     if args.dominance <= 1.0 || !args.dominance.is_finite() {
-        world.abort(&format!("solver: --dominance {} must be above 1 (else Jacobi's iteration need not converge)", args.dominance));
+        world.abort(&format!(
+            "solver: --dominance {} must be above 1 (else Jacobi's iteration need not converge)",
+            args.dominance
+        ));
         return Ok(Vec::new());
     }
     let system = System::rows(args.seed, args.size, lo, hi, args.dominance);
@@ -179,6 +185,8 @@ pub fn rank(world: &'static World, args: &Args) -> Result<Vec<Row>, CommError> {
             (after.bytes_sent - before.bytes_sent) as f64,
             (after.retransmissions - before.retransmissions) as f64,
             outcome.error,
+            outcome.batches as f64,
+            outcome.threshold,
         ];
         let mut all = vec![mine];
         if me == 0 {
@@ -194,6 +202,7 @@ pub fn rank(world: &'static World, args: &Args) -> Result<Vec<Row>, CommError> {
             let max = |k: usize| all.iter().map(|v| v[k]).fold(0.0, f64::max);
             let sum = |k: usize| all.iter().map(|v| v[k]).sum::<f64>();
             let error = max(4);
+            let mean = |k: usize| sum(k) / all.len() as f64;
             if error > 100.0 * args.tolerance {
                 world.abort(&format!("solver {}: the answer is off by {error:e}", variant.name()));
                 return Err(CommError::Runtime(bulkwire_runtime::RuntimeError::Stopped("wrong answer".into())));
@@ -205,6 +214,9 @@ pub fn rank(world: &'static World, args: &Args) -> Result<Vec<Row>, CommError> {
                 .with("bytes", sum(2))
                 .with("drops", sum(3))
                 .with("error", error);
+            if variant != Variant::Bsp {
+                row = row.with("batches", sum(5)).with("threshold_writes", mean(6));
+            }
             if let Some(load) = args.load {
                 row = row.load(load);
             }
@@ -256,7 +268,8 @@ fn dsm_solve(world: &World, s: &System, args: &Args, flush: Flush) -> Result<Out
     }
     let seconds = start.elapsed().as_secs_f64();
     x.read_into(0, &mut local).map_err(e)?;
-    Ok(Outcome { seconds, sweeps, error: s.error(&local) })
+    let stats = dsm.stats();
+    Ok(Outcome { seconds, sweeps, error: s.error(&local), batches: stats.batches_sent, threshold: stats.threshold })
 }
 
 /// The synchronous solver in BSP: one superstep per sweep.
@@ -285,7 +298,7 @@ fn bsp_solve(world: &'static World, s: &System, args: &Args) -> Result<Outcome, 
     let seconds = start.elapsed().as_secs_f64();
     let error = s.error(bsp.area(&x));
     bsp.end().map_err(e)?;
-    Ok(Outcome { seconds, sweeps, error })
+    Ok(Outcome { seconds, sweeps, error, batches: 0, threshold: 0.0 })
 }
 
 pub fn table(report: &Report) -> String {

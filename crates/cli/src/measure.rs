@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use bulkwire_bench::{Bench, Report};
-use bulkwire_lab::{background, profile, reliability, service_switching, switching_testbed, warp};
+use bulkwire_lab::{background, profile, reliability, service_switching, solver_testbed, switching_testbed, warp};
 
 use bulkwire_launch::launch::PathsChoice;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -201,12 +201,18 @@ pub enum LabTool {
     /// bottleneck 2) for ordinary, premium and adaptive paths, background
     /// load ρ from 0.3 to 1.1. Root only.
     ServiceSwitching(switching_testbed::Args),
+    /// Seed 003's experiment on real packets: the asynchronous solver over
+    /// the shared memory with Warp-flushed writes, without control, and in
+    /// BSP, on the test bed (scripts/netns-testbed.sh up 5 100mbit) with
+    /// every port loaded by ON-OFF background traffic. Root only.
+    Solver(solver_testbed::Args),
 }
 
 pub fn lab(tool: &LabTool, format: Format) -> Result<(), String> {
     match tool {
         LabTool::Background(args) => format.print(&background::run(args)?, background::table),
         LabTool::ServiceSwitching(args) => service_switching_on_test_bed(args, format)?,
+        LabTool::Solver(args) => solver_on_test_bed(args, format)?,
     }
     Ok(())
 }
@@ -232,6 +238,24 @@ fn service_switching_on_test_bed(args: &switching_testbed::Args, format: Format)
     let (report, files) = switching_testbed::run(args, &mut run_job, &mut progress)?;
     bar.finish_and_clear();
     format.print(&report, switching_testbed::table);
+    eprintln!("wrote {}", files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", "));
+    Ok(())
+}
+
+/// `lab solver`: its jobs launched on the test bed's hosts, with a
+/// progress bar, and its rows printed.
+fn solver_on_test_bed(args: &solver_testbed::Args, format: Format) -> Result<(), String> {
+    let placement = Placement { hosts: Some(args.hosts.clone()), ssh: args.ssh.clone(), bind: Some(args.bind) };
+    let bar = ProgressBar::new(args.plan()?.len() as u64);
+    bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}").expect("valid template"));
+    let mut run_job = |bench: &Bench| job(bench, &placement, None)?.map_err(|status| format!("failed ({status})"));
+    let mut progress = |what: &str| {
+        bar.inc(1);
+        bar.set_message(what.to_string());
+    };
+    let (report, files) = solver_testbed::run(args, &mut run_job, &mut progress)?;
+    bar.finish_and_clear();
+    format.print(&report, solver_testbed::table);
     eprintln!("wrote {}", files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", "));
     Ok(())
 }

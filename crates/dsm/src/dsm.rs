@@ -12,7 +12,7 @@ use bulkwire_proto::SendError;
 use bulkwire_runtime::{Engine, ProgressHook, Runtime, RuntimeError};
 
 use crate::element::Element;
-use crate::replica::{Config, DsmError, Flush, Replica, SegId, Semantics, Stats, Storage};
+use crate::replica::{Config, DsmError, Flush, Replica, SegId, Semantics, Stats, Storage, QUEUED_LIMIT};
 
 /// The runtime's channel of the shared memory.
 pub const CHANNEL: u16 = 5;
@@ -155,6 +155,15 @@ impl<'w> Dsm<'w> {
         Ok(Segment { dsm: self, id, storage, semantics: Semantics::Slow, _t: PhantomData })
     }
 
+    /// Waits while more than [`QUEUED_LIMIT`] bytes of writes wait for room
+    /// in the transport, until half of them have gone.
+    fn back_pressure(&self) -> Result<(), DsmError> {
+        if self.replica().queued_bytes() <= QUEUED_LIMIT {
+            return Ok(());
+        }
+        self.wait(|r| (r.queued_bytes() <= QUEUED_LIMIT / 2).then_some(()))
+    }
+
     /// Sends every buffered write now.
     pub fn flush(&self) -> Result<(), DsmError> {
         self.with(|r, now| {
@@ -254,7 +263,7 @@ impl<T: Element> Segment<'_, T> {
         if let Some(ticket) = last {
             self.dsm.wait(|r| r.is_done(ticket).then_some(()))?;
         }
-        Ok(())
+        self.dsm.back_pressure()
     }
 }
 

@@ -18,7 +18,9 @@ use rand_chacha::ChaCha8Rng;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// Where the datagrams go (`ADDR` or `ADDR:PORT`; port 9, discard, by default).
+    /// Where the datagrams go (`ADDR` or `ADDR:PORT`; port 9, discard, by
+    /// default); several, comma-separated, each get the whole load (as many
+    /// ports loaded at once).
     #[arg(long)]
     pub to: String,
     /// The bottleneck's rate, as tc writes it (100mbit, 1gbit).
@@ -27,7 +29,7 @@ pub struct Args {
     /// Mean offered load ρ, as a multiple of the rate.
     #[arg(long, default_value_t = 0.8)]
     pub load: f64,
-    /// ON-OFF sources.
+    /// ON-OFF sources (per address).
     #[arg(long, default_value_t = 10)]
     pub sources: u32,
     /// Sources that send in the premium class (DSCP EF), of `sources`.
@@ -60,6 +62,7 @@ const EF_TOS: u32 = 0xb8;
 
 struct Source {
     socket: UdpSocket,
+    to: SocketAddr,
     premium: bool,
     on: bool,
     /// When the current period ends.
@@ -73,16 +76,26 @@ struct Source {
 /// Sends the background traffic and returns what was sent, as a row of
 /// table `background`.
 pub fn run(args: &Args) -> Result<Report, String> {
+    run_until(args, &std::sync::atomic::AtomicBool::new(false))
+}
+
+/// [`run`], ending early once `stop` is raised (when the job it loads
+/// the network for has ended).
+pub fn run_until(args: &Args, stop: &std::sync::atomic::AtomicBool) -> Result<Report, String> {
     if !(args.load > 0.0 && args.load.is_finite()) || args.sources == 0 || args.premium_sources > args.sources {
         return Err("need a positive --load, at least one source, and no more premium sources than sources".into());
     }
     if !(args.mean_ms > 0.0 && args.seconds > 0.0 && args.after >= 0.0) || args.size == 0 || args.size > 65_000 {
         return Err("--mean-ms and --for must be positive, --after not negative, --size 1 to 65000".into());
     }
-    let to: SocketAddr = match args.to.parse() {
-        Ok(a) => a,
-        Err(_) => format!("{}:9", args.to).parse().map_err(|_| format!("--to {:?}: not an address", args.to))?,
-    };
+    let targets = args
+        .to
+        .split(',')
+        .map(|t| match t.trim().parse::<SocketAddr>() {
+            Ok(a) => Ok(a),
+            Err(_) => format!("{}:9", t.trim()).parse().map_err(|_| format!("--to {t:?}: not an address")),
+        })
+        .collect::<Result<Vec<SocketAddr>, String>>()?;
     // Sources ON half the time: each sends at twice its share while ON.
     let bits = ((args.size + HEADERS) * 8) as f64;
     let gap = Duration::from_secs_f64(bits / (2.0 * args.load * args.rate / args.sources as f64));
@@ -90,7 +103,8 @@ pub fn run(args: &Args) -> Result<Report, String> {
     std::thread::sleep(Duration::from_secs_f64(args.after));
     let start = Instant::now();
     let mut sources = Vec::new();
-    for i in 0..args.sources {
+    for (t, i) in (0..targets.len()).flat_map(|t| (0..args.sources).map(move |i| (t, i))) {
+        let to = targets[t];
         let bind: SocketAddr = match args.from {
             Some(ip) => (ip, 0).into(),
             None if to.is_ipv4() => ([0, 0, 0, 0], 0).into(),
@@ -104,17 +118,17 @@ pub fn run(args: &Args) -> Result<Report, String> {
                 .map_err(|e| format!("cannot mark a premium source: {e}"))?;
         }
         let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
-        rng.set_stream(u64::from(i));
+        rng.set_stream(u64::from(i) + ((t as u64) << 32));
         // Each source starts ON or OFF with even odds, in a period of random length.
         let on = rng.random_bool(0.5);
         let until = start + exponential(&mut rng, mean);
-        sources.push(Source { socket, premium, on, until, next: start, rng, sent: 0 });
+        sources.push(Source { socket, to, premium, on, until, next: start, rng, sent: 0 });
     }
     let payload = vec![0u8; args.size];
     let end = start + Duration::from_secs_f64(args.seconds);
     loop {
         let now = Instant::now();
-        if now >= end {
+        if now >= end || stop.load(std::sync::atomic::Ordering::Relaxed) {
             break;
         }
         let mut due = end;
@@ -126,7 +140,7 @@ pub fn run(args: &Args) -> Result<Report, String> {
             }
             while s.on && s.next <= now && s.next < s.until {
                 // A full socket buffer loses the datagram, as the port would.
-                let _ = s.socket.send_to(&payload, to);
+                let _ = s.socket.send_to(&payload, s.to);
                 s.sent += 1;
                 s.next += gap;
             }
@@ -138,13 +152,13 @@ pub fn run(args: &Args) -> Result<Report, String> {
     let count = |premium: bool| sources.iter().filter(|s| s.premium == premium).map(|s| s.sent).sum::<u64>();
     let (ordinary, premium) = (count(false), count(true));
     let bytes = (ordinary + premium) * (args.size + HEADERS) as u64;
-    let row = Row::new("background", "udp", "on-off", args.sources)
+    let row = Row::new("background", "udp", "on-off", args.sources * targets.len() as u32)
         .load(args.load)
         .size(args.size)
         .with("sent_datagrams", ordinary + premium)
         .with("premium_datagrams", premium)
         .with("offered_mb_per_s", bytes as f64 / seconds / 1e6)
-        .with("offered_load_share", bytes as f64 * 8.0 / seconds / args.rate)
+        .with("offered_load_share", bytes as f64 * 8.0 / seconds / args.rate / targets.len() as f64)
         .with("time_s", seconds);
     Ok(Report { rows: vec![row], notes: Vec::new() })
 }

@@ -15,6 +15,7 @@ pub mod plot;
 pub mod profile;
 pub mod reliability;
 pub mod service_switching;
+pub mod solver_testbed;
 pub mod switching_testbed;
 pub mod warp;
 
