@@ -1,7 +1,8 @@
 /*
- * bulkwire.h: bulkwire's groups and collectives for C and C++ programs
- * (seed 004), in libbsp beside BSPlib. They run over the runtime of the
- * BSP section, between bsp_begin and bsp_end: a BSPlib program uses them
+ * bulkwire.h: bulkwire's groups and collectives (seed 004) and shared
+ * memory (seed 003) for C and C++ programs, in libbsp beside BSPlib. They
+ * run over the runtime of the BSP section, between bsp_begin and bsp_end:
+ * a BSPlib program uses them
  * as they are, any other C program opens a section for them
  * (bsp_begin(bsp_nprocs()) ... bsp_end()). Compile with `bspcc`, run with
  * `bulkwire run -n P prog`.
@@ -71,6 +72,29 @@ int bw_barrier(int group);
    post's length; `from` and `tag_out` may be null. */
 int bw_post(int group, int tag, const void *data, size_t len);
 int bw_recv(int group, int source, int tag, void *buf, size_t capacity, int *from, int *tag_out);
+
+/*
+ * Shared memory (seed 003's Mermera): segments of numbers replicated at
+ * every process, read locally, written with one of three semantics:
+ *   BW_SLOW      a writer's writes to one location are seen in order (a
+ *                later one may replace an earlier one not yet sent);
+ *   BW_PRAM      all of a writer's writes are seen by everyone in order;
+ *   BW_COHERENT  all coherent writes are seen in one order by everyone;
+ *                the call returns once its write has its place there.
+ * Writes of different kinds are ordered only by bw_fence, which is
+ * collective and returns once every write issued anywhere before it is
+ * visible here. Every process maps the same segments in the same order,
+ * with the same sizes and types. BULKWIRE_DSM_FLUSH=warp (the default) or
+ * a number of writes chooses when the writes waiting in a process's buffer
+ * are sent. The full semantics: crates/dsm/src/lib.rs.
+ */
+typedef enum { BW_SLOW = 0, BW_PRAM = 1, BW_COHERENT = 2 } bw_semantics;
+
+int bw_seg_map(const char *name, bw_type type, size_t count);  /* returns the segment's handle */
+int bw_seg_write(int seg, size_t start, const void *values, size_t count, bw_semantics sem);
+int bw_seg_read(int seg, size_t start, void *values, size_t count);
+int bw_fence(void);
+int bw_flush(void);  /* sends this process's waiting writes now */
 
 #ifdef __cplusplus
 }

@@ -28,7 +28,7 @@ pub(crate) fn end() {
     GROUPS.lock().unwrap_or_else(|e| e.into_inner()).take();
 }
 
-fn fail(message: String) -> c_int {
+pub(crate) fn fail(message: String) -> c_int {
     let text = CString::new(message.replace('\0', " ")).unwrap_or_default();
     LAST_ERROR.with(|e| *e.borrow_mut() = text);
     -1
@@ -94,7 +94,7 @@ unsafe fn bytes_mut<'a>(ptr: *mut c_void, len: usize) -> Result<&'a mut [u8], Gr
 /// # Safety
 ///
 /// `s` is a NUL-terminated string or null.
-unsafe fn text<'a>(s: *const c_char, what: &str) -> Result<&'a str, GroupError> {
+pub(crate) unsafe fn text<'a>(s: *const c_char, what: &str) -> Result<&'a str, GroupError> {
     if s.is_null() {
         return Err(GroupError::BadArgument { call: "bulkwire", what: format!("a null {what}") });
     }

@@ -20,6 +20,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use bulkwire_bsp::{Bsp, BspError, Call, Reason};
 
+mod dsm;
 mod groups;
 
 /// Where the process is in its one SPMD part.
@@ -148,6 +149,7 @@ pub extern "C" fn bsp_begin(maxprocs: c_int) {
 pub extern "C" fn bsp_end() {
     // The groups borrow the section's runtime: they go first.
     groups::end();
+    dsm::end();
     let mut guard = state();
     let bsp = match std::mem::replace(&mut *guard, Phase::Ended) {
         Phase::Running(bsp) => bsp,

@@ -526,6 +526,12 @@ fn groups_from_c() {
     run_suite("groups from C", Path::new("examples/groups"), &[DEFAULT, LOSSY]);
 }
 
+/// The shared memory from C (`include/bulkwire.h`): `examples/dsm`.
+#[test]
+fn shared_memory_from_c() {
+    run_suite("shared memory from C", Path::new("examples/dsm"), &[DEFAULT, LOSSY]);
+}
+
 /// The wrappers as a user meets them: bspcc with the Oxford toolset's
 /// options, static linking, C++ and mcbsp.h; bsprun -npes.
 #[test]

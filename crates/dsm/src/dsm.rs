@@ -11,7 +11,7 @@ use bulkwire_comm::World;
 use bulkwire_proto::SendError;
 use bulkwire_runtime::{Engine, ProgressHook, Runtime, RuntimeError};
 
-use crate::element::Element;
+use crate::element::{ElemType, Element};
 use crate::replica::{Config, DsmError, Flush, Replica, SegId, Semantics, Stats, Storage, QUEUED_LIMIT};
 
 /// The runtime's channel of the shared memory.
@@ -142,17 +142,39 @@ impl<'w> Dsm<'w> {
     /// same sizes and types; a difference is an error at every call after
     /// it is found.
     pub fn map<T: Element>(&self, name: &str, len: usize) -> Result<Segment<'_, T>, DsmError> {
+        let (id, storage) = self.map_raw(name, T::TYPE, len)?;
+        Ok(Segment { dsm: self, id, storage, semantics: Semantics::Slow, _t: PhantomData })
+    }
+
+    /// [`Dsm::map`] for a layer that knows the element type at run time
+    /// (the C API): the segment's number and its elements.
+    pub fn map_raw(&self, name: &str, elem: ElemType, len: usize) -> Result<(SegId, Arc<Storage>), DsmError> {
         if name.len() > crate::codec::MAX_NAME {
             return Err(DsmError::Setting {
                 var: "map",
                 why: format!("a segment name of {} bytes (at most 255)", name.len()),
             });
         }
-        let (id, storage) = self.with(|r, _| {
-            let id = r.map(name, T::TYPE, len)?;
+        self.with(|r, _| {
+            let id = r.map(name, elem, len)?;
             Ok((id, r.storage(id).expect("just mapped")))
+        })
+    }
+
+    /// Writes the elements `bits` (each as [`Element::to_bits`] gives it)
+    /// from `start` on, with `semantics`, as [`Segment::write_slice`] does.
+    pub fn write_raw(&self, seg: SegId, start: usize, bits: &[u64], semantics: Semantics) -> Result<(), DsmError> {
+        let last = self.with(|r, now| {
+            let mut last = None;
+            for (i, &b) in bits.iter().enumerate() {
+                last = r.write(now, seg, (start + i) as u64, b, semantics)?.or(last);
+            }
+            Ok(last)
         })?;
-        Ok(Segment { dsm: self, id, storage, semantics: Semantics::Slow, _t: PhantomData })
+        if let Some(ticket) = last {
+            self.wait(|r| r.is_done(ticket).then_some(()))?;
+        }
+        self.back_pressure()
     }
 
     /// Waits while more than [`QUEUED_LIMIT`] bytes of writes wait for room
@@ -253,17 +275,8 @@ impl<T: Element> Segment<'_, T> {
     /// Writes `values` from `start` on, one write per element, in order.
     pub fn write_slice(&self, start: usize, values: &[T], semantics: Semantics) -> Result<(), DsmError> {
         self.range("write", start, values.len())?;
-        let last = self.dsm.with(|r, now| {
-            let mut last = None;
-            for (i, v) in values.iter().enumerate() {
-                last = r.write(now, self.id, (start + i) as u64, v.to_bits(), semantics)?.or(last);
-            }
-            Ok(last)
-        })?;
-        if let Some(ticket) = last {
-            self.dsm.wait(|r| r.is_done(ticket).then_some(()))?;
-        }
-        self.dsm.back_pressure()
+        let bits: Vec<u64> = values.iter().map(|v| v.to_bits()).collect();
+        self.dsm.write_raw(self.id, start, &bits, semantics)
     }
 }
 

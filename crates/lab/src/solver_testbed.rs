@@ -198,18 +198,21 @@ pub fn aggregate(runs: &[Row], notes: Vec<String>) -> Report {
         } else {
             0.0
         };
-        rows.push(
-            Row::new(BENCH, "testbed", what.clone(), of[0].procs)
-                .size(of[0].size_bytes.unwrap_or(0) as usize)
-                .load(load)
-                .with("seconds", m)
-                .with("seconds_lo", m - half)
-                .with("seconds_hi", m + half)
-                .with("iterations", mean("iterations"))
-                .with("bytes", mean("bytes"))
-                .with("drops", mean("drops"))
-                .with("runs", of.len() as f64),
-        );
+        let mut row = Row::new(BENCH, "testbed", what.clone(), of[0].procs)
+            .size(of[0].size_bytes.unwrap_or(0) as usize)
+            .load(load)
+            .with("seconds", m)
+            .with("seconds_lo", m - half)
+            .with("seconds_hi", m + half)
+            .with("iterations", mean("iterations"))
+            .with("bytes", mean("bytes"))
+            .with("drops", mean("drops"))
+            .with("runs", of.len() as f64);
+        if of.iter().all(|r| r.num("threshold_writes").is_some()) {
+            // Where the shared memory's buffer threshold ended (Warp moves it).
+            row = row.with("threshold_writes", mean("threshold_writes")).with("batches", mean("batches"));
+        }
+        rows.push(row);
     }
     rows.push(
         Row::new(BENCH, "paper", "warp", 5).size(1000).load(0.65).with("seconds", 52.6).with("messages", 27_435.0),
