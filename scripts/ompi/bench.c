@@ -16,7 +16,9 @@
  * non-blocking sends (at most 64 MiB), then a 0-byte acknowledgement, one
  * window to warm up.
  */
+#include <math.h>
 #include <mpi.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -263,6 +265,91 @@ static void collective(int me, int procs, long reps, const char *list, int allre
     free(times);
 }
 
+/* SplitMix64, as crates/bench/src/solver.rs draws the solver's system. */
+static uint64_t splitmix(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static double unit(uint64_t *state) { return (double)(splitmix(state) >> 11) / (double)(1ULL << 53); }
+
+/* Seed 003's solver, synchronously: A x + b = 0 (the system of `bench
+ * solver`, drawn alike), Jacobi by rows, each sweep's rows shared by
+ * MPI_Allgatherv and its largest change by MPI_Allreduce. */
+static void solver(int me, int procs, long n, double tol, double dominance, uint64_t seed, double load, int json) {
+    double *answer = malloc((size_t)n * sizeof(double)), *x = calloc((size_t)n, sizeof(double));
+    int *counts = malloc((size_t)procs * sizeof(int)), *offsets = malloc((size_t)procs * sizeof(int));
+    if (!answer || !x || !counts || !offsets) MPI_Abort(MPI_COMM_WORLD, 1);
+    uint64_t s = seed;
+    for (long i = 0; i < n; i++) answer[i] = 2.0 * unit(&s) - 1.0;
+    for (int p = 0; p < procs; p++) {
+        offsets[p] = (int)(n * p / procs);
+        counts[p] = (int)(n * (p + 1) / procs) - offsets[p];
+    }
+    long lo = offsets[me], rows = counts[me];
+    double *a = malloc((size_t)(rows * n) * sizeof(double)), *b = malloc((size_t)rows * sizeof(double));
+    double *mine = malloc((size_t)(rows ? rows : 1) * sizeof(double));
+    if (!a || !b || !mine) MPI_Abort(MPI_COMM_WORLD, 1);
+    for (long i = lo; i < lo + rows; i++) {
+        double *row = a + (i - lo) * n, off = 0;
+        uint64_t r = seed ^ ((uint64_t)(i + 1) << 20);
+        for (long j = 0; j < n; j++) {
+            row[j] = 0;
+            if (j != i) {
+                row[j] = unit(&r);
+                off += fabs(row[j]);
+            }
+        }
+        row[i] = dominance * off;
+        double dot = 0;
+        for (long j = 0; j < n; j++) dot += row[j] * answer[j];
+        b[i - lo] = -dot;
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    double start = MPI_Wtime(), change;
+    long sweeps = 0;
+    do {
+        double local = 0;
+        for (long i = lo; i < lo + rows; i++) {
+            const double *row = a + (i - lo) * n;
+            double dot = 0;
+            for (long j = 0; j < n; j++) dot += row[j] * x[j];
+            dot -= row[i] * x[i];
+            double v = -(b[i - lo] + dot) / row[i];
+            if (fabs(v - x[i]) > local) local = fabs(v - x[i]);
+            mine[i - lo] = v;
+        }
+        MPI_Allgatherv(mine, (int)rows, MPI_DOUBLE, x, counts, offsets, MPI_DOUBLE, MPI_COMM_WORLD);
+        MPI_Allreduce(&local, &change, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        sweeps++;
+    } while (change >= tol);
+    double seconds = MPI_Wtime() - start, error = 0;
+    for (long i = 0; i < n; i++)
+        if (fabs(x[i] - answer[i]) > error) error = fabs(x[i] - answer[i]);
+    if (error > 100 * tol) {
+        if (me == 0) fprintf(stderr, "bench solver: the answer is off by %g\n", error);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    if (me == 0) {
+        char at[64] = "";
+        if (load >= 0) snprintf(at, sizeof at, ", \"load\": %g", load);
+        if (json)
+            printf("[\n  {\"bench\": \"solver\", \"source\": \"mpi\", \"what\": \"mpi\", \"procs\": %d, "
+                   "\"size_bytes\": %ld%s, \"seconds\": %.6f, \"iterations\": %ld, \"error\": %g}\n]\n",
+                   procs, n, at, seconds, sweeps, error);
+        else printf("solver: %ld equations, %d processes: %.3f s, %ld sweeps, error %g\n", n, procs, seconds, sweeps, error);
+    }
+    free(answer);
+    free(x);
+    free(counts);
+    free(offsets);
+    free(a);
+    free(b);
+    free(mine);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int me, size;
@@ -272,8 +359,16 @@ int main(int argc, char **argv) {
     int json = 0;
     long iterations = -1, max = 4L << 20, window = 64;
     const char *list = "8";
+    long n = 1000;
+    double tol = 1e-9, dominance = 1.1, load = -1;
+    uint64_t seed = 3;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--size") && i + 1 < argc) n = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--tolerance") && i + 1 < argc) tol = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--dominance") && i + 1 < argc) dominance = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--load") && i + 1 < argc) load = atof(argv[++i]);
         else if (!strcmp(argv[i], "--iterations") && i + 1 < argc) iterations = atol(argv[++i]);
         else if (!strcmp(argv[i], "--max-size") && i + 1 < argc) max = atol(argv[++i]);
         else if (!strcmp(argv[i], "--window") && i + 1 < argc) window = atol(argv[++i]);
@@ -286,6 +381,15 @@ int main(int argc, char **argv) {
     if (!strcmp(which, "alltoall")) {
         /* --max-size is the bytes per pair here, --iterations the repetitions. */
         alltoall(me, size, iterations > 0 ? iterations : 20, max == 4L << 20 ? 16384 : max, json);
+        MPI_Finalize();
+        return 0;
+    }
+    if (!strcmp(which, "solver")) {
+        if (n < size || !(dominance > 1) || !(tol > 0)) {
+            if (me == 0) fprintf(stderr, "bench solver: need --size of at least the processes, --dominance above 1, --tolerance above 0\n");
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+        solver(me, size, n, tol, dominance, seed, load, json);
         MPI_Finalize();
         return 0;
     }

@@ -103,6 +103,7 @@ impl Bench {
             Bench::TotalExchange(a) => a.open_mpi(remote, "before the job"),
             Bench::Bcast(a) => a.open_mpi(bulkwire_groups::Operation::Bcast, remote),
             Bench::Allreduce(a) => a.open_mpi(bulkwire_groups::Operation::Allreduce, remote),
+            Bench::Solver(a) if !a.no_mpi => mpi_reference(remote, a.ranks, &a.mpi_args(), "solver", "seconds"),
             _ => Report::default(),
         }
     }

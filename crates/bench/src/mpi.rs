@@ -19,6 +19,30 @@ const SOURCE: &str = include_str!("../../../scripts/ompi/bench.c");
 /// `metric`. An error says why there is no reference (Open MPI missing, the
 /// build or the run failed).
 pub fn rows(procs: u32, args: &[String], bench: &str, metric: &str) -> Result<Vec<Row>, String> {
+    rows_where(procs, None, args, bench, metric)
+}
+
+/// Hosts to run Open MPI's ranks on, and how to reach them.
+pub struct Hosts<'a> {
+    /// Comma-separated, one rank each (`mpirun --host`).
+    pub hosts: &'a str,
+    /// The remote shell (`--mca plm_rsh_agent`), e.g. `scripts/netns-exec`
+    /// for the namespace test bed.
+    pub agent: &'a Path,
+    /// The network the ranks talk over (`btl_tcp_if_include`), e.g.
+    /// `10.90.0.0/24`.
+    pub network: &'a str,
+}
+
+/// [`rows`] with the ranks on `hosts` (on this machine over loopback when
+/// `None`).
+pub fn rows_where(
+    procs: u32,
+    hosts: Option<&Hosts<'_>>,
+    args: &[String],
+    bench: &str,
+    metric: &str,
+) -> Result<Vec<Row>, String> {
     let version = Command::new("mpirun")
         .arg("--version")
         .output()
@@ -35,26 +59,40 @@ pub fn rows(procs: u32, args: &[String], bench: &str, metric: &str) -> Result<Ve
         .arg("-o")
         .arg(&program)
         .arg(&source)
+        .arg("-lm")
         .output()
         .map_err(|_| "mpicc not found (Debian: apt-get install libopenmpi-dev)".to_string())?;
     if !built.status.success() {
         return Err(format!("mpicc failed: {}", String::from_utf8_lossy(&built.stderr).trim()));
     }
-    let ran =
-        mpirun(procs, &program).args(args).arg("--json").output().map_err(|e| format!("cannot run mpirun: {e}"))?;
+    let ran = mpirun(procs, hosts, &program)
+        .args(args)
+        .arg("--json")
+        .output()
+        .map_err(|e| format!("cannot run mpirun: {e}"))?;
     if !ran.status.success() {
         return Err(format!("mpirun failed: {}", String::from_utf8_lossy(&ran.stderr).trim()));
     }
     parse(&String::from_utf8_lossy(&ran.stdout), procs, bench, metric)
 }
 
-/// TCP only (no shared memory), on loopback: the transport bulkwire's
-/// figures are compared with (as `scripts/ompi-bench.sh`).
-fn mpirun(procs: u32, program: &Path) -> Command {
+/// TCP only (no shared memory), on loopback or the hosts' network: the
+/// transport bulkwire's figures are compared with (as
+/// `scripts/ompi-bench.sh`).
+fn mpirun(procs: u32, hosts: Option<&Hosts<'_>>, program: &Path) -> Command {
     let mut c = Command::new("mpirun");
     c.args(["-np", &procs.to_string()]);
-    c.args(["--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo", "--mca", "pml", "ob1"]);
-    c.arg("--oversubscribe");
+    let network = hosts.map_or("lo", |h| h.network);
+    c.args(["--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", network, "--mca", "pml", "ob1"]);
+    match hosts {
+        Some(h) => {
+            c.args(["--host", h.hosts, "--mca", "oob_tcp_if_include", h.network, "--mca", "plm_rsh_agent"]);
+            c.arg(h.agent);
+        }
+        None => {
+            c.arg("--oversubscribe");
+        }
+    }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
         c.arg("--allow-run-as-root");

@@ -28,8 +28,6 @@ use std::time::Instant;
 use bulkwire_bsp::Bsp;
 use bulkwire_comm::{CommError, Source, Tag, World};
 use bulkwire_dsm::{Dsm, DsmSettings, Flush, Semantics};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::rows::{Report, Row};
@@ -83,6 +81,52 @@ pub struct Args {
     #[arg(long)]
     #[serde(default)]
     pub load: Option<f64>,
+    /// Leave out the Open MPI version (the same system, synchronously, by
+    /// MPI_Allgatherv and MPI_Allreduce over TCP, run around the job).
+    #[arg(long)]
+    #[serde(default)]
+    pub no_mpi: bool,
+}
+
+impl Args {
+    /// `scripts/ompi/bench.c`'s arguments for the same system.
+    pub fn mpi_args(&self) -> Vec<String> {
+        let mut args = vec![
+            "solver".to_string(),
+            "--size".into(),
+            self.size.to_string(),
+            "--tolerance".into(),
+            self.tolerance.to_string(),
+            "--dominance".into(),
+            self.dominance.to_string(),
+            "--seed".into(),
+            self.seed.to_string(),
+        ];
+        if let Some(load) = self.load {
+            args.extend(["--load".into(), load.to_string()]);
+        }
+        args
+    }
+}
+
+/// SplitMix64: the system's numbers, from a generator that the Open MPI
+/// version (`scripts/ompi/bench.c`, `solver`) repeats in C, so that both
+/// solve the same system.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
 }
 
 /// The rows `lo..hi` of `A` and `b`, and `x*`: each row from its own
@@ -99,22 +143,22 @@ pub struct System {
 
 impl System {
     pub fn rows(seed: u64, n: usize, lo: usize, hi: usize, dominance: f64) -> System {
-        let mut answer_rng = ChaCha8Rng::seed_from_u64(seed);
-        let answer: Vec<f64> = (0..n).map(|_| answer_rng.random_range(-1.0..1.0)).collect();
+        let mut answer_rng = SplitMix(seed);
+        let answer: Vec<f64> = (0..n).map(|_| 2.0 * answer_rng.unit() - 1.0).collect();
         let mut a = vec![0.0; (hi - lo) * n];
         let mut b = vec![0.0; hi - lo];
         for i in lo..hi {
-            let mut rng = ChaCha8Rng::seed_from_u64(seed ^ ((i as u64 + 1) << 20));
+            let mut rng = SplitMix(seed ^ ((i as u64 + 1) << 20));
             let row = &mut a[(i - lo) * n..(i - lo + 1) * n];
             let mut off = 0.0;
             for (j, v) in row.iter_mut().enumerate() {
                 if j != i {
-                    *v = rng.random_range(0.0f64..1.0);
+                    *v = rng.unit();
                     off += v.abs();
                 }
             }
             row[i] = dominance * off;
-            b[i - lo] = -row.iter().zip(&answer).map(|(x, y)| x * y).sum::<f64>();
+            b[i - lo] = -row.iter().zip(&answer).fold(0.0, |acc, (x, y)| acc + x * y);
         }
         System { n, lo, hi, a, b, answer }
     }

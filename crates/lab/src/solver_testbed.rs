@@ -1,7 +1,8 @@
 //! `bulkwire lab solver`: seed 003's experiment (§6) on the namespace test
 //! bed. The asynchronous iterative solver (`bench solver`: `A x + b = 0`
 //! by Jacobi's iteration over the shared memory, its writes flushed under
-//! Warp control or at a fixed threshold, beside a synchronous BSP version)
+//! Warp control or at a fixed threshold, beside a synchronous BSP version,
+//! and Open MPI's synchronous version started by mpirun on the same hosts)
 //! runs on the test bed's hosts (`scripts/netns-testbed.sh up 5 100mbit`)
 //! while ON-OFF background traffic ([`crate::background`]) loads every
 //! host's port to `load` of its rate, as the seed's traffic generators
@@ -66,6 +67,13 @@ pub struct Args {
     /// Background sources per port.
     #[arg(long, default_value_t = 10)]
     pub sources: u32,
+    /// Leave out Open MPI's version (started by mpirun on the same hosts,
+    /// through the same remote shell).
+    #[arg(long)]
+    pub no_mpi: bool,
+    /// The hosts' network, for Open MPI's TCP.
+    #[arg(long, default_value = "10.90.0.0/24")]
+    pub mpi_network: String,
     /// Seed of the system and of the first repetition's background.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -82,8 +90,8 @@ impl Args {
         self.hosts.split(',').count()
     }
 
-    /// The jobs: one per load, repetition and variant.
-    pub fn plan(&self) -> Result<Vec<(f64, u32, Variant)>, String> {
+    /// The jobs: one per load, repetition and variant (`None`: Open MPI's).
+    pub fn plan(&self) -> Result<Vec<(f64, u32, Option<Variant>)>, String> {
         if self.loads.iter().any(|l| !(0.0..=2.0).contains(l)) {
             return Err("--loads: each between 0 and 2 times the rate".into());
         }
@@ -95,8 +103,12 @@ impl Args {
         for &load in &self.loads {
             for r in 0..repetitions {
                 // The order of the variants turns with the repetition.
-                let n = self.variants.len();
-                plan.extend((0..n).map(|k| (load, r, self.variants[(k + r as usize) % n])));
+                let mut all: Vec<Option<Variant>> = self.variants.iter().copied().map(Some).collect();
+                if !self.no_mpi && self.mpirun_found() {
+                    all.push(None);
+                }
+                let n = all.len();
+                plan.extend((0..n).map(|k| (load, r, all[(k + r as usize) % n])));
             }
         }
         Ok(plan)
@@ -112,7 +124,22 @@ impl Args {
             variants: vec![variant],
             threshold: self.threshold,
             load: Some(load),
+            no_mpi: true,
         })
+    }
+
+    fn mpirun_found(&self) -> bool {
+        std::process::Command::new("mpirun").arg("--version").output().is_ok_and(|o| o.status.success())
+    }
+
+    /// Open MPI's version of the same system on the same hosts.
+    fn open_mpi(&self, load: f64) -> Result<Report, String> {
+        let Bench::Solver(solver) = self.bench(load, Variant::Bsp) else { unreachable!("a solver") };
+        let agent = std::fs::canonicalize(&self.ssh).map_err(|e| format!("--ssh {}: {e}", self.ssh))?;
+        let hosts = bulkwire_bench::mpi::Hosts { hosts: &self.hosts, agent: &agent, network: &self.mpi_network };
+        let rows =
+            bulkwire_bench::mpi::rows_where(self.hosts() as u32, Some(&hosts), &solver.mpi_args(), BENCH, "seconds")?;
+        Ok(Report { rows, notes: Vec::new() })
     }
 
     fn background(&self, load: f64, repetition: u32) -> crate::background::Args {
@@ -141,7 +168,8 @@ pub fn run(
 ) -> Result<(Report, Vec<PathBuf>), String> {
     let mut runs = Vec::new();
     for (load, repetition, variant) in args.plan()? {
-        progress(&format!("load {load} #{} {}", repetition + 1, variant.name()));
+        let name = variant.map_or("mpi", Variant::name);
+        progress(&format!("load {load} #{} {name}", repetition + 1));
         let stop = Arc::new(AtomicBool::new(false));
         let sender = (load > 0.0).then(|| {
             let (background, stop) = (args.background(load, repetition), stop.clone());
@@ -150,12 +178,15 @@ pub fn run(
         if sender.is_some() {
             std::thread::sleep(std::time::Duration::from_millis(500));
         }
-        let report = job(&args.bench(load, variant));
+        let report = match variant {
+            Some(v) => job(&args.bench(load, v)),
+            None => args.open_mpi(load),
+        };
         stop.store(true, Ordering::Relaxed);
         if let Some(sender) = sender {
             sender.join().map_err(|_| "the background sender panicked".to_string())??;
         }
-        runs.extend(report.map_err(|e| format!("the solver's job ({}, load {load}): {e}", variant.name()))?.rows);
+        runs.extend(report.map_err(|e| format!("the solver's job ({name}, load {load}): {e}"))?.rows);
     }
     let notes = vec![format!(
         "{} equations on {} test-bed hosts, every port {:.0} Mbit/s loaded by {} ON-OFF sources; {} runs",
@@ -205,9 +236,13 @@ pub fn aggregate(runs: &[Row], notes: Vec<String>) -> Report {
             .with("seconds_lo", m - half)
             .with("seconds_hi", m + half)
             .with("iterations", mean("iterations"))
-            .with("bytes", mean("bytes"))
-            .with("drops", mean("drops"))
             .with("runs", of.len() as f64);
+        // Open MPI's program counts no bytes nor resends.
+        for metric in ["bytes", "drops"] {
+            if of.iter().all(|r| r.num(metric).is_some()) {
+                row = row.with(metric, mean(metric));
+            }
+        }
         if of.iter().all(|r| r.num("threshold_writes").is_some()) {
             // Where the shared memory's buffer threshold ended (Warp moves it).
             row = row.with("threshold_writes", mean("threshold_writes")).with("batches", mean("batches"));
@@ -285,9 +320,10 @@ pub fn write_files(report: &Report, out: &Path) -> Result<Vec<PathBuf>, String> 
         plotters::style::RGBColor(31, 119, 180),
         plotters::style::RGBColor(214, 39, 40),
         plotters::style::RGBColor(44, 160, 44),
+        plotters::style::RGBColor(148, 103, 189),
     ];
     let mut lines = Vec::new();
-    for (i, what) in ["warp", "no-control", "bsp"].iter().enumerate() {
+    for (i, what) in ["warp", "no-control", "bsp", "mpi"].iter().enumerate() {
         let of: Vec<&&Row> = measured.iter().filter(|r| r.what == *what).collect();
         if of.is_empty() {
             continue;
