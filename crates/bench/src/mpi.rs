@@ -88,6 +88,11 @@ fn mpirun(procs: u32, hosts: Option<&Hosts<'_>>, program: &Path) -> Command {
         Some(h) => {
             c.args(["--host", h.hosts, "--mca", "oob_tcp_if_include", h.network, "--mca", "plm_rsh_agent"]);
             c.arg(h.agent);
+            // The daemons of one machine's hosts (namespaces) would map the
+            // topology they share into each other's address holes: Open
+            // MPI 4.1's orted crashed there now and then (in
+            // hwloc_shmem_topology_write). Each reads its own instead.
+            c.args(["--mca", "rtc_hwloc_vmhole", "none"]);
         }
         None => {
             c.arg("--oversubscribe");

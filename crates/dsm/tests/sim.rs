@@ -464,7 +464,7 @@ fn check(seed: u64, hosts: &[DsmHost]) {
 
 #[test]
 fn shared_memory_over_faulty_networks_keeps_each_semantics() {
-    let seeds: u64 = std::env::var("BULKWIRE_DSM_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
+    let seeds: u64 = std::env::var("BULKWIRE_DSM_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(2000);
     let (mut writes, mut applied) = (0, 0);
     for seed in 0..seeds {
         let (w, a) = run(seed);

@@ -167,6 +167,7 @@ pub fn run(
     progress: &mut dyn FnMut(&str),
 ) -> Result<(Report, Vec<PathBuf>), String> {
     let mut runs = Vec::new();
+    let mut notes = Vec::new();
     for (load, repetition, variant) in args.plan()? {
         let name = variant.map_or("mpi", Variant::name);
         progress(&format!("load {load} #{} {name}", repetition + 1));
@@ -186,16 +187,28 @@ pub fn run(
         if let Some(sender) = sender {
             sender.join().map_err(|_| "the background sender panicked".to_string())??;
         }
-        runs.extend(report.map_err(|e| format!("the solver's job ({name}, load {load}): {e}"))?.rows);
+        match (variant, report) {
+            (_, Ok(report)) => runs.extend(report.rows),
+            // Open MPI's version is a comparison: its failure (a daemon
+            // that did not start) is noted, and the experiment goes on.
+            (None, Err(e)) => {
+                let first = e.lines().next().unwrap_or_default().to_string();
+                notes.push(format!("Open MPI's run at load {load}, repetition {}, failed: {first}", repetition + 1));
+            }
+            (Some(_), Err(e)) => return Err(format!("the solver's job ({name}, load {load}): {e}")),
+        }
     }
-    let notes = vec![format!(
-        "{} equations on {} test-bed hosts, every port {:.0} Mbit/s loaded by {} ON-OFF sources; {} runs",
-        args.size,
-        args.hosts(),
-        args.rate / 1e6,
-        args.sources,
-        runs.len()
-    )];
+    notes.insert(
+        0,
+        format!(
+            "{} equations on {} test-bed hosts, every port {:.0} Mbit/s loaded by {} ON-OFF sources; {} runs",
+            args.size,
+            args.hosts(),
+            args.rate / 1e6,
+            args.sources,
+            runs.len()
+        ),
+    );
     let report = aggregate(&runs, notes);
     let files = write_files(&report, &args.out)?;
     Ok((report, files))
