@@ -4,7 +4,10 @@
 use std::process::{Command, Output, Stdio};
 
 use bulkwire_comm::{Source, Tag, World};
-use bulkwire_dsm::{Dsm, DsmError, Semantics};
+use bulkwire_dsm::history::{self, Issued};
+use bulkwire_dsm::{Applied, Dsm, DsmError, Semantics};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 
 fn is_rank() -> bool {
     std::env::var("BULKWIRE_RENDEZVOUS").is_ok()
@@ -169,4 +172,100 @@ fn a_process_that_dies_ends_the_others_fence_with_an_error() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(stderr.contains("rank 1"), "{stderr}");
+}
+
+/// Random programs of slow, PRAM and coherent writes, reads and fences on
+/// real processes; every replica logs what it applied, and rank 0 runs the
+/// history checker over every program and log.
+fn history_rank() {
+    let world = World::init().unwrap();
+    let dsm = Dsm::new(&world).unwrap();
+    dsm.record();
+    let (me, n) = (world.rank(), world.size());
+    let segs = [dsm.map::<u64>("p", 8).unwrap(), dsm.map::<u64>("q", 5).unwrap()];
+    let mut rng = ChaCha8Rng::seed_from_u64(u64::from(me) + 17);
+    let mut issued = Vec::new();
+    for step in 0..3000u64 {
+        if step % 1000 == 999 {
+            dsm.fence().unwrap();
+            continue;
+        }
+        let s = rng.random_range(0..segs.len());
+        let index = rng.random_range(0..segs[s].len());
+        if rng.random_bool(0.3) {
+            segs[s].read(index).unwrap();
+            continue;
+        }
+        let semantics = match rng.random_range(0..20) {
+            0 => Semantics::Coherent,
+            1..=9 => Semantics::Slow,
+            _ => Semantics::Pram,
+        };
+        let bits = (u64::from(me) << 40) | (step + 1);
+        segs[s].write(index, bits, semantics).unwrap();
+        issued.push(Issued { seg: s as u32, index: index as u64, bits, semantics });
+    }
+    dsm.fence().unwrap();
+    let log = dsm.take_log();
+    // To rank 0: the program's writes, then the replica's log, as words.
+    let code = |s: Semantics| match s {
+        Semantics::Slow => 0,
+        Semantics::Pram => 1,
+        Semantics::Coherent => 2,
+    };
+    let words: Vec<u64> = std::iter::once(issued.len() as u64)
+        .chain(issued.iter().flat_map(|i| [u64::from(i.seg), i.index, i.bits, code(i.semantics)]))
+        .chain(log.iter().flat_map(|a| {
+            [u64::from(a.writer), u64::from(a.entry.seg), a.entry.index, a.entry.bits, a.global.map_or(0, |g| g + 1)]
+        }))
+        .collect();
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    if me != 0 {
+        world.send(0, 11, &bytes).unwrap();
+        world.barrier().unwrap();
+        return;
+    }
+    let mut programs = vec![Vec::new(); n as usize];
+    let mut logs = vec![Vec::new(); n as usize];
+    for from in 0..n {
+        let data = if from == 0 { bytes.clone() } else { world.recv(Source::Rank(from), Tag::Is(11)).unwrap().1 };
+        let w: Vec<u64> = data.chunks(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect();
+        let count = w[0] as usize;
+        programs[from as usize] = w[1..1 + 4 * count]
+            .chunks(4)
+            .map(|c| Issued {
+                seg: c[0] as u32,
+                index: c[1],
+                bits: c[2],
+                semantics: [Semantics::Slow, Semantics::Pram, Semantics::Coherent][c[3] as usize],
+            })
+            .collect();
+        logs[from as usize] = w[1 + 4 * count..]
+            .chunks(5)
+            .map(|c| Applied {
+                writer: c[0] as u32,
+                entry: bulkwire_dsm::codec::Entry { seg: c[1] as u32, index: c[2], bits: c[3] },
+                global: c[4].checked_sub(1),
+            })
+            .collect();
+    }
+    history::check(&programs, &logs).unwrap();
+    let applied: usize = logs.iter().map(Vec::len).sum();
+    println!("history checked: {} writes, {applied} applications", programs.iter().map(Vec::len).sum::<usize>());
+    world.barrier().unwrap();
+}
+
+#[test]
+fn random_programs_on_real_processes_pass_the_history_checker() {
+    if is_rank() {
+        return history_rank();
+    }
+    for (flush, loss) in [("warp", "0"), ("3", "0.05")] {
+        let out = check(&launch(
+            4,
+            "random_programs_on_real_processes_pass_the_history_checker",
+            &[("BULKWIRE_DSM_FLUSH", flush), ("BULKWIRE_TEST_DROP", loss)],
+        ));
+        assert_eq!(out.matches("history checked").count(), 1, "{out}");
+    }
 }

@@ -205,6 +205,17 @@ impl<'w> Dsm<'w> {
     pub fn stats(&self) -> Stats {
         self.replica().stats()
     }
+
+    /// Keeps a log of every write applied here from now on, for a history
+    /// checker ([`crate::history`]).
+    pub fn record(&self) {
+        self.replica().record();
+    }
+
+    /// The writes applied here since the last call, in the order applied.
+    pub fn take_log(&self) -> Vec<crate::Applied> {
+        self.replica().take_log()
+    }
 }
 
 /// A segment of `T`s, as this process maps it.

@@ -55,6 +55,7 @@
 
 pub mod codec;
 pub mod element;
+pub mod history;
 pub mod replica;
 
 mod dsm;

@@ -21,6 +21,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use bulkwire_dsm::history;
 use bulkwire_dsm::{Applied, Config, ElemType, Flush, Replica, SegId, Semantics, Ticket};
 use bulkwire_proto::{Config as ProtoConfig, Endpoint, Event as ProtoEvent, Path, SendError, Time, Transmit};
 use bulkwire_sim::workload::random_scenario;
@@ -342,51 +343,26 @@ fn check(seed: u64, hosts: &[DsmHost]) {
             })
         })
         .collect();
-    let mut coherent_orders: Vec<Vec<u64>> = Vec::new();
+    // What every replica applied: the shared checker (PRAM, slow, coherent).
+    let programs: Vec<Vec<history::Issued>> = hosts
+        .iter()
+        .map(|h| {
+            h.did
+                .iter()
+                .filter_map(|d| match *d {
+                    Did::Wrote { seg, index, bits, semantics } => Some(history::Issued { seg, index, bits, semantics }),
+                    _ => None,
+                })
+                .collect()
+        })
+        .collect();
+    let logs: Vec<Vec<Applied>> = hosts.iter().map(|h| h.log.clone()).collect();
+    if let Err(e) = history::check(&programs, &logs) {
+        panic!("seed {seed}: {e}");
+    }
+    // What the programs saw: reads and fences.
     for h in hosts {
         let rank = h.rank;
-        // Every applied write was issued, with what it wrote.
-        for a in &h.log {
-            let w = writer_of(a.entry.bits) as usize;
-            assert!(
-                w < hosts.len() && kind.contains_key(&a.entry.bits),
-                "seed {seed}: rank {rank} applied a write nobody issued"
-            );
-            assert_eq!(a.writer as usize, w, "seed {seed}: rank {rank}: a write applied as another writer's");
-        }
-        for (w, iss) in issued.iter().enumerate() {
-            let from_w: Vec<&Applied> = h.log.iter().filter(|a| writer_of(a.entry.bits) as usize == w).collect();
-            // PRAM: all of w's PRAM writes, in order.
-            let pram: Vec<(u32, u64, u64)> = from_w
-                .iter()
-                .filter(|a| kind[&a.entry.bits] == Semantics::Pram)
-                .map(|a| (a.entry.seg, a.entry.index, a.entry.bits))
-                .collect();
-            assert_eq!(pram, iss.pram, "seed {seed}: rank {rank} applied rank {w}'s PRAM writes otherwise");
-            // Slow: per location, a subsequence in issue order ending with the last.
-            let mut by_location: BTreeMap<(u32, u64), Vec<u64>> = BTreeMap::new();
-            for &(seg, index, bits) in &iss.slow {
-                by_location.entry((seg, index)).or_default().push(bits);
-            }
-            for (&(seg, index), wrote) in &by_location {
-                let got: Vec<u64> = from_w
-                    .iter()
-                    .filter(|a| kind[&a.entry.bits] == Semantics::Slow && (a.entry.seg, a.entry.index) == (seg, index))
-                    .map(|a| a.entry.bits)
-                    .collect();
-                assert!(
-                    got.windows(2).all(|p| p[0] < p[1]) && got.last() == wrote.last(),
-                    "seed {seed}: rank {rank} applied rank {w}'s slow writes to {seg}[{index}] as {got:?}, issued {wrote:?}"
-                );
-            }
-        }
-        // Coherent: one order, every write of it.
-        coherent_orders.push(h.log.iter().filter(|a| a.global.is_some()).map(|a| a.entry.bits).collect());
-        let globals: Vec<u64> = h.log.iter().filter_map(|a| a.global).collect();
-        assert!(
-            globals.iter().enumerate().all(|(i, &g)| g == i as u64),
-            "seed {seed}: rank {rank}: coherent order {globals:?}"
-        );
         // Reads return the last value applied to their location before them.
         for d in &h.did {
             if let Did::Read { seg, index, bits, log_at } = *d {
@@ -451,14 +427,6 @@ fn check(seed: u64, hosts: &[DsmHost]) {
                 fence += 1;
             }
         }
-    }
-    for (rank, order) in coherent_orders.iter().enumerate() {
-        assert_eq!(
-            order, &coherent_orders[0],
-            "seed {seed}: ranks 0 and {rank} applied coherent writes in different orders"
-        );
-        let all: usize = issued.iter().map(|i| i.coherent.len()).sum();
-        assert_eq!(order.len(), all, "seed {seed}: rank {rank} applied {} of {all} coherent writes", order.len());
     }
 }
 
