@@ -83,13 +83,13 @@ impl<'w> Dsm<'w> {
         let state = Arc::new(Mutex::new(Replica::new(config)));
         // The writes of others are applied while the application computes,
         // and a buffer's delay expires then too (a weak reference: once
-        // the shared memory is dropped, the hook does nothing).
+        // the shared memory is dropped, the runtime drops the hook).
         let shared = Arc::downgrade(&state);
         rt.add_progress_hook(ProgressHook(Arc::new(move |e: &mut Engine| {
-            if let Some(state) = shared.upgrade() {
-                let mut r = state.lock().unwrap_or_else(|e| e.into_inner());
-                pump(e, &mut r);
-            }
+            let Some(state) = shared.upgrade() else { return false };
+            let mut r = state.lock().unwrap_or_else(|e| e.into_inner());
+            pump(e, &mut r);
+            true
         })));
         Ok(Dsm { rt, state })
     }

@@ -272,8 +272,8 @@ impl<'w> Groups<'w> {
         // While the application computes, the progress thread answers the
         // membership protocol and passes posts on: a member busy elsewhere
         // holds up neither a group's changes nor its subtree's posts. A
-        // weak reference: once the groups are dropped, the hook does
-        // nothing.
+        // weak reference: once the groups are dropped, the hook says so
+        // and the runtime drops it.
         //
         // The hook also runs in the waits of other layers (a receive, a BSP
         // sync), so that rank 0, the directory, answers while it waits
@@ -284,13 +284,12 @@ impl<'w> Groups<'w> {
         let waiting = Arc::new(AtomicU32::new(0));
         let in_wait = waiting.clone();
         rt.add_progress_hook(ProgressHook(Arc::new(move |e: &mut Engine| {
-            if in_wait.load(Ordering::SeqCst) > 0 {
-                return;
-            }
-            if let Some(state) = shared.upgrade() {
+            let Some(state) = shared.upgrade() else { return false };
+            if in_wait.load(Ordering::SeqCst) == 0 {
                 let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
                 pump(e, &mut st, me);
             }
+            true
         })));
         Ok(Groups { rt, state, waiting })
     }

@@ -131,9 +131,10 @@ pub struct Engine {
 
 /// A layer's work for the progress thread: called with the engine locked
 /// after each reading of the sockets while no application thread is in a
-/// call; what it sends goes out at once.
+/// call; what it sends goes out at once. It returns whether it is still
+/// wanted: a layer that is gone returns false, and its hook is dropped.
 #[derive(Clone)]
-pub struct ProgressHook(pub std::sync::Arc<dyn Fn(&mut Engine) + Send + Sync>);
+pub struct ProgressHook(pub std::sync::Arc<dyn Fn(&mut Engine) -> bool + Send + Sync>);
 
 impl std::fmt::Debug for ProgressHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -160,9 +161,14 @@ impl Engine {
     /// in one layer (a receive, a BSP sync) still serves another (the
     /// groups' membership protocol, whose directory is rank 0).
     pub(crate) fn run_hook(&mut self) {
-        for i in 0..self.hooks.len() {
+        let mut i = 0;
+        while i < self.hooks.len() {
             let hook = self.hooks[i].clone();
-            (hook.0)(self);
+            if (hook.0)(self) {
+                i += 1;
+            } else {
+                self.hooks.remove(i);
+            }
         }
     }
 
@@ -553,7 +559,7 @@ impl Runtime {
     /// Adds work that the progress thread does for a layer above while the
     /// application is away from the library, and that the application's
     /// waits do whenever something arrives (a layer's hook holds its state
-    /// weakly, so that it does nothing once the layer is gone).
+    /// weakly, and returns false once the layer is gone: then it is dropped).
     pub fn add_progress_hook(&self, hook: ProgressHook) {
         self.inner.lock().hooks.push(hook);
     }
