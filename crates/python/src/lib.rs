@@ -1053,6 +1053,285 @@ impl Bsp {
     }
 }
 
+// ----- shared memory ---------------------------------------------------------
+
+fn dsm_err(e: bulkwire_dsm::DsmError) -> String {
+    e.to_string()
+}
+
+fn semantics(name: &str) -> PyResult<bulkwire_dsm::Semantics> {
+    name.parse().map_err(PyValueError::new_err)
+}
+
+fn elem_type(dtype: &str) -> PyResult<bulkwire_dsm::ElemType> {
+    use bulkwire_dsm::ElemType as E;
+    Ok(match dtype {
+        "int8" => E::I8,
+        "uint8" => E::U8,
+        "int16" => E::I16,
+        "uint16" => E::U16,
+        "int32" => E::I32,
+        "uint32" => E::U32,
+        "int64" => E::I64,
+        "uint64" => E::U64,
+        "float32" => E::F32,
+        "float64" => E::F64,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "{other:?} is not a segment type: int8 to int64, uint8 to uint64, float32 or float64"
+            )))
+        }
+    })
+}
+
+/// The element type a buffer format names (as [`Buf::kind`] reads it).
+fn kind_type(kind: Kind) -> bulkwire_dsm::ElemType {
+    use bulkwire_dsm::ElemType as E;
+    match kind {
+        Kind::I8 => E::I8,
+        Kind::U8 => E::U8,
+        Kind::I16 => E::I16,
+        Kind::U16 => E::U16,
+        Kind::I32 => E::I32,
+        Kind::U32 => E::U32,
+        Kind::I64 => E::I64,
+        Kind::U64 => E::U64,
+        Kind::F32 => E::F32,
+        Kind::F64 => E::F64,
+    }
+}
+
+/// A Python number as the bits of an element of type `t`.
+fn to_bits(value: &Bound<'_, PyAny>, t: bulkwire_dsm::ElemType) -> PyResult<u64> {
+    use bulkwire_dsm::{ElemType as E, Element};
+    Ok(match t {
+        E::F32 => Element::to_bits(value.extract::<f32>()?),
+        E::F64 => Element::to_bits(value.extract::<f64>()?),
+        E::I8 => Element::to_bits(value.extract::<i8>()?),
+        E::U8 => Element::to_bits(value.extract::<u8>()?),
+        E::I16 => Element::to_bits(value.extract::<i16>()?),
+        E::U16 => Element::to_bits(value.extract::<u16>()?),
+        E::I32 => Element::to_bits(value.extract::<i32>()?),
+        E::U32 => Element::to_bits(value.extract::<u32>()?),
+        E::I64 => Element::to_bits(value.extract::<i64>()?),
+        E::U64 => Element::to_bits(value.extract::<u64>()?),
+    })
+}
+
+/// An element's bits as a Python number.
+fn from_bits(py: Python<'_>, bits: u64, t: bulkwire_dsm::ElemType) -> PyResult<Py<PyAny>> {
+    use bulkwire_dsm::{ElemType as E, Element};
+    Ok(match t {
+        E::F32 => <f32 as Element>::from_bits(bits).into_pyobject(py)?.into_any().unbind(),
+        E::F64 => <f64 as Element>::from_bits(bits).into_pyobject(py)?.into_any().unbind(),
+        E::I8 | E::I16 | E::I32 | E::I64 => {
+            let v: i64 = match t {
+                E::I8 => i64::from(<i8 as Element>::from_bits(bits)),
+                E::I16 => i64::from(<i16 as Element>::from_bits(bits)),
+                E::I32 => i64::from(<i32 as Element>::from_bits(bits)),
+                _ => <i64 as Element>::from_bits(bits),
+            };
+            v.into_pyobject(py)?.into_any().unbind()
+        }
+        _ => bits_unsigned(bits, t).into_pyobject(py)?.into_any().unbind(),
+    })
+}
+
+fn bits_unsigned(bits: u64, t: bulkwire_dsm::ElemType) -> u64 {
+    use bulkwire_dsm::ElemType as E;
+    match t {
+        E::U8 => bits & 0xff,
+        E::U16 => bits & 0xffff,
+        E::U32 => bits & 0xffff_ffff,
+        _ => bits,
+    }
+}
+
+/// The bits of one element of type `kind` in machine order at `c`, as
+/// [`bulkwire_dsm::Element::to_bits`] gives them (signed types keep their
+/// sign).
+fn element_bits(kind: bulkwire_dsm::ElemType, c: &[u8]) -> u64 {
+    use bulkwire_dsm::{ElemType as E, Element};
+    match kind {
+        E::I8 => Element::to_bits(i8::from_ne_bytes([c[0]])),
+        E::U8 => u64::from(c[0]),
+        E::I16 => Element::to_bits(i16::from_ne_bytes([c[0], c[1]])),
+        E::U16 => u64::from(u16::from_ne_bytes([c[0], c[1]])),
+        E::I32 => Element::to_bits(i32::from_ne_bytes(c[..4].try_into().expect("4"))),
+        E::U32 | E::F32 => u64::from(u32::from_ne_bytes(c[..4].try_into().expect("4"))),
+        E::I64 | E::U64 | E::F64 => u64::from_ne_bytes(c[..8].try_into().expect("8")),
+    }
+}
+
+/// This process's shared memory (seed 003's Mermera): every process of the
+/// job makes one, then maps the same segments in the same order.
+#[pyclass(frozen, subclass, module = "bulkwire._bulkwire")]
+struct SharedMemory {
+    dsm: bulkwire_dsm::Dsm<'static>,
+}
+
+#[pymethods]
+impl SharedMemory {
+    #[new]
+    fn new(py: Python<'_>) -> PyResult<SharedMemory> {
+        join(py)?;
+        let job = job()?;
+        let settings = bulkwire_dsm::DsmSettings::from_env().map_err(|e| Error::new_err(e.to_string()))?;
+        let dsm = bulkwire_dsm::Dsm::with_settings(job.world.runtime(), settings)
+            .map_err(|e| Error::new_err(e.to_string()))?;
+        Ok(SharedMemory { dsm })
+    }
+
+    /// Maps the segment `name` of `count` elements of `dtype` (zeros at first).
+    #[pyo3(signature = (name, count, dtype="float64"))]
+    fn map(slf: &Bound<'_, SharedMemory>, name: &str, count: usize, dtype: &str) -> PyResult<Segment> {
+        let t = elem_type(dtype)?;
+        let (id, storage) = slf.get().dsm.map_raw(name, t, count).map_err(|e| Error::new_err(e.to_string()))?;
+        Ok(Segment { memory: slf.clone().unbind(), id, storage, dtype: dtype.to_string() })
+    }
+
+    /// Collective: returns once every write issued anywhere before it is
+    /// visible here.
+    fn fence(&self, py: Python<'_>) -> PyResult<()> {
+        let job = job()?;
+        blocking(py, job, || self.dsm.fence().map_err(dsm_err))
+    }
+
+    /// Sends this process's buffered writes now.
+    fn flush(&self) -> PyResult<()> {
+        self.dsm.flush().map_err(|e| Error::new_err(e.to_string()))
+    }
+
+    /// Counters: batches sent, writes coalesced, the flush threshold, ….
+    fn stats(&self) -> std::collections::HashMap<&'static str, f64> {
+        let s = self.dsm.stats();
+        std::collections::HashMap::from([
+            ("batches_sent", s.batches_sent as f64),
+            ("entries_sent", s.entries_sent as f64),
+            ("coalesced", s.coalesced as f64),
+            ("applied", s.applied as f64),
+            ("threshold", s.threshold),
+            ("last_warp", s.last_warp),
+        ])
+    }
+}
+
+/// A segment of the shared memory: `seg[i]` reads element `i` from this
+/// process's replica; `write` writes with a semantics.
+#[pyclass(frozen, module = "bulkwire._bulkwire")]
+struct Segment {
+    memory: Py<SharedMemory>,
+    id: bulkwire_dsm::SegId,
+    storage: Arc<bulkwire_dsm::Storage>,
+    dtype: String,
+}
+
+impl Segment {
+    /// The element type of array `b`, which must be the segment's.
+    fn same_type(&self, call: &str, b: &Buf) -> PyResult<bulkwire_dsm::ElemType> {
+        let kind = kind_type(b.kind(call)?);
+        if kind != self.storage.elem {
+            return Err(PyTypeError::new_err(format!(
+                "{call}: segment {:?} holds {}, the array {}",
+                self.storage.name,
+                self.storage.elem.name(),
+                kind.name()
+            )));
+        }
+        Ok(kind)
+    }
+
+    fn index(&self, call: &str, i: isize) -> PyResult<usize> {
+        let len = self.storage.len() as isize;
+        let at = if i < 0 { i + len } else { i };
+        if !(0..len).contains(&at) {
+            return Err(pyo3::exceptions::PyIndexError::new_err(format!(
+                "{call}: index {i} is out of range: segment {:?} has {len} elements",
+                self.storage.name
+            )));
+        }
+        Ok(at as usize)
+    }
+}
+
+#[pymethods]
+impl Segment {
+    fn __len__(&self) -> usize {
+        self.storage.len()
+    }
+
+    fn __getitem__(&self, py: Python<'_>, i: isize) -> PyResult<Py<PyAny>> {
+        let at = self.index("read", i)?;
+        from_bits(py, self.storage.load(at), self.storage.elem)
+    }
+
+    #[getter]
+    fn name(&self) -> String {
+        self.storage.name.clone()
+    }
+
+    #[getter]
+    fn dtype(&self) -> String {
+        self.dtype.clone()
+    }
+
+    /// Writes `value` at `index`: `semantics` is "slow", "pram" or "coherent".
+    #[pyo3(signature = (index, value, semantics="slow"))]
+    fn write(&self, py: Python<'_>, index: isize, value: &Bound<'_, PyAny>, semantics: &str) -> PyResult<()> {
+        let at = self.index("write", index)?;
+        let bits = to_bits(value, self.storage.elem)?;
+        let sem = self::semantics(semantics)?;
+        let memory = self.memory.get();
+        let job = job()?;
+        blocking(py, job, || memory.dsm.write_raw(self.id, at, &[bits], sem).map_err(dsm_err))
+    }
+
+    /// Writes the array `values` (of the segment's dtype) from `start` on.
+    #[pyo3(signature = (start, values, semantics="slow"))]
+    fn write_array(&self, py: Python<'_>, start: usize, values: &Bound<'_, PyAny>, semantics: &str) -> PyResult<()> {
+        let b = Buf::read(values, "write_array")?;
+        let kind = self.same_type("write_array", &b)?;
+        let sem = self::semantics(semantics)?;
+        let size = b.item_size();
+        // SAFETY: `b` holds the contiguous memory for the call.
+        let raw = unsafe { bytes(b.addr(), b.len()) };
+        let bits: Vec<u64> = raw.chunks_exact(size).map(|c| element_bits(kind, c)).collect();
+        let memory = self.memory.get();
+        let job = job()?;
+        blocking(py, job, || memory.dsm.write_raw(self.id, start, &bits, sem).map_err(dsm_err))
+    }
+
+    /// Copies elements `start..start + len(out)` into the array `out` (of
+    /// the segment's dtype).
+    #[pyo3(signature = (out, start=0))]
+    fn read_into(&self, out: &Bound<'_, PyAny>, start: usize) -> PyResult<()> {
+        let b = Buf::write(out, "read_into")?;
+        self.same_type("read_into", &b)?;
+        let size = b.item_size();
+        let count = b.len() / size;
+        if start.checked_add(count).is_none_or(|end| end > self.storage.len()) {
+            return Err(pyo3::exceptions::PyIndexError::new_err(format!(
+                "read_into: elements {start} to {} are out of range: segment {:?} has {}",
+                start + count,
+                self.storage.name,
+                self.storage.len()
+            )));
+        }
+        // SAFETY: `b` holds the writable memory for the call.
+        let out = unsafe { bytes_mut(b.addr(), b.len()) };
+        for (i, chunk) in out.chunks_exact_mut(size).enumerate() {
+            let bits = self.storage.load(start + i);
+            match size {
+                1 => chunk.copy_from_slice(&(bits as u8).to_ne_bytes()),
+                2 => chunk.copy_from_slice(&(bits as u16).to_ne_bytes()),
+                4 => chunk.copy_from_slice(&(bits as u32).to_ne_bytes()),
+                _ => chunk.copy_from_slice(&bits.to_ne_bytes()),
+            }
+        }
+        Ok(())
+    }
+}
+
 // ----- the launcher --------------------------------------------------------
 
 #[derive(clap::Parser)]
@@ -1097,6 +1376,8 @@ fn _bulkwire(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Request>()?;
     m.add_class::<Group>()?;
     m.add_class::<Bsp>()?;
+    m.add_class::<SharedMemory>()?;
+    m.add_class::<Segment>()?;
     m.add_function(wrap_pyfunction!(join, m)?)?;
     m.add_function(wrap_pyfunction!(joined, m)?)?;
     m.add_function(wrap_pyfunction!(finalize, m)?)?;

@@ -39,6 +39,12 @@ def test_bsp_sections(n):
     assert check(run_job("bsp.py", n)).stdout.count("bsp ok") == n
 
 
+@pytest.mark.parametrize("flush", ["warp", "2"])
+def test_shared_memory(flush):
+    out = check(run_job("shared_memory.py", 3, env={"BULKWIRE_DSM_FLUSH": flush})).stdout
+    assert out.count("shared memory ok") == 3, out
+
+
 def test_ctrl_c_interrupts_a_blocked_receive():
     assert "interrupt ok" in check(run_job("interrupt.py", 2)).stdout
 

@@ -46,6 +46,7 @@ __all__ = [
     "Op",
     "PROD",
     "Request",
+    "SharedMemory",
     "SUM",
     "Status",
     "World",
@@ -528,6 +529,35 @@ class Group(_Collectives):
     def __repr__(self) -> str:
         name, view, members = self._native.view()
         return f"bulkwire.Group({name!r}, view={view}, members={members})"
+
+
+# ----- shared memory ---------------------------------------------------------------
+
+
+class SharedMemory(_bulkwire.SharedMemory):
+    """Shared memory across the job's processes (seed 003's Mermera):
+    segments of numbers replicated at every process, read locally, written
+    with one of three semantics::
+
+        mem = bulkwire.SharedMemory()            # every process
+        x = mem.map("x", 1000, dtype="float64")  # every process, same order
+        x.write(world.rank, 1.5, semantics="pram")
+        mem.fence()                              # every write so far is everywhere
+        print(x[0])
+
+    ``"slow"`` writes of one writer to one location are seen in order (a
+    later one may replace an earlier one not yet sent); ``"pram"`` writes of
+    one writer are all seen in order; ``"coherent"`` writes are seen in one
+    order by every process, and the call returns once its write has its
+    place there. Writes of different kinds are ordered only by ``fence()``.
+    ``x.write_array(start, array, semantics)`` and ``x.read_into(array,
+    start)`` move NumPy arrays of the segment's dtype. ``BULKWIRE_DSM_FLUSH``
+    chooses how waiting writes are flushed (``warp``, the default, or a
+    number of writes)."""
+
+    def __new__(cls) -> "SharedMemory":
+        World()
+        return super().__new__(cls)
 
 
 # ----- BSP -----------------------------------------------------------------------
