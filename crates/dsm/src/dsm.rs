@@ -164,9 +164,19 @@ impl<'w> Dsm<'w> {
     /// Writes the elements `bits` (each as [`Element::to_bits`] gives it)
     /// from `start` on, with `semantics`, as [`Segment::write_slice`] does.
     pub fn write_raw(&self, seg: SegId, start: usize, bits: &[u64], semantics: Semantics) -> Result<(), DsmError> {
+        self.write_bits(seg, start, bits.iter().copied(), semantics)
+    }
+
+    fn write_bits(
+        &self,
+        seg: SegId,
+        start: usize,
+        bits: impl Iterator<Item = u64>,
+        semantics: Semantics,
+    ) -> Result<(), DsmError> {
         let last = self.with(|r, now| {
             let mut last = None;
-            for (i, &b) in bits.iter().enumerate() {
+            for (i, b) in bits.enumerate() {
                 last = r.write(now, seg, (start + i) as u64, b, semantics)?.or(last);
             }
             Ok(last)
@@ -286,8 +296,7 @@ impl<T: Element> Segment<'_, T> {
     /// Writes `values` from `start` on, one write per element, in order.
     pub fn write_slice(&self, start: usize, values: &[T], semantics: Semantics) -> Result<(), DsmError> {
         self.range("write", start, values.len())?;
-        let bits: Vec<u64> = values.iter().map(|v| v.to_bits()).collect();
-        self.dsm.write_raw(self.id, start, &bits, semantics)
+        self.dsm.write_bits(self.id, start, values.iter().map(|v| v.to_bits()), semantics)
     }
 }
 

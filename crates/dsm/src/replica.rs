@@ -270,7 +270,6 @@ pub struct Replica {
     /// Writes issued since the last flush (replaced ones included).
     issued: usize,
     oldest: Option<Time>,
-    threshold: f64,
     /// Coherent writes issued and applied here, of this writer.
     coherent_issued: u64,
     coherent_applied: u64,
@@ -298,7 +297,6 @@ impl Replica {
             Flush::Fixed(_) => 1.0,
             Flush::Warp { scale, .. } => scale,
         };
-        let threshold = config.flush.threshold(scale);
         Replica {
             config,
             segments: Vec::new(),
@@ -308,7 +306,6 @@ impl Replica {
             slow_at: HashMap::new(),
             issued: 0,
             oldest: None,
-            threshold,
             coherent_issued: 0,
             coherent_applied: 0,
             next_global: 0,
@@ -320,7 +317,7 @@ impl Replica {
             warp: WarpEstimator::new(config.ranks, &WarpConfig::default()),
             scale,
             failure: None,
-            stats: Stats { threshold, ..Stats::default() },
+            stats: Stats::default(),
             log: None,
         }
     }
@@ -330,7 +327,7 @@ impl Replica {
     }
 
     pub fn stats(&self) -> Stats {
-        Stats { threshold: self.threshold, ..self.stats }
+        Stats { threshold: self.threshold(), ..self.stats }
     }
 
     /// The first error a peer's message or a mismatched mapping caused:
@@ -467,7 +464,7 @@ impl Replica {
         }
         self.issued += 1;
         self.oldest.get_or_insert(now);
-        if self.issued as f64 > self.threshold {
+        if self.issued as f64 > self.threshold() {
             self.stats.flushes_by_threshold += 1;
             self.flush_at(now);
         }
@@ -703,7 +700,6 @@ impl Replica {
             let warp = sample.warp.min(10.0);
             let scale = self.scale * (1.0 - epsilon * (1.0 - warp)).max(0.5);
             self.scale = scale.clamp(min_scale, max_scale);
-            self.threshold = self.config.flush.threshold(self.scale);
         }
     }
 
@@ -741,7 +737,7 @@ impl Replica {
 
     /// The threshold now (writes), `Λ·b`.
     pub fn threshold(&self) -> f64 {
-        self.threshold
+        self.config.flush.threshold(self.scale)
     }
 
     /// Λ under Warp control (1 otherwise).

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use bulkwire_bench::rows::{Report, Row};
 use bulkwire_bench::solver::{self, Variant};
 use bulkwire_bench::Bench;
+use bulkwire_sim::service_switching::Estimate;
 
 use crate::plot::{error_bars, write_png, Line, Panel};
 
@@ -214,12 +215,6 @@ pub fn run(
     Ok((report, files))
 }
 
-/// Student's t at 90% (two-sided) for `df` degrees of freedom.
-fn t90(df: usize) -> f64 {
-    const T: [f64; 10] = [6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812];
-    T.get(df.saturating_sub(1)).copied().unwrap_or(1.645)
-}
-
 /// Per variant and load: the mean over repetitions of each metric, with a
 /// 90% confidence interval of the seconds.
 pub fn aggregate(runs: &[Row], notes: Vec<String>) -> Report {
@@ -235,13 +230,7 @@ pub fn aggregate(runs: &[Row], notes: Vec<String>) -> Report {
         let of: Vec<&Row> = runs.iter().filter(|r| r.what == what && r.load.unwrap_or(0.0) == load).collect();
         let mean = |m: &str| of.iter().filter_map(|r| r.num(m)).sum::<f64>() / of.len() as f64;
         let seconds: Vec<f64> = of.iter().filter_map(|r| r.num("seconds")).collect();
-        let m = mean("seconds");
-        let half = if seconds.len() > 1 {
-            let var = seconds.iter().map(|s| (s - m).powi(2)).sum::<f64>() / (seconds.len() - 1) as f64;
-            t90(seconds.len() - 1) * (var / seconds.len() as f64).sqrt()
-        } else {
-            0.0
-        };
+        let Estimate { mean: m, ci90: half } = Estimate::of(&seconds);
         let mut row = Row::new(BENCH, "testbed", what.clone(), of[0].procs)
             .size(of[0].size_bytes.unwrap_or(0) as usize)
             .load(load)

@@ -21,6 +21,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use bulkwire_bsp::Bsp as RustBsp;
 use bulkwire_comm::{Completion, Source, Tag, World as RustWorld};
 use bulkwire_groups::{Algorithm, Delivery, GroupId, Groups, Op, Operation, WORLD};
+// A buffer's element type, for reductions and the shared memory alike.
+use bulkwire_dsm::ElemType as Kind;
 use pyo3::buffer::PyUntypedBuffer;
 use pyo3::exceptions::{PyException, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -250,20 +252,6 @@ unsafe fn bytes_mut<'a>(addr: usize, len: usize) -> &'a mut [u8] {
 }
 
 #[derive(Clone, Copy)]
-enum Kind {
-    I8,
-    U8,
-    I16,
-    U16,
-    I32,
-    U32,
-    I64,
-    U64,
-    F32,
-    F64,
-}
-
-#[derive(Clone, Copy)]
 enum OpName {
     Sum,
     Prod,
@@ -295,7 +283,7 @@ impl OpName {
 /// Runs `f` on the buffer's memory as a slice of its element type.
 macro_rules! typed {
     ($kind:expr, $addr:expr, $len:expr, |$s:ident| $body:expr) => {{
-        fn cast<T: bytemuck_free::Plain>(addr: usize, len: usize) -> Result<&'static mut [T], String> {
+        fn cast<T: bulkwire_groups::Element>(addr: usize, len: usize) -> Result<&'static mut [T], String> {
             let size = std::mem::size_of::<T>();
             if addr % std::mem::align_of::<T>() != 0 || len % size != 0 {
                 return Err("the buffer is not aligned to its elements".into());
@@ -318,21 +306,6 @@ macro_rules! typed {
             Kind::F64 => cast::<f64>($addr, $len).and_then(|$s| $body),
         }
     }};
-}
-
-/// The number types a buffer may hold in a reduction.
-mod bytemuck_free {
-    pub trait Plain: Copy {}
-    impl Plain for i8 {}
-    impl Plain for u8 {}
-    impl Plain for i16 {}
-    impl Plain for u16 {}
-    impl Plain for i32 {}
-    impl Plain for u32 {}
-    impl Plain for i64 {}
-    impl Plain for u64 {}
-    impl Plain for f32 {}
-    impl Plain for f64 {}
 }
 
 // ----- point to point -------------------------------------------------------
@@ -1084,23 +1057,6 @@ fn elem_type(dtype: &str) -> PyResult<bulkwire_dsm::ElemType> {
     })
 }
 
-/// The element type a buffer format names (as [`Buf::kind`] reads it).
-fn kind_type(kind: Kind) -> bulkwire_dsm::ElemType {
-    use bulkwire_dsm::ElemType as E;
-    match kind {
-        Kind::I8 => E::I8,
-        Kind::U8 => E::U8,
-        Kind::I16 => E::I16,
-        Kind::U16 => E::U16,
-        Kind::I32 => E::I32,
-        Kind::U32 => E::U32,
-        Kind::I64 => E::I64,
-        Kind::U64 => E::U64,
-        Kind::F32 => E::F32,
-        Kind::F64 => E::F64,
-    }
-}
-
 /// A Python number as the bits of an element of type `t`.
 fn to_bits(value: &Bound<'_, PyAny>, t: bulkwire_dsm::ElemType) -> PyResult<u64> {
     use bulkwire_dsm::{ElemType as E, Element};
@@ -1229,7 +1185,7 @@ struct Segment {
 impl Segment {
     /// The element type of array `b`, which must be the segment's.
     fn same_type(&self, call: &str, b: &Buf) -> PyResult<bulkwire_dsm::ElemType> {
-        let kind = kind_type(b.kind(call)?);
+        let kind = b.kind(call)?;
         if kind != self.storage.elem {
             return Err(PyTypeError::new_err(format!(
                 "{call}: segment {:?} holds {}, the array {}",

@@ -161,15 +161,14 @@ impl Engine {
     /// in one layer (a receive, a BSP sync) still serves another (the
     /// groups' membership protocol, whose directory is rank 0).
     pub(crate) fn run_hook(&mut self) {
-        let mut i = 0;
-        while i < self.hooks.len() {
-            let hook = self.hooks[i].clone();
-            if (hook.0)(self) {
-                i += 1;
-            } else {
-                self.hooks.remove(i);
-            }
+        if self.hooks.is_empty() {
+            return;
         }
+        // Taken out while they run (a hook gets the engine whole), without
+        // a reference count touched per hook at every datagram.
+        let mut hooks = std::mem::take(&mut self.hooks);
+        hooks.retain(|hook| (hook.0)(self));
+        self.hooks = hooks;
     }
 
     /// Reads what arrived, fires due timers, sends what is ready and collects
