@@ -29,6 +29,7 @@ pub mod malloc;
 mod paths;
 pub mod rate;
 pub mod rendezvous;
+mod shm;
 mod sockets;
 
 pub use engine::{Engine, Inbound, ProgressHook, Runtime, RuntimeError};
@@ -36,4 +37,5 @@ pub use env::{new_job_id, new_key, JobEnv, JobEnvError};
 pub use env::{JOB, KEY, LOCAL_SIZE, RANK, RENDEZVOUS, SIZE};
 pub use loss::{LossInjector, DROP, DROP_SEED};
 pub use paths::{Paths, HIGH as LATENCY_HIGH, INTERVAL as LATENCY_INTERVAL, LOW as LATENCY_LOW, PATHS};
+pub use shm::Transport;
 pub use sockets::{mark_control, PathSockets, SocketOptions};
