@@ -215,6 +215,7 @@ pub fn rank(world: &'static World, args: &Args) -> Result<Vec<Row>, CommError> {
     for &variant in &args.variants {
         world.barrier()?;
         let before = world.runtime().stats().channels;
+        let shm_before = world.runtime().shm_stats().bytes_sent;
         let outcome = match variant {
             Variant::Warp => dsm_solve(world, &system, args, Flush::warp(args.threshold as f64 / 20.0)),
             Variant::NoControl => dsm_solve(world, &system, args, Flush::Fixed(args.threshold)),
@@ -223,10 +224,11 @@ pub fn rank(world: &'static World, args: &Args) -> Result<Vec<Row>, CommError> {
         .map_err(|e| CommError::Runtime(bulkwire_runtime::RuntimeError::Stopped(e)))?;
         world.barrier()?;
         let after = world.runtime().stats().channels;
+        let shm_bytes = world.runtime().shm_stats().bytes_sent - shm_before;
         let mine = [
             outcome.seconds,
             outcome.sweeps as f64,
-            (after.bytes_sent - before.bytes_sent) as f64,
+            (after.bytes_sent - before.bytes_sent + shm_bytes) as f64,
             (after.retransmissions - before.retransmissions) as f64,
             outcome.error,
             outcome.batches as f64,

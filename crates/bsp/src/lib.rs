@@ -1028,7 +1028,7 @@ fn agree_on_maxprocs(rt: &Runtime, mine: i64, barrier: u32, handshake: bool) -> 
         let mut pending: Vec<u32> = (1..rt.size()).collect();
         rt.wait(|e| {
             while let Some(&to) = pending.last() {
-                match e.endpoint.send_owned(to, sync::CHANNEL, begin_message(mine, barrier)) {
+                match e.send_owned(to, sync::CHANNEL, begin_message(mine, barrier)) {
                     Ok(()) => pending.pop(),
                     Err(bulkwire_proto::SendError::WouldBlock) => return Ok(None),
                     Err(other) => return Err(RuntimeError::Stopped(other.to_string())),
@@ -1039,7 +1039,7 @@ fn agree_on_maxprocs(rt: &Runtime, mine: i64, barrier: u32, handshake: bool) -> 
         return Ok((mine, barrier));
     }
     if handshake {
-        rt.wait(|e| match e.endpoint.send_owned(0, sync::CHANNEL, vec![BEGIN]) {
+        rt.wait(|e| match e.send_owned(0, sync::CHANNEL, vec![BEGIN]) {
             Ok(()) => Ok(Some(())),
             Err(bulkwire_proto::SendError::WouldBlock) => Ok(None),
             Err(other) => Err(RuntimeError::Stopped(other.to_string())),

@@ -338,13 +338,12 @@ fn wait<R>(
 /// header.
 fn try_send(e: &mut Engine, to: u32, message: Vec<u8>, framed: bool) -> Result<Option<Vec<u8>>, Reason> {
     let headroom = if framed { bulkwire_wire::RECORD_HEADER_LEN } else { 0 };
-    match e.endpoint.check_send(to, CHANNEL, message.len() - headroom) {
+    match e.check_send(to, CHANNEL, message.len() - headroom) {
         Ok(()) => {}
         Err(SendError::WouldBlock) => return Ok(Some(message)),
         Err(other) => return Err(Reason::Runtime(other.to_string())),
     }
-    let sent =
-        if framed { e.endpoint.send_framed(to, CHANNEL, message) } else { e.endpoint.send_owned(to, CHANNEL, message) };
+    let sent = if framed { e.send_framed(to, CHANNEL, message) } else { e.send_owned(to, CHANNEL, message) };
     sent.map_err(|e| Reason::Runtime(e.to_string()))?;
     Ok(None)
 }
@@ -365,7 +364,7 @@ fn rt_with(rt: &Option<crate::Held>, f: impl FnOnce(&mut Engine)) -> Result<(), 
 fn waiting_for(e: &mut Engine, peer: u32, superstep: u64, phase: &'static str) -> Result<(), Reason> {
     gone(e, peer, superstep, phase)?;
     let now = e.now();
-    e.endpoint.awaiting(now, peer, CHANNEL);
+    e.awaiting(now, peer, CHANNEL);
     Ok(())
 }
 
@@ -813,7 +812,7 @@ impl Bsp {
                 }
                 let end = piece.end;
                 let last = end == stream.len();
-                if !e.endpoint.can_send(to, CHANNEL, DATA_HEADER + piece.len()) {
+                if !e.can_send(to, CHANNEL, DATA_HEADER + piece.len()) {
                     break;
                 }
                 let (message, framed) = piece_message(stream, piece, s, LAST);
@@ -823,7 +822,7 @@ impl Bsp {
                 }
                 offset = end;
                 if (last && ask_last) || in_flight + 1 >= window {
-                    e.endpoint.end_phase(to, CHANNEL);
+                    e.end_phase(to, CHANNEL);
                 }
             }
             let mut whole = true;

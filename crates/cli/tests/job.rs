@@ -78,13 +78,93 @@ fn ring_any_source_and_nonblocking_on_2_3_and_8_ranks() {
         world.finalize().unwrap();
         return;
     }
-    for n in [2, 3, 8] {
-        let (out, _) = launch(n, "ring_any_source_and_nonblocking_on_2_3_and_8_ranks", &[]);
-        let (stdout, stderr) = text(&out);
-        assert!(out.status.success(), "n={n}\n{stdout}\n{stderr}");
-        for r in 0..n {
-            assert!(stdout.contains(&format!("ok rank {r} of {n}")), "n={n}\n{stdout}\n{stderr}");
+    // Through shared memory (the default on one host) and over UDP.
+    for shm in ["on", "off"] {
+        for n in [2, 3, 8] {
+            let (out, _) = launch(n, "ring_any_source_and_nonblocking_on_2_3_and_8_ranks", &["--shm", shm]);
+            let (stdout, stderr) = text(&out);
+            assert!(out.status.success(), "n={n} shm {shm}\n{stdout}\n{stderr}");
+            for r in 0..n {
+                assert!(stdout.contains(&format!("ok rank {r} of {n}")), "n={n} shm {shm}\n{stdout}\n{stderr}");
+            }
         }
+    }
+}
+
+/// The files of a job's shared-memory path, by its id (BULKWIRE_JOB).
+fn shm_files(job_hex: &str) -> Vec<std::path::PathBuf> {
+    let job = u64::from_str_radix(job_hex.trim(), 16).unwrap();
+    bulkwire_runtime::shm_leftover_files(job)
+}
+
+/// Peers on one host find each other's files and say so with --verbose;
+/// the files are gone while the job still runs; `--shm off` is UDP.
+#[test]
+fn peers_on_one_host_use_shared_memory_and_leave_no_files() {
+    if is_rank() {
+        let world = World::init().unwrap();
+        let peer = (world.rank() + 1) % world.size();
+        let from = (world.rank() + world.size() - 1) % world.size();
+        // Messages on both sides of the single-copy threshold.
+        for len in [0usize, 8, 40 << 10, 5 << 20] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 31 + world.rank() as usize) as u8).collect();
+            world.send(peer, 9, &data).unwrap();
+            let (_, got) = world.recv(Source::Rank(from), Tag::Is(9)).unwrap();
+            assert!(got.len() == len && got.iter().enumerate().all(|(i, &b)| b == (i * 31 + from as usize) as u8));
+        }
+        world.barrier().unwrap();
+        let job = std::env::var("BULKWIRE_JOB").unwrap();
+        println!(
+            "rank {} transport {} files {}",
+            world.rank(),
+            world.runtime().transport(peer).as_str(),
+            shm_files(&job).len()
+        );
+        world.finalize().unwrap();
+        return;
+    }
+    let test = "peers_on_one_host_use_shared_memory_and_leave_no_files";
+    for (flags, transport) in [(&["--verbose"][..], "shm"), (&["--verbose", "--shm", "off"][..], "udp")] {
+        let (out, _) = launch(3, test, flags);
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        for r in 0..3 {
+            assert!(stdout.contains(&format!("rank {r} transport {transport} files 0")), "{stdout}\n{stderr}");
+        }
+        let said = if transport == "shm" { "shared memory to 2 of 2 peers" } else { "no shared memory" };
+        assert_eq!(stderr.matches(said).count(), 3, "{stderr}");
+    }
+}
+
+/// A rank killed while its message is half written into a peer's ring,
+/// or while the peer is to read it from its memory: the job stops, and
+/// nothing partial is delivered.
+#[test]
+fn a_rank_killed_mid_message_stops_the_job_cleanly() {
+    if is_rank() {
+        let world = World::init().unwrap();
+        if world.rank() == 1 {
+            // 8 MiB into a 2 MiB ring: most of it waits in this process.
+            world.send(0, 4, &vec![7u8; 8 << 20]).unwrap();
+            // SAFETY: raising a signal in our own process.
+            unsafe { libc::raise(libc::SIGKILL) };
+        }
+        // Receiving while the sender dies: the message arrives whole or not at all.
+        match world.recv(Source::Rank(1), Tag::Is(4)) {
+            Ok((_, data)) => assert!(data.len() == 8 << 20 && data.iter().all(|&b| b == 7), "a wrong message"),
+            Err(e) => println!("rank 0: {e}"),
+        }
+        std::thread::sleep(Duration::from_secs(60));
+        return;
+    }
+    for cma in ["0", "1"] {
+        let (out, took) =
+            launch_with_env(2, "a_rank_killed_mid_message_stops_the_job_cleanly", &[], &[("BULKWIRE_SHM_CMA", cma)]);
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(128 + 9), "cma {cma}\n{stdout}\n{stderr}");
+        assert!(stderr.contains("rank 1") && stderr.contains("SIGKILL"), "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert!(took < Duration::from_secs(5), "took {took:?}");
     }
 }
 
@@ -102,12 +182,14 @@ fn a_killed_rank_stops_the_job_within_5_seconds() {
         std::thread::sleep(Duration::from_secs(60));
         return;
     }
-    let (out, took) = launch(4, "a_killed_rank_stops_the_job_within_5_seconds", &[]);
-    let (_, stderr) = text(&out);
-    assert!(!out.status.success());
-    assert_eq!(out.status.code(), Some(128 + 9), "{stderr}");
-    assert!(stderr.contains("rank 2") && stderr.contains("SIGKILL"), "{stderr}");
-    assert!(took < Duration::from_secs(5), "took {took:?}");
+    for shm in ["on", "off"] {
+        let (out, took) = launch(4, "a_killed_rank_stops_the_job_within_5_seconds", &["--shm", shm]);
+        let (_, stderr) = text(&out);
+        assert!(!out.status.success());
+        assert_eq!(out.status.code(), Some(128 + 9), "{stderr}");
+        assert!(stderr.contains("rank 2") && stderr.contains("SIGKILL"), "{stderr}");
+        assert!(took < Duration::from_secs(5), "shm {shm}: took {took:?}");
+    }
 }
 
 #[test]
@@ -581,7 +663,9 @@ fn premium_paths_carry_all_data_and_a_bad_setting_is_refused() {
     }
     let test = "premium_paths_carry_all_data_and_a_bad_setting_is_refused";
     let json = std::env::temp_dir().join(format!("bulkwire-stats-{}.json", std::process::id()));
-    let (out, _) = launch(2, test, &["--paths", "premium", "--stats", "--stats-json", json.to_str().unwrap()]);
+    // The paths are the network's: over UDP.
+    let (out, _) =
+        launch(2, test, &["--shm", "off", "--paths", "premium", "--stats", "--stats-json", json.to_str().unwrap()]);
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}\n{stderr}");
     // --stats: a table at the end, and the same as rows.
@@ -637,7 +721,7 @@ fn an_unmarkable_premium_path_is_said_and_the_job_keeps_to_ordinary() {
         return;
     }
     let out = Command::new(env!("CARGO_BIN_EXE_bulkwire"))
-        .args(["run", "-n", "2", "--paths", "premium"])
+        .args(["run", "-n", "2", "--shm", "off", "--paths", "premium"])
         .args(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(std::env::current_exe().unwrap())
         .args(["--exact", "an_unmarkable_premium_path_is_said_and_the_job_keeps_to_ordinary", "--nocapture"])
@@ -687,7 +771,17 @@ fn warp_rate_control_paces_a_job_and_a_bad_setting_is_refused() {
     }
     let test = "warp_rate_control_paces_a_job_and_a_bad_setting_is_refused";
     let json = std::env::temp_dir().join(format!("bulkwire-warp-stats-{}.json", std::process::id()));
-    let flags = ["--rate-control", "warp", "--warp-capacity", "200mbit", "--verbose", "--stats", "--stats-json"];
+    let flags = [
+        "--shm",
+        "off",
+        "--rate-control",
+        "warp",
+        "--warp-capacity",
+        "200mbit",
+        "--verbose",
+        "--stats",
+        "--stats-json",
+    ];
     let mut flags = flags.to_vec();
     flags.push(json.to_str().unwrap());
     let (out, _) = launch(4, test, &flags);

@@ -307,7 +307,7 @@ impl World {
             let mut pending = Some(token.to_vec());
             self.rt.wait(|e| {
                 if let Some(data) = pending.take() {
-                    match e.endpoint.send_owned(to, COLLECTIVE, data.clone()) {
+                    match e.send_owned(to, COLLECTIVE, data.clone()) {
                         Ok(()) => {}
                         Err(SendError::WouldBlock) => pending = Some(data),
                         Err(other) => return Err(RuntimeError::Stopped(other.to_string())),
@@ -340,9 +340,9 @@ impl World {
 /// Queues a pending send if there is room; `Ok(true)` once it is queued.
 fn try_send(e: &mut Engine, state: &mut RequestState) -> Result<bool, SendError> {
     let RequestState::Send { to, data } = state else { return Ok(false) };
-    match e.endpoint.check_send(*to, USER, data.len()) {
+    match e.check_send(*to, USER, data.len()) {
         Ok(()) => {
-            e.endpoint.send_owned(*to, USER, std::mem::take(data))?;
+            e.send_owned(*to, USER, std::mem::take(data))?;
             Ok(true)
         }
         Err(SendError::WouldBlock) => Ok(false),

@@ -324,9 +324,9 @@ fn pump(e: &mut Engine, r: &mut Replica) {
 
 fn transmit(e: &mut Engine, r: &mut Replica) {
     while let Some((to, bytes)) = r.poll_transmit() {
-        match e.endpoint.check_send(to, CHANNEL, bytes.len()) {
+        match e.check_send(to, CHANNEL, bytes.len()) {
             Ok(()) => {
-                let _ = e.endpoint.send_owned(to, CHANNEL, bytes);
+                let _ = e.send_owned(to, CHANNEL, bytes);
             }
             Err(SendError::WouldBlock) => {
                 r.unsend(to, bytes);

@@ -879,11 +879,11 @@ fn describe(st: &State, group: GroupId) -> String {
 /// Sends what the transport has room for, in order.
 fn flush(e: &mut Engine, st: &mut State) {
     while let Some((to, channel, bytes)) = st.outbox.front() {
-        match e.endpoint.check_send(*to, *channel, bytes.len()) {
+        match e.check_send(*to, *channel, bytes.len()) {
             Ok(()) => {
                 let (to, channel, bytes) = st.outbox.pop_front().expect("front exists");
                 // Checked just above; the job's failure shows elsewhere.
-                let _ = e.endpoint.send_owned(to, channel, bytes);
+                let _ = e.send_owned(to, channel, bytes);
             }
             Err(SendError::WouldBlock) => return,
             Err(_) => {

@@ -71,6 +71,11 @@ pub struct Args {
     /// or 1gbit.
     #[arg(long, value_name = "RATE", value_parser = parse_capacity)]
     pub warp_capacity: Option<String>,
+    /// How processes of the job on one host reach each other: through
+    /// shared memory (`on`, the default) or over UDP, as processes on
+    /// different hosts do (`off`). As BULKWIRE_SHM.
+    #[arg(long, value_enum)]
+    pub shm: Option<ShmChoice>,
     /// Say which paths the job's data takes, and when a pair's data changes
     /// path (BULKWIRE_VERBOSE=1 in every rank).
     #[arg(long, short = 'v')]
@@ -102,6 +107,7 @@ impl Args {
             paths: None,
             rate_control: None,
             warp_capacity: None,
+            shm: None,
             verbose: false,
             stats: false,
             stats_json: None,
@@ -128,6 +134,9 @@ impl Args {
         if let Some(capacity) = &self.warp_capacity {
             settings.push((bulkwire_runtime::rate::CAPACITY, capacity.clone()));
         }
+        if let Some(shm) = self.shm {
+            settings.push((bulkwire_runtime::SHM, if shm == ShmChoice::On { "1" } else { "0" }.to_string()));
+        }
         if self.verbose {
             settings.push(("BULKWIRE_VERBOSE", "1".to_string()));
         }
@@ -136,6 +145,12 @@ impl Args {
         }
         settings
     }
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShmChoice {
+    On,
+    Off,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -316,6 +331,12 @@ fn run_job(args: &Args, mut capture: Option<Captured>) -> Result<i32, String> {
     // with it: say so when one dies of a signal.
     let pipes = local && hosts.is_none() && !args.unbuffered;
     let (code, reports) = supervise(args.ranks, local, pipes, &children, &labels, &key, job, &rx);
+    // A rank killed before every peer on its host had opened its
+    // shared-memory file left the file's name behind: remove those of this
+    // host (ranks unlink theirs within moments of the start otherwise).
+    for leftover in bulkwire_runtime::shm_leftover_files(job) {
+        let _ = std::fs::remove_file(leftover);
+    }
     for t in outputs {
         let _ = t.join();
     }

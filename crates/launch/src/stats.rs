@@ -47,6 +47,25 @@ pub fn table(reports: &BTreeMap<u32, Vec<PeerReport>>) -> String {
             ]));
         }
     }
+    if reports.values().flatten().any(|p| p.shm_messages > 0) {
+        o.push_str(
+            "shared memory (peers on the rank's host): messages and MB, messages read by the peer from the \
+             rank's memory (one copy), wake-ups sent\n",
+        );
+        o.push_str(&format!("{:>6} {:>10} {:>9} {:>10} {:>9}\n", "to", "messages", "MB", "one copy", "wake-ups"));
+        for (rank, peers) in reports {
+            for p in peers.iter().filter(|p| p.shm_messages > 0) {
+                o.push_str(&format!(
+                    "{:>6} {:>10} {:>9.3} {:>10} {:>9}\n",
+                    format!("{rank}>{}", p.peer),
+                    p.shm_messages,
+                    p.shm_bytes as f64 / 1e6,
+                    p.shm_single_copy,
+                    p.shm_wakeups
+                ));
+            }
+        }
+    }
     if warp {
         o.push_str(
             "Warp rate control: feedback kB the rank returned to the peer, feedback datagrams it got \
@@ -100,6 +119,10 @@ pub fn json(reports: &BTreeMap<u32, Vec<PeerReport>>, ranks: u32) -> String {
                     .with("warp_bytes", p.warp_bytes)
                     .with("warp_feedback_packets", p.warp_feedback_received)
                     .with("paced_count", p.paced)
+                    .with("shm_messages_count", p.shm_messages)
+                    .with("shm_bytes", p.shm_bytes)
+                    .with("shm_single_copy_count", p.shm_single_copy)
+                    .with("shm_wakeups_count", p.shm_wakeups)
             })
         })
         .collect();

@@ -9,7 +9,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use bulkwire_proto::{Config, Endpoint, Event, Path, RateControl, Time};
+use bulkwire_proto::{Config, Endpoint, Event, Path, RateControl, SendError, Time};
 use bulkwire_wire::Coverage;
 
 use crate::env::JobEnv;
@@ -17,6 +17,7 @@ use crate::loss::LossInjector;
 use crate::paths::Paths;
 use crate::rate;
 use crate::rendezvous::{Control, PeerReport, ToLauncher, ToRank};
+use crate::shm::{Shm, ShmOptions};
 use crate::sockets::{PathSockets, RecvBatch, SendBatch, SocketOptions};
 
 /// A peer that acknowledges nothing for this long is declared unreachable.
@@ -25,8 +26,12 @@ use crate::sockets::{PathSockets, RecvBatch, SendBatch, SocketOptions};
 /// as unreachable by whichever peer noticed first; short enough that the
 /// job still stops within 5 s.
 const UNREACHABLE_AFTER: Duration = Duration::from_secs(4);
-/// How often a rank tells the launcher it is alive.
+/// How often a rank tells the launcher it is alive, from a thread of its
+/// own that never touches the engine: a process busy with a large buffer
+/// under the engine's lock (a BSP sync moving gigabytes) is alive.
 const HEARTBEAT: Duration = Duration::from_millis(250);
+/// The longest the progress thread sleeps with nothing to do.
+const IDLE_WAKE: Duration = Duration::from_millis(250);
 /// Datagrams read per socket per progress call, so one busy socket cannot
 /// starve the rest of the work.
 const READ_BATCH: usize = 64;
@@ -127,6 +132,11 @@ pub struct Engine {
     /// Work of the layers above that the progress thread does while the
     /// application is away from the library ([`Runtime::add_progress_hook`]).
     hooks: Vec<ProgressHook>,
+    /// The shared-memory path to the peers on this host, if any.
+    shm: Option<Shm>,
+    /// Every peer is reached through shared memory: a spinning wait need
+    /// not read the sockets at every turn.
+    all_shm: bool,
 }
 
 /// A layer's work for the progress thread: called with the engine locked
@@ -189,7 +199,14 @@ impl Engine {
             Path::Ordinary => Path::Premium,
             Path::Premium => Path::Ordinary,
         };
-        if both || round % 4 == 0 {
+        if self.all_shm {
+            // Only wake-ups and messages to oneself come by the sockets.
+            if round % 64 == 0 {
+                self.progress_paths(&[Path::Ordinary, Path::Premium])
+            } else {
+                self.progress_paths(&[])
+            }
+        } else if both || round % 4 == 0 {
             self.progress_paths(&[self.hot, cold])
         } else {
             self.progress_paths(&[self.hot])
@@ -205,6 +222,11 @@ impl Engine {
                 // protocol recovers from both.
                 let Ok(n) = self.rx.recv(self.sockets.socket(path)) else { break };
                 for i in 0..n {
+                    // An empty datagram is a wake-up from a peer on this
+                    // host (see `shm`): it carries nothing.
+                    if self.rx.datagram_mut(i).is_empty() {
+                        continue;
+                    }
                     if self.loss.as_mut().is_some_and(|l| l.drops()) {
                         continue;
                     }
@@ -222,12 +244,136 @@ impl Engine {
         }
         moved |= self.flush(now);
         self.collect();
+        moved |= self.poll_shm();
         moved
+    }
+
+    /// Reads what the peers on this host wrote, into the inbox while it has
+    /// room; a malformed record stops the job, as a protocol violation.
+    fn poll_shm(&mut self) -> bool {
+        let Some(shm) = self.shm.as_mut() else { return false };
+        let limit = self.endpoint.config().recv_buffer_bytes;
+        let max = self.endpoint.config().max_message_size;
+        let moved = match shm.poll(&mut self.inbox, &mut self.inbox_bytes, limit, max) {
+            Ok(moved) => moved,
+            Err(reason) => {
+                self.failure.get_or_insert(reason);
+                true
+            }
+        };
+        self.send_wakeups();
+        moved
+    }
+
+    /// Sends the wake-ups the shared-memory path asked for: an empty
+    /// datagram to each sleeping reader's ordinary socket.
+    fn send_wakeups(&mut self) {
+        let Some(shm) = self.shm.as_mut() else { return };
+        for to in shm.wake.drain(..) {
+            // A lost wake-up costs the reader its poll timeout at worst.
+            let _ = self.sockets.ordinary.send_to(&[], to);
+        }
+    }
+
+    /// How this process reaches `peer`.
+    pub fn transport(&self, peer: u32) -> crate::Transport {
+        match &self.shm {
+            Some(shm) if shm.is_local(peer) => crate::Transport::Shm,
+            _ => crate::Transport::Udp,
+        }
+    }
+
+    /// Whether a message of `len` bytes to `to` on `channel` would be taken
+    /// now ([`Endpoint::check_send`], for either path).
+    pub fn check_send(&self, to: u32, channel: u16, len: usize) -> Result<(), SendError> {
+        match &self.shm {
+            Some(shm) if shm.is_local(to) => {
+                let cfg = self.endpoint.config();
+                if channel >= cfg.channels {
+                    return Err(SendError::NoSuchChannel { channel, channels: cfg.channels });
+                }
+                if len > cfg.max_message_size {
+                    return Err(SendError::TooLarge { len, max: cfg.max_message_size });
+                }
+                shm.check(to, len, cfg.send_buffer_bytes)
+            }
+            _ => self.endpoint.check_send(to, channel, len),
+        }
+    }
+
+    pub fn can_send(&self, to: u32, channel: u16, len: usize) -> bool {
+        self.check_send(to, channel, len).is_ok()
+    }
+
+    /// Sends `data` to `to` on `channel`: through shared memory to a peer
+    /// on this host, else by the endpoint ([`Endpoint::send_owned`]).
+    pub fn send_owned(&mut self, to: u32, channel: u16, data: Vec<u8>) -> Result<(), SendError> {
+        self.send_from(to, channel, data, 0)
+    }
+
+    /// [`Engine::send_owned`] of `framed[RECORD_HEADER_LEN..]`
+    /// ([`Endpoint::send_framed`]).
+    pub fn send_framed(&mut self, to: u32, channel: u16, framed: Vec<u8>) -> Result<(), SendError> {
+        if framed.len() < bulkwire_wire::RECORD_HEADER_LEN {
+            return Err(SendError::NoHeadroom { len: framed.len() });
+        }
+        self.send_from(to, channel, framed, bulkwire_wire::RECORD_HEADER_LEN)
+    }
+
+    fn send_from(&mut self, to: u32, channel: u16, data: Vec<u8>, start: usize) -> Result<(), SendError> {
+        if !self.shm.as_ref().is_some_and(|s| s.is_local(to)) {
+            return match start {
+                0 => self.endpoint.send_owned(to, channel, data),
+                _ => self.endpoint.send_framed(to, channel, data),
+            };
+        }
+        self.check_send(to, channel, data.len() - start)?;
+        self.shm.as_mut().expect("checked").send(to, channel, data, start);
+        self.send_wakeups();
+        Ok(())
+    }
+
+    /// [`Endpoint::awaiting`]; nothing to do for a peer on this host, from
+    /// which nothing is lost.
+    pub fn awaiting(&mut self, now: Time, peer: u32, channel: u16) {
+        if self.transport(peer) == crate::Transport::Udp {
+            self.endpoint.awaiting(now, peer, channel);
+        }
+    }
+
+    /// [`Endpoint::end_phase`]; nothing to do for a peer on this host.
+    pub fn end_phase(&mut self, to: u32, channel: u16) {
+        if self.transport(to) == crate::Transport::Udp {
+            self.endpoint.end_phase(to, channel);
+        }
+    }
+
+    /// Everything sent has been acknowledged (UDP) or taken by its reader
+    /// (shared memory).
+    pub fn is_idle(&self) -> bool {
+        self.endpoint.is_idle() && self.shm.as_ref().is_none_or(Shm::is_idle)
+    }
+
+    /// Before this thread sleeps in poll(2) on the sockets: whether it may
+    /// (nothing came by shared memory meanwhile); a sender that writes
+    /// after this wakes it with a datagram.
+    fn may_sleep(&self) -> bool {
+        self.shm.as_ref().is_none_or(Shm::may_sleep)
+    }
+
+    fn awake(&self) {
+        if let Some(shm) = &self.shm {
+            shm.awake();
+        }
     }
 
     /// Sends what the endpoint has ready, in batches. Datagrams a full
     /// socket did not take wait in the batch and go first next time.
     fn flush(&mut self, now: Time) -> bool {
+        if let Some(shm) = self.shm.as_mut() {
+            shm.flush();
+            self.send_wakeups();
+        }
         let mut sent = false;
         loop {
             while !self.tx.is_full() {
@@ -356,6 +502,7 @@ impl Inner {
 pub struct Runtime {
     inner: Arc<Inner>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    heartbeat: Mutex<Option<JoinHandle<()>>>,
     size: u32,
     /// The job runs on one host, over loopback.
     loopback: bool,
@@ -393,6 +540,23 @@ impl Runtime {
                 io::Error::new(io::ErrorKind::InvalidInput, format!("BULKWIRE_MAX_DATAGRAM={v:?}: not a number"))
             })?;
         }
+        // The shared-memory file exists before the launcher hears of this
+        // process, so every peer finds it once the table has come.
+        let shm_options = ShmOptions::from_lookup(|name| std::env::var(name).ok(), env.local_size)
+            .map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, why))?;
+        let mut shm = match &shm_options {
+            Some(options) => match Shm::create(env.job, env.rank, env.size, options) {
+                Ok(shm) => Some(shm),
+                Err(why) => {
+                    say(&format!(
+                        "bulkwire: rank {}: no shared-memory path ({why}): peers on this host over UDP",
+                        env.rank
+                    ));
+                    None
+                }
+            },
+            None => None,
+        };
         control.send(&ToLauncher::Hello {
             job: env.job,
             rank: env.rank,
@@ -417,6 +581,13 @@ impl Runtime {
             other => return Err(RuntimeError::Rendezvous(format!("unexpected answer from the launcher: {other:?}"))),
         };
 
+        if let Some(shm) = shm.as_mut() {
+            let ordinary: Vec<SocketAddr> = peers.iter().map(|p| p.0).collect();
+            shm.attach(env.job, &ordinary);
+            if shm.local_peers().is_empty() {
+                shm.unlink();
+            }
+        }
         // Every socket of the job on loopback: the job runs on this host.
         let loopback = peers.iter().all(|(o, p)| o.ip().is_loopback() && p.ip().is_loopback());
         let coverage = mac_coverage(loopback)?;
@@ -460,6 +631,23 @@ impl Runtime {
             None => rate::control(&lookup, interface_bits).map_err(invalid)?,
         };
         let verbose = std::env::var("BULKWIRE_VERBOSE").is_ok_and(|v| !v.is_empty() && v != "0");
+        if verbose {
+            let how = match &shm {
+                Some(shm) => format!(
+                    "shared memory to {} of {} peers ({} KiB rings, large messages {})",
+                    shm.local_peers().len(),
+                    env.size.saturating_sub(1),
+                    shm.ring_bytes() >> 10,
+                    if shm.local_peers().iter().all(|&r| shm.single_copy_from(r)) {
+                        "read in one copy"
+                    } else {
+                        "through the rings"
+                    }
+                ),
+                None => "no shared memory; every peer over UDP".to_string(),
+            };
+            say(&format!("bulkwire: rank {}: {how}", env.rank));
+        }
         if verbose && env.rank == 0 {
             eprintln!("bulkwire: {}", paths.describe());
             eprintln!("bulkwire: {}", rate::describe(config.rate_control.as_ref()));
@@ -492,6 +680,8 @@ impl Runtime {
             verbose,
             rate_control,
             hooks: Vec::new(),
+            all_shm: shm.as_ref().is_some_and(Shm::all_local) && env.size > 1,
+            shm,
         };
         // Spinning pays only when every process of the job here has a core.
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
@@ -521,10 +711,15 @@ impl Runtime {
         let thread = std::thread::Builder::new()
             .name("bulkwire-progress".into())
             .spawn(move || progress_thread(&thread_inner))?;
+        let heartbeat_inner = inner.clone();
+        let heartbeat = std::thread::Builder::new()
+            .name("bulkwire-heartbeat".into())
+            .spawn(move || heartbeat_thread(&heartbeat_inner))?;
         let shares_cores = env.local_size > cores;
         Ok(Runtime {
             inner,
             thread: Mutex::new(Some(thread)),
+            heartbeat: Mutex::new(Some(heartbeat)),
             size: env.size,
             loopback,
             shares_cores,
@@ -566,8 +761,7 @@ impl Runtime {
     /// How this process reaches `peer`: through shared memory (a peer on
     /// this host, unless `BULKWIRE_SHM=0`) or over UDP.
     pub fn transport(&self, peer: u32) -> crate::Transport {
-        let _ = peer;
-        crate::Transport::Udp
+        self.inner.lock().transport(peer)
     }
 
     /// Whether more of the job's processes run on this host than it has
@@ -590,6 +784,20 @@ impl Runtime {
         self.inner.lock().endpoint.stats()
     }
 
+    /// What this process sent through shared memory so far, all peers
+    /// together.
+    pub fn shm_stats(&self) -> crate::ShmStats {
+        let e = self.inner.lock();
+        let mut total = crate::ShmStats::default();
+        for s in e.shm.as_ref().map_or(&[][..], |s| &s.stats[..]) {
+            total.messages_sent += s.messages_sent;
+            total.bytes_sent += s.bytes_sent;
+            total.single_copy += s.single_copy;
+            total.wakeups_sent += s.wakeups_sent;
+        }
+        total
+    }
+
     /// This rank's traffic to every other rank so far (see [`PeerReport`]).
     pub fn peer_reports(&self) -> Vec<PeerReport> {
         let e = self.inner.lock();
@@ -603,6 +811,7 @@ impl Runtime {
                 }
                 let l = e.endpoint.latency_stats(peer).unwrap_or_default();
                 let r = e.endpoint.rate_stats(peer).unwrap_or_default();
+                let m = e.shm.as_ref().map_or_else(Default::default, |s| s.stats[peer as usize]);
                 PeerReport {
                     peer,
                     ordinary_data_packets: c.ordinary.data.packets,
@@ -628,6 +837,10 @@ impl Runtime {
                     warp_bytes: c.feedback.warp,
                     warp_feedback_received: r.feedback_received,
                     paced: r.paced,
+                    shm_messages: m.messages_sent,
+                    shm_bytes: m.bytes_sent,
+                    shm_single_copy: m.single_copy,
+                    shm_wakeups: m.wakeups_sent,
                 }
             })
             .collect()
@@ -826,11 +1039,15 @@ impl Runtime {
                 let timeout = e.wake_at.map_or(timeout, |t| timeout.min(t.since(now)));
                 (e.fds(), timeout)
             };
+            if !self.inner.lock().may_sleep() {
+                continue;
+            }
             let mut polls = [
                 libc::pollfd { fd: fds[0], events: libc::POLLIN, revents: 0 },
                 libc::pollfd { fd: fds[1], events: libc::POLLIN, revents: 0 },
             ];
             poll_fds(&mut polls, timeout);
+            self.inner.lock().awake();
         }
     }
 
@@ -900,7 +1117,7 @@ impl Runtime {
             e.endpoint.request_acknowledgements();
             Ok(())
         })?;
-        self.wait(|e| Ok(e.endpoint.is_idle().then_some(())))?;
+        self.wait(|e| Ok(e.is_idle().then_some(())))?;
         if std::env::var("BULKWIRE_STATS").is_ok_and(|v| !v.is_empty() && v != "0") {
             let peers = self.peer_reports();
             self.inner.report(&ToLauncher::Stats { peers });
@@ -920,6 +1137,11 @@ impl Runtime {
         self.inner.wake_thread();
         let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(t) = thread {
+            let _ = t.join();
+        }
+        let heartbeat = self.heartbeat.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(t) = heartbeat {
+            t.thread().unpark();
             let _ = t.join();
         }
     }
@@ -1013,7 +1235,6 @@ fn check(e: &Engine) -> Result<(), RuntimeError> {
 /// that stopped answering.
 fn progress_thread(inner: &Inner) {
     let control_fd = inner.control.lock().map(|c| c.reader.get_ref().as_raw_fd()).unwrap_or(-1);
-    let mut last_heartbeat = Instant::now() - HEARTBEAT;
     let mut reported = false;
     while !inner.stop.load(Ordering::SeqCst) {
         let (fds, timeout, nap) = {
@@ -1043,7 +1264,7 @@ fn progress_thread(inner: &Inner) {
                     inner.report(&ToLauncher::Failed { reason });
                 }
             }
-            let timeout = e.endpoint.poll_timeout().map_or(HEARTBEAT, |t| t.since(now));
+            let timeout = e.endpoint.poll_timeout().map_or(IDLE_WAKE, |t| t.since(now));
             // While the application spins, or has just left a call and will
             // likely be back to spin, this thread only naps: the application
             // reads the sockets itself, and a send need not wake this thread
@@ -1065,15 +1286,11 @@ fn progress_thread(inner: &Inner) {
             } else {
                 SPIN_NAP
             };
-            let wake_in = if nap { nap_length } else { HEARTBEAT };
+            let wake_in = if nap { nap_length } else { IDLE_WAKE };
             inner.thread_wakes_at.store((now + timeout.min(wake_in)).as_nanos(), Ordering::SeqCst);
             (e.fds(), timeout, nap.then_some(nap_length))
         };
         inner.changed.notify_all();
-        if last_heartbeat.elapsed() >= HEARTBEAT {
-            inner.report(&ToLauncher::Heartbeat);
-            last_heartbeat = Instant::now();
-        }
         if let Some(nap) = nap {
             // Stay out of the application's way (it reads the sockets), but
             // let a kick or the launcher end the nap.
@@ -1088,8 +1305,9 @@ fn progress_thread(inner: &Inner) {
             }
             continue;
         }
-        let until_heartbeat = HEARTBEAT.saturating_sub(last_heartbeat.elapsed());
-        let wait = timeout.min(until_heartbeat);
+        // Something came by shared memory since the engine was read: look
+        // again at once rather than sleep.
+        let wait = if inner.lock().may_sleep() { timeout.min(IDLE_WAKE) } else { Duration::ZERO };
         let mut polls = [
             libc::pollfd { fd: fds[0], events: libc::POLLIN, revents: 0 },
             libc::pollfd { fd: fds[1], events: libc::POLLIN, revents: 0 },
@@ -1097,10 +1315,20 @@ fn progress_thread(inner: &Inner) {
             libc::pollfd { fd: control_fd, events: libc::POLLIN, revents: 0 },
         ];
         poll_fds(&mut polls, wait);
+        inner.lock().awake();
         drain_wake(inner, polls[2].revents);
         if polls[3].revents != 0 {
             read_control(inner);
         }
+    }
+}
+
+/// Tells the launcher every [`HEARTBEAT`] that this process is alive,
+/// until the runtime stops. It takes no lock but the control connection's.
+fn heartbeat_thread(inner: &Inner) {
+    while !inner.stop.load(Ordering::SeqCst) {
+        inner.report(&ToLauncher::Heartbeat);
+        std::thread::park_timeout(HEARTBEAT);
     }
 }
 

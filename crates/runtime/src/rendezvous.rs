@@ -84,6 +84,17 @@ pub struct PeerReport {
     pub warp_feedback_received: u64,
     #[serde(default)]
     pub paced: u64,
+    /// Through shared memory (a peer on this host): messages and their
+    /// bytes, messages the peer read from this rank's memory (one copy),
+    /// and wake-ups sent to the peer.
+    #[serde(default)]
+    pub shm_messages: u64,
+    #[serde(default)]
+    pub shm_bytes: u64,
+    #[serde(default)]
+    pub shm_single_copy: u64,
+    #[serde(default)]
+    pub shm_wakeups: u64,
 }
 
 /// Messages from the launcher to a rank.

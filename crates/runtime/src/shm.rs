@@ -1,4 +1,50 @@
 //! The shared-memory path between processes of a job on one host.
+//!
+//! Every process creates one file in `/dev/shm` before it says hello to the
+//! launcher: a header, then one ring per possible sender (a
+//! single-producer, single-consumer byte ring; untouched rings of ranks on
+//! other hosts cost address space, not memory). Once the peer table has
+//! come, every file of the job exists; a process opens each peer's, and a
+//! peer whose file carries this process's host identity (the kernel's boot
+//! id, its network and mount namespaces and the user: processes in
+//! different network namespaces are different hosts, as the namespace test
+//! bed means them to be) is reached through its file from then on, for
+//! every message of every channel, in both directions. Its owner unlinks a
+//! file once every peer on the host has attached; the launcher removes what
+//! a process killed before that left.
+//!
+//! The rings carry records of 16-byte headers: pieces of a message (its
+//! first piece gives the whole length), and for large messages a
+//! descriptor that the receiver reads straight from the sender's memory
+//! with `process_vm_readv(2)` (one copy) and answers with a record that
+//! lets the sender free the buffer. Where the kernel refuses that (a ptrace
+//! policy), the message goes through the ring in pieces.
+//!
+//! No reliability machinery runs here: nothing is lost between processes
+//! of one host. A record becomes visible to its reader only once it is
+//! written whole (the ring's tail is stored after the data, with release
+//! order), so a sender that dies mid-message leaves at most an unfinished
+//! message, never a wrong one; the launcher notices the death and stops the
+//! job. Everything read from a ring is checked as anything from the
+//! network is: a malformed record is a protocol violation of its sender.
+//!
+//! Waking a reader that sleeps in poll(2) on its sockets: it raises a flag
+//! in its header before it sleeps and looks at its doorbell once more; a
+//! sender rings the doorbell after every record and, finding the flag
+//! raised, lowers it and sends an empty datagram to the reader's ordinary
+//! socket. A spinning reader costs its senders no system call.
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use bulkwire_proto::SendError;
+
+use crate::engine::Inbound;
 
 /// How this process reaches a peer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -16,5 +62,901 @@ impl Transport {
             Transport::Shm => "shm",
             Transport::Udp => "udp",
         }
+    }
+}
+
+/// `BULKWIRE_SHM=0` turns the path off (every peer over UDP); so does
+/// injected loss (`BULKWIRE_TEST_DROP`) unless `BULKWIRE_SHM=1` is given.
+pub const SHM: &str = "BULKWIRE_SHM";
+/// `BULKWIRE_SHM_CMA=0` sends large messages through the rings too, rather
+/// than letting the receiver read them from the sender's memory.
+pub const SHM_CMA: &str = "BULKWIRE_SHM_CMA";
+/// Bytes of one ring (a power of two, at least 64 KiB); by default 2 MiB
+/// with up to 8 processes per host, less beyond, within 256 MiB a host.
+pub const SHM_RING: &str = "BULKWIRE_SHM_RING";
+
+const MAGIC: u64 = u64::from_le_bytes(*b"bwshm\0\0\x01");
+const VERSION: u32 = 1;
+/// The file's header: fixed fields, the doorbell and the sleep flag on
+/// lines of their own, the host identity.
+const HEADER: usize = 4096;
+const H_MAGIC: usize = 0;
+const H_VERSION: usize = 8;
+const H_SLOTS: usize = 12;
+const H_RING: usize = 16;
+const H_PID: usize = 24;
+const H_HOST_LEN: usize = 28;
+const H_PROBE: usize = 32;
+const H_DOORBELL: usize = 128;
+const H_SLEEPING: usize = 256;
+const H_HOST: usize = 512;
+const HOST_MAX: usize = 1024;
+/// The control block in front of each ring: the reader's position, the
+/// writer's, and what each says of itself, on separate cache lines.
+const CONTROL: usize = 256;
+const C_HEAD: usize = 0;
+const C_TAIL: usize = 64;
+const C_ATTACHED: usize = 128;
+/// Set by the reader: it can read this writer's memory (single copy).
+const C_CMA: usize = 192;
+
+/// Record header: length u32, kind u8, flags u8, channel u16, extra u64.
+const RECORD: usize = 16;
+const PAD: u8 = 1;
+const DATA: u8 = 2;
+const LARGE: u8 = 3;
+const DONE: u8 = 4;
+const FIRST: u8 = 1;
+const LAST: u8 = 2;
+/// The value at the address a process publishes for its peers to test
+/// whether they can read its memory.
+const PROBE: u64 = 0x6277_7072_6f62_6521;
+
+/// Messages from this size on go by descriptor, read by the receiver from
+/// the sender's memory, where the receiver can.
+const LARGE_FROM: usize = 32 << 10;
+
+/// Settings of the path, from the environment.
+#[derive(Clone, Debug)]
+pub(crate) struct ShmOptions {
+    pub ring: usize,
+    pub cma: bool,
+}
+
+impl ShmOptions {
+    /// `None` when `BULKWIRE_SHM=0`; an error for a value that makes no sense.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>, local_size: u32) -> Result<Option<ShmOptions>, String> {
+        match lookup(SHM).as_deref().map(str::trim) {
+            // Injected loss is the network's: a job that asks for it wants
+            // its peers on this host reached over the network too.
+            None | Some("" | "auto") if lookup(crate::DROP).is_some_and(|v| !v.trim().is_empty()) => return Ok(None),
+            None | Some("" | "1" | "auto" | "on") => {}
+            Some("0" | "off") => return Ok(None),
+            Some(other) => return Err(format!("{SHM}={other:?}: expected 0 or 1")),
+        }
+        let cma = match lookup(SHM_CMA).as_deref().map(str::trim) {
+            None | Some("" | "1" | "on") => true,
+            Some("0" | "off") => false,
+            Some(other) => return Err(format!("{SHM_CMA}={other:?}: expected 0 or 1")),
+        };
+        let ring = match lookup(SHM_RING) {
+            Some(v) => {
+                let n: usize = v.trim().parse().map_err(|_| format!("{SHM_RING}={v:?}: not a number of bytes"))?;
+                if !n.is_power_of_two() || !(64 << 10..=1 << 30).contains(&n) {
+                    return Err(format!("{SHM_RING}={n}: expected a power of two from 65536 to 1073741824"));
+                }
+                n
+            }
+            None => {
+                let l = local_size.max(2) as usize;
+                let share = (256usize << 20) / (l * (l - 1));
+                let share = share.clamp(64 << 10, 2 << 20);
+                1 << (usize::BITS - 1 - share.leading_zeros())
+            }
+        };
+        Ok(Some(ShmOptions { ring, cma }))
+    }
+}
+
+/// A shared mapping of a whole file.
+struct Region {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory; every access to what others write
+// goes through atomics or copies after an acquire load.
+unsafe impl Send for Region {}
+
+impl Region {
+    fn map(file: &File, len: usize) -> io::Result<Region> {
+        // SAFETY: a fresh shared mapping of `len` bytes of an open file.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Region { ptr: ptr.cast(), len })
+    }
+
+    fn u64(&self, at: usize) -> &AtomicU64 {
+        assert!(at % 8 == 0 && at + 8 <= self.len);
+        // SAFETY: in bounds and aligned (the mapping is page-aligned).
+        unsafe { &*(self.ptr.add(at) as *const AtomicU64) }
+    }
+
+    fn u32(&self, at: usize) -> &AtomicU32 {
+        assert!(at % 4 == 0 && at + 4 <= self.len);
+        // SAFETY: in bounds and aligned.
+        unsafe { &*(self.ptr.add(at) as *const AtomicU32) }
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: unmapping what `map` mapped.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// One ring inside a region: `base` is its control block.
+#[derive(Clone, Copy)]
+struct Ring {
+    base: usize,
+    size: usize,
+}
+
+impl Ring {
+    fn data(&self) -> usize {
+        self.base + CONTROL
+    }
+}
+
+/// This process's own file.
+struct Own {
+    region: Region,
+    path: PathBuf,
+    unlinked: bool,
+    ring: usize,
+    /// Kept alive for the address published in the header.
+    _probe: Box<u64>,
+}
+
+/// A peer on this host.
+struct Peer {
+    pid: i32,
+    /// The ring this process writes, in the peer's file.
+    w: Writer,
+    /// The ring in this process's file that the peer writes.
+    inbound: Ring,
+    /// Reader's state: the head.
+    head: u64,
+    queue: VecDeque<Out>,
+    queued: usize,
+    /// Tokens of this peer's large messages read, to acknowledge.
+    done: VecDeque<u64>,
+    partial: Option<Partial>,
+    /// This process can read the peer's memory.
+    cma_from: bool,
+    /// The peer's ordinary socket (where a wake-up goes).
+    wake_to: std::net::SocketAddr,
+}
+
+/// The writing end of a ring in a peer's file.
+struct Writer {
+    /// The peer's file: its header and the rings.
+    theirs: Region,
+    out: Ring,
+    /// The tail, and the head as last read.
+    tail: u64,
+    head_seen: u64,
+}
+
+struct Out {
+    channel: u16,
+    data: Vec<u8>,
+    /// Where the message begins in `data` (room left for a header).
+    start: usize,
+    /// Bytes of the message written so far.
+    sent: usize,
+}
+
+struct Partial {
+    channel: u16,
+    total: usize,
+    data: Vec<u8>,
+}
+
+/// What went through the path, for the job's statistics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ShmStats {
+    pub messages_sent: u64,
+    pub bytes_sent: u64,
+    /// Of those, messages read by the receiver from this process's memory.
+    pub single_copy: u64,
+    pub wakeups_sent: u64,
+}
+
+impl std::fmt::Debug for Shm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shm").field("me", &self.me).field("local", &self.local).finish_non_exhaustive()
+    }
+}
+
+pub(crate) struct Shm {
+    me: u32,
+    own: Own,
+    /// Indexed by rank; `None` for ranks on other hosts (and this one).
+    peers: Vec<Option<Peer>>,
+    local: Vec<u32>,
+    last_doorbell: u64,
+    /// The last scan stopped early (a full inbox): scan again even if the
+    /// doorbell did not ring.
+    rescan: bool,
+    /// Buffers of large messages, kept until their receivers read them.
+    lent: HashMap<u64, Vec<u8>>,
+    next_token: u64,
+    cma: bool,
+    pub stats: Vec<ShmStats>,
+    /// Peers to send a wake-up datagram to.
+    pub wake: Vec<std::net::SocketAddr>,
+}
+
+fn file_path(job: u64, rank: u32) -> PathBuf {
+    PathBuf::from(format!("/dev/shm/bulkwire-{job:016x}-{rank}"))
+}
+
+/// The files of job `job` left in `/dev/shm` (by processes killed before
+/// they unlinked theirs): for the launcher to remove.
+pub fn leftover_files(job: u64) -> Vec<PathBuf> {
+    let prefix = format!("bulkwire-{job:016x}-");
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else { return Vec::new() };
+    dir.filter_map(Result::ok)
+        .filter(|d| d.file_name().to_str().is_some_and(|n| n.starts_with(&prefix)))
+        .map(|d| d.path())
+        .collect()
+}
+
+/// What makes two processes one host for this path.
+fn host_identity() -> String {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let ns = |name: &str| std::fs::metadata(format!("/proc/self/ns/{name}")).map(|m| m.ino()).unwrap_or(0);
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    format!("{}/net:{}/mnt:{}/uid:{}", boot.trim(), ns("net"), ns("mnt"), uid)
+}
+
+fn align(n: usize) -> usize {
+    (n + RECORD - 1) & !(RECORD - 1)
+}
+
+impl Shm {
+    /// Creates this process's file, before the rendezvous. `None` (and why)
+    /// where the host has no shared-memory file system or the file cannot
+    /// be made: the job then runs over UDP alone.
+    pub fn create(job: u64, rank: u32, size: u32, options: &ShmOptions) -> Result<Shm, String> {
+        let path = file_path(job, rank);
+        let slot = CONTROL + options.ring;
+        let len = HEADER + size as usize * slot;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let made = (|| {
+            file.set_len(len as u64)?;
+            Region::map(&file, len)
+        })();
+        let region = match made {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                return Err(format!("{}: {e}", path.display()));
+            }
+        };
+        let host = host_identity();
+        let host = &host.as_bytes()[..host.len().min(HOST_MAX)];
+        let probe = Box::new(PROBE);
+        // SAFETY: the header lies within the fresh mapping, which no other
+        // process reads before the magic number is stored below.
+        unsafe {
+            std::ptr::copy_nonoverlapping(host.as_ptr(), region.ptr.add(H_HOST), host.len());
+        }
+        region.u32(H_VERSION).store(VERSION, Ordering::Relaxed);
+        region.u32(H_SLOTS).store(size, Ordering::Relaxed);
+        region.u64(H_RING).store(options.ring as u64, Ordering::Relaxed);
+        region.u32(H_PID).store(std::process::id(), Ordering::Relaxed);
+        region.u32(H_HOST_LEN).store(host.len() as u32, Ordering::Relaxed);
+        region.u64(H_PROBE).store(&*probe as *const u64 as u64, Ordering::Relaxed);
+        region.u64(H_MAGIC).store(MAGIC, Ordering::Release);
+        if options.cma {
+            // Where a ptrace policy (Yama) restricts who may read this
+            // process's memory, let the job's processes do it.
+            // SAFETY: prctl with integer arguments; fails harmlessly without Yama.
+            unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
+        }
+        Ok(Shm {
+            me: rank,
+            own: Own { region, path, unlinked: false, ring: options.ring, _probe: probe },
+            peers: (0..size).map(|_| None).collect(),
+            local: Vec::new(),
+            last_doorbell: 0,
+            rescan: false,
+            lent: HashMap::new(),
+            next_token: 1,
+            cma: options.cma,
+            stats: vec![ShmStats::default(); size as usize],
+            wake: Vec::new(),
+        })
+    }
+
+    /// Opens the files of the peers on this host, once the peer table has
+    /// come (every process of the job made its file before it said hello).
+    pub fn attach(&mut self, job: u64, ordinary: &[std::net::SocketAddr]) {
+        let mine = self.own.region.clone_header_host();
+        for rank in 0..self.peers.len() as u32 {
+            if rank == self.me {
+                continue;
+            }
+            if let Some(peer) = self.open_peer(job, rank, &mine, ordinary[rank as usize]) {
+                self.local.push(rank);
+                self.peers[rank as usize] = Some(peer);
+            }
+        }
+    }
+
+    fn open_peer(&self, job: u64, rank: u32, host: &[u8], wake_to: std::net::SocketAddr) -> Option<Peer> {
+        let file = OpenOptions::new().read(true).write(true).open(file_path(job, rank)).ok()?;
+        let meta = file.metadata().ok()?;
+        // SAFETY: getuid has no preconditions.
+        if meta.uid() != unsafe { libc::getuid() } || meta.mode() & 0o077 != 0 || (meta.len() as usize) < HEADER {
+            return None;
+        }
+        let len = meta.len() as usize;
+        let theirs = Region::map(&file, len).ok()?;
+        if theirs.u64(H_MAGIC).load(Ordering::Acquire) != MAGIC
+            || theirs.u32(H_VERSION).load(Ordering::Relaxed) != VERSION
+        {
+            return None;
+        }
+        if theirs.clone_header_host() != host {
+            return None;
+        }
+        let slots = theirs.u32(H_SLOTS).load(Ordering::Relaxed) as usize;
+        let ring = theirs.u64(H_RING).load(Ordering::Relaxed) as usize;
+        if !ring.is_power_of_two()
+            || ring < 4096
+            || slots != self.peers.len()
+            || HEADER + slots * (CONTROL + ring) != len
+        {
+            return None;
+        }
+        let pid = theirs.u32(H_PID).load(Ordering::Relaxed) as i32;
+        let out = Ring { base: HEADER + self.me as usize * (CONTROL + ring), size: ring };
+        let inbound = Ring { base: HEADER + rank as usize * (CONTROL + self.own.ring), size: self.own.ring };
+        let probe = theirs.u64(H_PROBE).load(Ordering::Relaxed);
+        let cma_from = self.cma && read_remote(pid, probe, 8).is_ok_and(|b| b == PROBE.to_ne_bytes());
+        self.own.region.u32(inbound.base + C_CMA).store(cma_from as u32, Ordering::Release);
+        theirs.u32(out.base + C_ATTACHED).store(1, Ordering::Release);
+        let tail = theirs.u64(out.base + C_TAIL).load(Ordering::Acquire);
+        Some(Peer {
+            pid,
+            w: Writer { theirs, out, tail, head_seen: tail },
+            inbound,
+            head: 0,
+            queue: VecDeque::new(),
+            queued: 0,
+            done: VecDeque::new(),
+            partial: None,
+            cma_from,
+            wake_to,
+        })
+    }
+
+    pub fn is_local(&self, rank: u32) -> bool {
+        self.peers.get(rank as usize).is_some_and(Option::is_some)
+    }
+
+    /// Every other process of the job is on this host.
+    pub fn all_local(&self) -> bool {
+        self.local.len() + 1 == self.peers.len()
+    }
+
+    /// Whether a message of `len` bytes to `to` (a local peer) is taken now:
+    /// a queue of up to `budget` bytes per peer; a message of any size
+    /// when nothing waits.
+    pub fn check(&self, to: u32, len: usize, budget: usize) -> Result<(), SendError> {
+        let peer = self.peers[to as usize].as_ref().expect("a local peer");
+        if peer.queued > 0 && peer.queued + len > budget {
+            return Err(SendError::WouldBlock);
+        }
+        Ok(())
+    }
+
+    /// Queues `data[start..]` for `to` (a local peer) and writes what fits.
+    pub fn send(&mut self, to: u32, channel: u16, data: Vec<u8>, start: usize) {
+        let len = data.len() - start;
+        let stats = &mut self.stats[to as usize];
+        stats.messages_sent += 1;
+        stats.bytes_sent += len as u64;
+        let peer = self.peers[to as usize].as_mut().expect("a local peer");
+        peer.queued += len;
+        peer.queue.push_back(Out { channel, data, start, sent: 0 });
+        self.push(to);
+    }
+
+    /// Writes what waits for `to`: acknowledgements of large messages
+    /// first, then queued messages in order, as far as the ring has room.
+    fn push(&mut self, to: u32) {
+        let peer = self.peers[to as usize].as_mut().expect("a local peer");
+        let mut wrote = false;
+        while let Some(&token) = peer.done.front() {
+            if !peer.w.write(DONE, 0, 0, token, &[]) {
+                break;
+            }
+            peer.done.pop_front();
+            wrote = true;
+        }
+        let single_copy = peer.w.theirs.u32(peer.w.out.base + C_CMA).load(Ordering::Acquire) == 1;
+        let max_piece = peer.w.out.size / 4 - RECORD;
+        while let Some(out) = peer.queue.front_mut() {
+            let len = out.data.len() - out.start;
+            if out.sent == 0 && len >= LARGE_FROM && single_copy {
+                let token = self.next_token;
+                let addr = out.data[out.start..].as_ptr() as u64;
+                let mut payload = [0u8; 16];
+                payload[..8].copy_from_slice(&addr.to_le_bytes());
+                payload[8..].copy_from_slice(&(len as u64).to_le_bytes());
+                if !peer.w.write(LARGE, 0, out.channel, token, &payload) {
+                    break;
+                }
+                self.next_token += 1;
+                self.stats[to as usize].single_copy += 1;
+                let out = peer.queue.pop_front().expect("the front");
+                peer.queued -= len;
+                self.lent.insert(token, out.data);
+                wrote = true;
+                continue;
+            }
+            let piece = (len - out.sent).min(max_piece);
+            let mut flags = 0;
+            if out.sent == 0 {
+                flags |= FIRST;
+            }
+            if out.sent + piece == len {
+                flags |= LAST;
+            }
+            let from = out.start + out.sent;
+            if !peer.w.write(DATA, flags, out.channel, len as u64, &out.data[from..from + piece]) {
+                break;
+            }
+            wrote = true;
+            out.sent += piece;
+            if out.sent == len {
+                peer.queued -= len;
+                peer.queue.pop_front();
+            }
+        }
+        if wrote {
+            peer.w.theirs.u64(peer.w.out.base + C_TAIL).store(peer.w.tail, Ordering::Release);
+            // The doorbell, then the sleep flag: sequentially consistent with
+            // the reader's flag, then doorbell (see `may_sleep`).
+            peer.w.theirs.u64(H_DOORBELL).fetch_add(1, Ordering::SeqCst);
+            let sleeping = peer.w.theirs.u32(H_SLEEPING);
+            if sleeping.load(Ordering::SeqCst) != 0 && sleeping.swap(0, Ordering::SeqCst) != 0 {
+                self.stats[to as usize].wakeups_sent += 1;
+                self.wake.push(peer.wake_to);
+            }
+        }
+    }
+
+    /// Writes what waits for every local peer.
+    pub fn flush(&mut self) {
+        for i in 0..self.local.len() {
+            let to = self.local[i];
+            let peer = self.peers[to as usize].as_ref().expect("a local peer");
+            if !peer.queue.is_empty() || !peer.done.is_empty() {
+                self.push(to);
+            }
+        }
+    }
+
+    /// Reads what the local peers wrote into `inbox` while it holds fewer
+    /// than `limit` bytes (counted in `inbox_bytes`). Returns whether
+    /// anything was read, or the violation of a peer.
+    pub fn poll(
+        &mut self,
+        inbox: &mut VecDeque<Inbound>,
+        inbox_bytes: &mut usize,
+        limit: usize,
+        max_message: usize,
+    ) -> Result<bool, String> {
+        self.unlink_when_attached();
+        let doorbell = self.own.region.u64(H_DOORBELL).load(Ordering::Acquire);
+        if doorbell == self.last_doorbell && !self.rescan {
+            return Ok(false);
+        }
+        self.last_doorbell = doorbell;
+        self.rescan = false;
+        let mut moved = false;
+        let mut acknowledge = Vec::new();
+        for i in 0..self.local.len() {
+            let from = self.local[i];
+            let peer = self.peers[from as usize].as_mut().expect("a local peer");
+            let ring = peer.inbound;
+            let region = &self.own.region;
+            let tail = region.u64(ring.base + C_TAIL).load(Ordering::Acquire);
+            let start_head = peer.head;
+            while peer.head != tail {
+                if *inbox_bytes >= limit {
+                    self.rescan = true;
+                    break;
+                }
+                let bad = |why: &str| Err(format!("rank {from} broke the protocol: shared memory: {why}"));
+                let available = tail.wrapping_sub(peer.head);
+                if available > ring.size as u64 || available < RECORD as u64 {
+                    return bad("the ring's positions are inconsistent");
+                }
+                let at = (peer.head as usize) & (ring.size - 1);
+                let mut header = [0u8; RECORD];
+                // SAFETY: `at + RECORD <= ring.size` (records are aligned to
+                // RECORD and the ring's size is a multiple), within the
+                // mapping; the writer does not touch published records.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(region.ptr.add(ring.data() + at), header.as_mut_ptr(), RECORD);
+                }
+                let len = u32::from_le_bytes(header[0..4].try_into().expect("4 bytes")) as usize;
+                let (kind, flags) = (header[4], header[5]);
+                let channel = u16::from_le_bytes(header[6..8].try_into().expect("2 bytes"));
+                let extra = u64::from_le_bytes(header[8..16].try_into().expect("8 bytes"));
+                if kind == PAD {
+                    let skip = (ring.size - at) as u64;
+                    if skip > available {
+                        return bad("a padding record runs past the data");
+                    }
+                    peer.head = peer.head.wrapping_add(skip);
+                    continue;
+                }
+                let size = RECORD + align(len);
+                if size as u64 > available || at + size > ring.size {
+                    return bad("a record runs past the data");
+                }
+                // SAFETY: checked to lie within the ring just above.
+                let payload = unsafe { std::slice::from_raw_parts(region.ptr.add(ring.data() + at + RECORD), len) };
+                match kind {
+                    DATA => {
+                        if flags & FIRST != 0 {
+                            if peer.partial.is_some() {
+                                return bad("a message begins inside another");
+                            }
+                            let total = extra as usize;
+                            if total > max_message {
+                                return bad("a message longer than the largest allowed");
+                            }
+                            peer.partial = Some(Partial { channel, total, data: Vec::with_capacity(total) });
+                        }
+                        let Some(p) = peer.partial.as_mut() else { return bad("a piece outside any message") };
+                        if p.channel != channel || p.data.len() + len > p.total {
+                            return bad("a piece does not fit its message");
+                        }
+                        p.data.extend_from_slice(payload);
+                        if flags & LAST != 0 {
+                            let p = peer.partial.take().expect("just matched");
+                            if p.data.len() != p.total {
+                                return bad("a message ended short");
+                            }
+                            *inbox_bytes += p.data.capacity();
+                            inbox.push_back(Inbound { from, channel, data: p.data, start: 0 });
+                        }
+                    }
+                    LARGE => {
+                        if len != 16 || peer.partial.is_some() {
+                            return bad("a malformed large-message record");
+                        }
+                        let addr = u64::from_le_bytes(payload[..8].try_into().expect("8 bytes"));
+                        let total = u64::from_le_bytes(payload[8..].try_into().expect("8 bytes")) as usize;
+                        if total > max_message {
+                            return bad("a message longer than the largest allowed");
+                        }
+                        let data = read_remote(peer.pid, addr, total).map_err(|e| match e.raw_os_error() {
+                            Some(libc::ESRCH) => format!("rank {from} is gone (its process ended mid-message)"),
+                            _ => format!("rank {from}: reading a message from its memory failed: {e}"),
+                        })?;
+                        *inbox_bytes += data.capacity();
+                        inbox.push_back(Inbound { from, channel, data, start: 0 });
+                        peer.done.push_back(extra);
+                        acknowledge.push(from);
+                    }
+                    DONE => {
+                        if self.lent.remove(&extra).is_none() {
+                            return bad("an acknowledgement of no message");
+                        }
+                    }
+                    _ => return bad("a record of an unknown kind"),
+                }
+                peer.head = peer.head.wrapping_add(size as u64);
+            }
+            if peer.head != start_head {
+                region.u64(ring.base + C_HEAD).store(peer.head, Ordering::Release);
+                moved = true;
+            }
+        }
+        for to in acknowledge {
+            self.push(to);
+        }
+        Ok(moved)
+    }
+
+    /// Before sleeping in poll(2) on the sockets: raises the flag that makes
+    /// senders wake this process, and says whether it may sleep (nothing
+    /// came meanwhile).
+    pub fn may_sleep(&self) -> bool {
+        self.own.region.u32(H_SLEEPING).store(1, Ordering::SeqCst);
+        let doorbell = self.own.region.u64(H_DOORBELL).load(Ordering::SeqCst);
+        doorbell == self.last_doorbell && !self.rescan
+    }
+
+    pub fn awake(&self) {
+        self.own.region.u32(H_SLEEPING).store(0, Ordering::Relaxed);
+    }
+
+    /// Nothing waits to be written and no buffer is lent.
+    pub fn is_idle(&self) -> bool {
+        self.lent.is_empty()
+            && self.local.iter().all(|&r| {
+                let p = self.peers[r as usize].as_ref().expect("a local peer");
+                p.queue.is_empty() && p.done.is_empty()
+            })
+    }
+
+    /// Once every local peer has opened this process's file, its name is
+    /// no longer needed: unlinked, it goes with the last mapping.
+    fn unlink_when_attached(&mut self) {
+        if self.own.unlinked {
+            return;
+        }
+        let region = &self.own.region;
+        let all = self.local.iter().all(|&r| {
+            let p = self.peers[r as usize].as_ref().expect("a local peer");
+            region.u32(p.inbound.base + C_ATTACHED).load(Ordering::Acquire) == 1
+        });
+        if all {
+            self.unlink();
+        }
+    }
+
+    pub fn unlink(&mut self) {
+        if !self.own.unlinked {
+            let _ = std::fs::remove_file(&self.own.path);
+            self.own.unlinked = true;
+        }
+    }
+
+    /// Whether this process reads `rank`'s large messages from its memory.
+    pub fn single_copy_from(&self, rank: u32) -> bool {
+        self.peers.get(rank as usize).and_then(Option::as_ref).is_some_and(|p| p.cma_from)
+    }
+
+    pub fn local_peers(&self) -> &[u32] {
+        &self.local
+    }
+
+    pub fn ring_bytes(&self) -> usize {
+        self.own.ring
+    }
+}
+
+impl Drop for Shm {
+    fn drop(&mut self) {
+        self.unlink();
+    }
+}
+
+impl Region {
+    fn clone_header_host(&self) -> Vec<u8> {
+        let n = (self.u32(H_HOST_LEN).load(Ordering::Relaxed) as usize).min(HOST_MAX);
+        // SAFETY: the host identity lies within the header.
+        unsafe { std::slice::from_raw_parts(self.ptr.add(H_HOST), n) }.to_vec()
+    }
+}
+
+impl Writer {
+    /// Writes one record if the ring has room for it (after padding to the
+    /// ring's end where it does not fit before it). The tail is published
+    /// by the caller.
+    fn write(&mut self, kind: u8, flags: u8, channel: u16, extra: u64, payload: &[u8]) -> bool {
+        let size = RECORD + align(payload.len());
+        let ring = self.out;
+        let at = (self.tail as usize) & (ring.size - 1);
+        let to_end = ring.size - at;
+        let need = if size > to_end { to_end + size } else { size };
+        if self.tail.wrapping_sub(self.head_seen) as usize + need > ring.size {
+            self.head_seen = self.theirs.u64(ring.base + C_HEAD).load(Ordering::Acquire);
+            let used = self.tail.wrapping_sub(self.head_seen) as usize;
+            // A reader that moved its head past the tail has broken its
+            // ring: write no more into it.
+            if used > ring.size || used + need > ring.size {
+                return false;
+            }
+        }
+        let base = ring.data();
+        if size > to_end {
+            self.put_header(base + at, 0, PAD, 0, 0, 0);
+            self.tail = self.tail.wrapping_add(to_end as u64);
+        }
+        let at = (self.tail as usize) & (ring.size - 1);
+        self.put_header(base + at, payload.len() as u32, kind, flags, channel, extra);
+        // SAFETY: the record lies within the ring (room checked above), which
+        // only this process writes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(payload.as_ptr(), self.theirs.ptr.add(base + at + RECORD), payload.len());
+        }
+        self.tail = self.tail.wrapping_add(size as u64);
+        true
+    }
+
+    fn put_header(&self, at: usize, len: u32, kind: u8, flags: u8, channel: u16, extra: u64) {
+        let mut h = [0u8; RECORD];
+        h[0..4].copy_from_slice(&len.to_le_bytes());
+        h[4] = kind;
+        h[5] = flags;
+        h[6..8].copy_from_slice(&channel.to_le_bytes());
+        h[8..16].copy_from_slice(&extra.to_le_bytes());
+        assert!(at + RECORD <= self.theirs.len);
+        // SAFETY: in bounds (checked), in the ring this process writes.
+        unsafe { std::ptr::copy_nonoverlapping(h.as_ptr(), self.theirs.ptr.add(at), RECORD) };
+    }
+}
+
+/// Reads `len` bytes at `addr` in process `pid` (one copy, by the kernel).
+fn read_remote(pid: i32, addr: u64, len: usize) -> io::Result<Vec<u8>> {
+    let mut data = vec![0u8; len];
+    let mut done = 0;
+    while done < len {
+        let local = libc::iovec { iov_base: data[done..].as_mut_ptr().cast(), iov_len: len - done };
+        let remote = libc::iovec { iov_base: (addr as usize + done) as *mut libc::c_void, iov_len: len - done };
+        // SAFETY: `local` describes memory we own; the kernel checks `remote`.
+        let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if n == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "nothing read"));
+        }
+        done += n as usize;
+    }
+    Ok(data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(ring: usize) -> ShmOptions {
+        ShmOptions { ring, cma: true }
+    }
+
+    fn pair(ring: usize) -> (Shm, Shm) {
+        let job = crate::new_job_id();
+        let addr: std::net::SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let mut a = Shm::create(job, 0, 2, &options(ring)).unwrap();
+        let mut b = Shm::create(job, 1, 2, &options(ring)).unwrap();
+        a.attach(job, &[addr, addr]);
+        b.attach(job, &[addr, addr]);
+        (a, b)
+    }
+
+    fn drain(s: &mut Shm) -> Vec<Inbound> {
+        let mut inbox = VecDeque::new();
+        let mut bytes = 0;
+        s.poll(&mut inbox, &mut bytes, usize::MAX, 1 << 30).unwrap();
+        inbox.into()
+    }
+
+    #[test]
+    fn processes_of_one_host_find_each_other_and_unlink_their_files() {
+        let (mut a, mut b) = pair(64 << 10);
+        assert!(a.is_local(1) && b.is_local(0) && a.all_local());
+        assert!(!a.is_local(0));
+        drain(&mut a);
+        drain(&mut b);
+        assert!(!a.own.path.exists() && !b.own.path.exists());
+    }
+
+    #[test]
+    fn messages_of_every_size_arrive_whole_and_in_order() {
+        let (mut a, mut b) = pair(64 << 10);
+        let sizes = [0usize, 1, 15, 16, 17, 1000, 16 << 10, 40 << 10, 200 << 10, 3];
+        let mut expected = Vec::new();
+        for (i, &n) in sizes.iter().enumerate() {
+            let data: Vec<u8> = (0..n).map(|k| (k * 7 + i) as u8).collect();
+            expected.push(data.clone());
+            a.send(1, i as u16, data, 0);
+        }
+        let mut got = Vec::new();
+        for _ in 0..10_000 {
+            got.extend(drain(&mut b));
+            drain(&mut a);
+            a.flush();
+            if got.len() == sizes.len() && a.is_idle() {
+                break;
+            }
+        }
+        assert_eq!(got.len(), sizes.len());
+        for (i, m) in got.iter().enumerate() {
+            assert_eq!((m.from, m.channel), (0, i as u16));
+            assert_eq!(m.data, expected[i]);
+        }
+        assert!(a.is_idle());
+        assert!(a.stats[1].single_copy >= 2);
+    }
+
+    #[test]
+    fn a_full_ring_holds_messages_back_until_read() {
+        let (mut a, mut b) = pair(64 << 10);
+        for i in 0..100u32 {
+            a.send(1, 0, i.to_le_bytes().repeat(1000), 0);
+        }
+        assert!(!a.is_idle());
+        let mut got = 0u32;
+        while got < 100 {
+            for m in drain(&mut b) {
+                assert_eq!(m.data, got.to_le_bytes().repeat(1000));
+                got += 1;
+            }
+            a.flush();
+        }
+    }
+
+    #[test]
+    fn a_corrupt_record_is_the_writer_s_violation() {
+        let (mut a, mut b) = pair(64 << 10);
+        a.send(1, 0, vec![1, 2, 3], 0);
+        // The writer claims a record longer than the ring.
+        let ring = b.peers[0].as_ref().unwrap().inbound;
+        b.own.region.u32(ring.data()).store(1 << 30, Ordering::Relaxed);
+        let mut inbox = VecDeque::new();
+        let mut bytes = 0;
+        let err = b.poll(&mut inbox, &mut bytes, usize::MAX, 1 << 20).unwrap_err();
+        assert!(err.starts_with("rank 0 broke the protocol") && err.contains("runs past"), "{err}");
+        assert!(inbox.is_empty());
+    }
+
+    #[test]
+    fn a_sleeping_reader_is_woken_once() {
+        let (mut a, mut b) = pair(64 << 10);
+        drain(&mut b);
+        assert!(b.may_sleep());
+        a.send(1, 0, vec![9], 0);
+        assert_eq!(a.wake.len(), 1);
+        a.send(1, 0, vec![9], 0);
+        assert_eq!(a.wake.len(), 1, "a reader already woken is not woken again");
+        assert!(!b.may_sleep(), "what came meanwhile keeps the reader up");
+        assert_eq!(drain(&mut b).len(), 2);
+        assert!(b.may_sleep());
+    }
+
+    #[test]
+    fn settings_are_checked() {
+        let look = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        };
+        assert!(ShmOptions::from_lookup(look(&[(SHM, "0")]), 4).unwrap().is_none());
+        assert!(ShmOptions::from_lookup(look(&[(crate::DROP, "0.05")]), 4).unwrap().is_none());
+        assert!(ShmOptions::from_lookup(look(&[(crate::DROP, "0.05"), (SHM, "1")]), 4).unwrap().is_some());
+        assert_eq!(ShmOptions::from_lookup(look(&[]), 2).unwrap().unwrap().ring, 2 << 20);
+        assert_eq!(ShmOptions::from_lookup(look(&[]), 64).unwrap().unwrap().ring, 64 << 10);
+        assert!(ShmOptions::from_lookup(look(&[(SHM, "maybe")]), 2).unwrap_err().contains("BULKWIRE_SHM"));
+        assert!(ShmOptions::from_lookup(look(&[(SHM_RING, "100000")]), 2).unwrap_err().contains("power of two"));
     }
 }
