@@ -78,8 +78,7 @@ impl RoundTrips {
     ) -> Result<RoundTrips, CommError> {
         // A busy-polling process without a core of its own measures the
         // scheduler, not the network.
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
-        let spin = world.size() <= cores;
+        let spin = world.size() <= bulkwire_runtime::host_cores();
         let udp_fits = data.len() <= UDP_MAX_PAYLOAD;
         world.barrier()?;
         let bulkwire = median_us(round_trips(world, peer, initiator, data, n)?);

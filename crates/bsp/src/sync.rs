@@ -333,6 +333,10 @@ fn wait<R>(
     }
 }
 
+/// The data piece for a process on this host (through shared memory): one
+/// system call of the receiver's reads it from this process's memory.
+const SHM_PIECE: usize = 4 << 20;
+
 /// Queues `message` for `to` if the runtime has room; gives it back if
 /// not. A `framed` message has room in front for the protocol's record
 /// header.
@@ -792,13 +796,17 @@ impl Bsp {
                     offset = start(visit);
                     continue;
                 }
+                // A process on this host takes large pieces through shared
+                // memory, neither windowed nor paced (no network between):
+                // the runtime's send budget holds the sender back.
+                let local = e.transport(to) == bulkwire_runtime::Transport::Shm;
                 let memory = e.endpoint.memory();
                 let in_flight = pacing::in_flight(memory.send_packets, memory.pending_bytes, packet);
-                if in_flight >= window {
+                if in_flight >= window && !local {
                     break;
                 }
-                let piece = repackaging::piece(offset, stream.len(), packet);
-                if let Some(rate) = rate {
+                let piece = repackaging::piece(offset, stream.len(), if local { SHM_PIECE } else { packet });
+                if let (Some(rate), false) = (rate, local) {
                     let now = Instant::now();
                     let pacer = pacer.get_or_insert_with(|| Pacer::new(rate, packet, now));
                     // What the piece costs on the wire: its headers, the
@@ -821,7 +829,7 @@ impl Bsp {
                     net.outgoing.push_back(Outgoing { to, message, framed });
                 }
                 offset = end;
-                if (last && ask_last) || in_flight + 1 >= window {
+                if !local && ((last && ask_last) || in_flight + 1 >= window) {
                     e.end_phase(to, CHANNEL);
                 }
             }

@@ -345,8 +345,14 @@ struct Variant {
     every_case: bool,
 }
 
+/// Processes of one host through shared memory (the default).
 const DEFAULT: Variant = Variant { name: "default", env: &[], every_case: true };
-/// Injected receive loss: every case must give the same result.
+/// The same over UDP, as between hosts.
+const UDP: Variant = Variant { name: "udp", env: &[("BULKWIRE_SHM", "0")], every_case: true };
+/// Shared memory with every large message through the rings (no single copy).
+const RINGS_ONLY: Variant = Variant { name: "rings only", env: &[("BULKWIRE_SHM_CMA", "0")], every_case: false };
+/// Injected receive loss (over UDP: loss turns shared memory off): every
+/// case must give the same result.
 const LOSSY: Variant = Variant {
     name: "5% loss",
     env: &[("BULKWIRE_TEST_DROP", "0.05"), ("BULKWIRE_TEST_DROP_SEED", "7")],
@@ -505,7 +511,11 @@ fn run_suite(title: &str, dir: &Path, variants: &[Variant]) {
 
 #[test]
 fn bsplib_conformance_suite() {
-    run_suite("BSPlib conformance", Path::new("tests/bsp-conformance"), &[DEFAULT, LOSSY, PID_ORDER, RANDOM_ORDER]);
+    run_suite(
+        "BSPlib conformance",
+        Path::new("tests/bsp-conformance"),
+        &[DEFAULT, UDP, LOSSY, PID_ORDER, RANDOM_ORDER, RINGS_ONLY],
+    );
 }
 
 #[test]
@@ -523,13 +533,13 @@ fn bsplib_c_examples() {
 /// section: `examples/groups/`.
 #[test]
 fn groups_from_c() {
-    run_suite("groups from C", Path::new("examples/groups"), &[DEFAULT, LOSSY]);
+    run_suite("groups from C", Path::new("examples/groups"), &[DEFAULT, UDP, LOSSY]);
 }
 
 /// The shared memory from C (`include/bulkwire.h`): `examples/dsm`.
 #[test]
 fn shared_memory_from_c() {
-    run_suite("shared memory from C", Path::new("examples/dsm"), &[DEFAULT, LOSSY]);
+    run_suite("shared memory from C", Path::new("examples/dsm"), &[DEFAULT, UDP, LOSSY]);
 }
 
 /// The wrappers as a user meets them: bspcc with the Oxford toolset's

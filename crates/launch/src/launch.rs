@@ -76,6 +76,14 @@ pub struct Args {
     /// different hosts do (`off`). As BULKWIRE_SHM.
     #[arg(long, value_enum)]
     pub shm: Option<ShmChoice>,
+    /// Bind each rank on this machine to a core of its own (`core`), or let
+    /// the scheduler move them (`none`). By default `core` when the ranks
+    /// started here fit on the cores this command may use, as Open MPI
+    /// does: two spinning ranks the scheduler put on one core pass every
+    /// message by a context switch (measured: 8 B half round trip through
+    /// shared memory about 3.6 us so, 0.8 us on cores of their own).
+    #[arg(long = "bind-to", value_enum)]
+    pub bind_to: Option<BindChoice>,
     /// Say which paths the job's data takes, and when a pair's data changes
     /// path (BULKWIRE_VERBOSE=1 in every rank).
     #[arg(long, short = 'v')]
@@ -108,6 +116,7 @@ impl Args {
             rate_control: None,
             warp_capacity: None,
             shm: None,
+            bind_to: None,
             verbose: false,
             stats: false,
             stats_json: None,
@@ -145,6 +154,12 @@ impl Args {
         }
         settings
     }
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BindChoice {
+    Core,
+    None,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -275,7 +290,22 @@ fn run_job(args: &Args, mut capture: Option<Captured>) -> Result<i32, String> {
                 })
                 .collect::<Result<_, String>>()?
         }
-        (None, Engine::Local) => (0..args.ranks).map(|r| (rank_command(args, r), format!("rank {r}"))).collect(),
+        (None, Engine::Local) => {
+            let cores = match args.bind_to {
+                Some(BindChoice::None) => None,
+                _ => usable_cores().filter(|c| c.len() >= args.ranks as usize),
+            };
+            (0..args.ranks)
+                .map(|r| {
+                    let mut cmd = rank_command(args, r);
+                    if let Some(cores) = &cores {
+                        bind_to_core(&mut cmd, cores[r as usize]);
+                        cmd.env(bulkwire_runtime::CORES, cores.len().to_string());
+                    }
+                    (cmd, format!("rank {r}"))
+                })
+                .collect()
+        }
         (None, engine) => vec![(engine_command(args, engine)?, engine_name(engine).to_string())],
     };
     let mut labels = Vec::new();
@@ -488,6 +518,34 @@ fn rank_command(args: &Args, rank: u32) -> Command {
         .stderr(Stdio::piped())
         .stdin(if rank == 0 { Stdio::piped() } else { Stdio::null() });
     cmd
+}
+
+/// The cores this process may run on, in order; `None` if unknown.
+fn usable_cores() -> Option<Vec<usize>> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity
+    // fills it for this process.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
+        return None;
+    }
+    // SAFETY: CPU_ISSET reads the set filled above.
+    Some((0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect())
+}
+
+/// Makes the process `cmd` starts run on `core` only (its threads too).
+fn bind_to_core(cmd: &mut Command, core: usize) {
+    // SAFETY: sched_setaffinity is a system call, safe between fork and
+    // exec; the set is built before the fork.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    unsafe { libc::CPU_SET(core, &mut set) };
+    unsafe {
+        cmd.pre_exec(move || {
+            // A binding refused (a container's cpuset changed meanwhile)
+            // leaves the rank unbound, not unstarted.
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+            Ok(())
+        });
+    }
 }
 
 fn spawn(mut cmd: Command) -> std::io::Result<Child> {

@@ -684,7 +684,7 @@ impl Runtime {
             shm,
         };
         // Spinning pays only when every process of the job here has a core.
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+        let cores = crate::env::host_cores();
         let spin = match std::env::var("BULKWIRE_SPIN_US").ok().and_then(|v| v.trim().parse().ok()) {
             Some(us) => Duration::from_micros(us),
             None if env.local_size <= cores => Duration::from_micros(250),

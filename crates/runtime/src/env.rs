@@ -11,6 +11,8 @@ pub const JOB: &str = "BULKWIRE_JOB";
 pub const KEY: &str = "BULKWIRE_KEY";
 pub const RENDEZVOUS: &str = "BULKWIRE_RENDEZVOUS";
 /// Processes of the job on this machine (to decide whether spinning pays).
+/// The cores the job's processes on this host share (see [`host_cores`]).
+pub const CORES: &str = "BULKWIRE_CORES";
 pub const LOCAL_SIZE: &str = "BULKWIRE_LOCAL_SIZE";
 
 /// Rank and size variables of the engines clusters already have, in the
@@ -91,6 +93,17 @@ impl JobEnv {
 }
 
 /// A fresh random job key.
+/// The cores the job's processes on this host share: `BULKWIRE_CORES`,
+/// which the launcher sets (a rank bound to one core sees only that one
+/// itself), else those this process may run on.
+pub fn host_cores() -> u32 {
+    std::env::var(CORES)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|&n: &u32| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()) as u32)
+}
+
 pub fn new_key() -> JobKey {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).expect("the operating system's random source");

@@ -240,7 +240,11 @@ struct Peer {
     /// Reader's state: the head.
     head: u64,
     queue: VecDeque<Out>,
+    /// Bytes of messages queued, and lent (read from this process's
+    /// memory by the peer, not yet acknowledged): both count against the
+    /// send budget.
     queued: usize,
+    lent: usize,
     /// Tokens of this peer's large messages read, to acknowledge.
     done: VecDeque<u64>,
     partial: Option<Partial>,
@@ -267,6 +271,13 @@ struct Out {
     start: usize,
     /// Bytes of the message written so far.
     sent: usize,
+}
+
+/// A large message's buffer, kept until its reader says it has read it.
+struct Lent {
+    to: u32,
+    len: usize,
+    _data: Vec<u8>,
 }
 
 struct Partial {
@@ -302,7 +313,7 @@ pub(crate) struct Shm {
     /// doorbell did not ring.
     rescan: bool,
     /// Buffers of large messages, kept until their receivers read them.
-    lent: HashMap<u64, Vec<u8>>,
+    lent: HashMap<u64, Lent>,
     next_token: u64,
     cma: bool,
     pub stats: Vec<ShmStats>,
@@ -456,6 +467,7 @@ impl Shm {
             head: 0,
             queue: VecDeque::new(),
             queued: 0,
+            lent: 0,
             done: VecDeque::new(),
             partial: None,
             cma_from,
@@ -477,7 +489,8 @@ impl Shm {
     /// when nothing waits.
     pub fn check(&self, to: u32, len: usize, budget: usize) -> Result<(), SendError> {
         let peer = self.peers[to as usize].as_ref().expect("a local peer");
-        if peer.queued > 0 && peer.queued + len > budget {
+        let held = peer.queued + peer.lent;
+        if held > 0 && held + len > budget {
             return Err(SendError::WouldBlock);
         }
         Ok(())
@@ -524,7 +537,8 @@ impl Shm {
                 self.stats[to as usize].single_copy += 1;
                 let out = peer.queue.pop_front().expect("the front");
                 peer.queued -= len;
-                self.lent.insert(token, out.data);
+                peer.lent += len;
+                self.lent.insert(token, Lent { to, len, _data: out.data });
                 wrote = true;
                 continue;
             }
@@ -677,11 +691,13 @@ impl Shm {
                         peer.done.push_back(extra);
                         acknowledge.push(from);
                     }
-                    DONE => {
-                        if self.lent.remove(&extra).is_none() {
-                            return bad("an acknowledgement of no message");
+                    DONE => match self.lent.get(&extra) {
+                        Some(lent) if lent.to == from => {
+                            peer.lent -= lent.len;
+                            self.lent.remove(&extra);
                         }
-                    }
+                        _ => return bad("an acknowledgement of no message"),
+                    },
                     _ => return bad("a record of an unknown kind"),
                 }
                 peer.head = peer.head.wrapping_add(size as u64);
