@@ -96,7 +96,9 @@ fn pingpong_reports_every_size_beside_udp_and_tcp() {
     }
     // Open MPI over TCP runs the same sweep where it is installed.
     if open_mpi() {
-        assert_eq!(sizes(&of(rows, "pingpong", "mpi", "tcp")), all);
+        let mpi = of(rows, "pingpong", "mpi", "tcp");
+        assert_eq!(sizes(&mpi), all);
+        assert!(mpi.iter().all(|r| r["btl"] == "tcp,self"), "{v}");
     }
 }
 
@@ -218,10 +220,10 @@ fn check_total_exchange(v: &Value, mpi: bool, one_host: bool) {
     assert_eq!(
         what,
         [
-            ("MPI_Barrier", "before the job"),
-            ("MPI_Alltoall", "before the job"),
-            ("MPI_Barrier", "after the job"),
-            ("MPI_Alltoall", "after the job")
+            ("tcp, MPI_Barrier", "before the job"),
+            ("tcp, MPI_Alltoall", "before the job"),
+            ("tcp, MPI_Barrier", "after the job"),
+            ("tcp, MPI_Alltoall", "after the job")
         ],
         "{v}"
     );
