@@ -6,8 +6,8 @@
  * Run by those benchmarks (crates/bench/src/mpi.rs) and by
  * scripts/ompi-bench.sh.
  *
- *   bench pingpong|bw [--json] [--iterations N] [--max-size BYTES] [--window W]
- *   bench alltoall [--json] [--iterations N] [--max-size BYTES_PER_PAIR]
+ *   bench pingpong|bw [--json] [--transport T] [--iterations N] [--max-size BYTES] [--window W]
+ *   bench alltoall [--json] [--transport T] [--iterations N] [--max-size BYTES_PER_PAIR]
  *   bench bcast|allreduce [--json] [--iterations N] --sizes B,B,...
  *
  * Sizes, round counts, windows and budgets follow crates/bench/src:
@@ -15,6 +15,10 @@
  * a tenth as many warm-up round trips; bw (as OSU's osu_bw): a window of
  * non-blocking sends (at most 64 MiB), then a 0-byte acknowledgement, one
  * window to warm up.
+ *
+ * --transport names what mpirun was told to carry the messages over (`tcp`,
+ * the default, or `shm`): the rows of pingpong, bw and alltoall say it in
+ * `what` (`tcp`; `tcp, MPI_Alltoall`), as bulkwire's rows say theirs.
  */
 #include <math.h>
 #include <mpi.h>
@@ -43,6 +47,10 @@ static int cmp(const void *a, const void *b) {
 
 static long clampl(long x, long lo, long hi) { return x < lo ? lo : x > hi ? hi : x; }
 
+/* The transport named by --transport, and as a table says it. */
+static const char *transport = "tcp";
+static const char *over(void) { return strcmp(transport, "shm") ? "TCP" : "shared memory"; }
+
 static void pingpong(int me, long iterations, long max, int json) {
     long list[64];
     int count = sizes(0, max, list);
@@ -51,7 +59,7 @@ static void pingpong(int me, long iterations, long max, int json) {
     if (me == 0) {
         if (json) printf("[\n");
         else {
-            printf("# half round trip, median, microseconds; Open MPI over TCP, 2 ranks on this machine over loopback\n");
+            printf("# half round trip, median, microseconds; Open MPI over %s, 2 ranks on this machine\n", over());
             printf("%9s %12s\n", "size", "openmpi");
         }
     }
@@ -77,9 +85,9 @@ static void pingpong(int me, long iterations, long max, int json) {
         double half_us = samples[warm + n / 2] / 2.0 * 1e6;
         if (me == 0) {
             if (json)
-                printf("  {\"bench\": \"pingpong\", \"source\": \"mpi\", \"what\": \"tcp\", \"procs\": 2, "
+                printf("  {\"bench\": \"pingpong\", \"source\": \"mpi\", \"what\": \"%s\", \"procs\": 2, "
                        "\"size_bytes\": %ld, \"median_us\": %.3f}%s\n",
-                       size, half_us, s + 1 < count ? "," : "");
+                       transport, size, half_us, s + 1 < count ? "," : "");
             else printf("%9ld %12.2f\n", size, half_us);
         }
         free(samples);
@@ -97,9 +105,9 @@ static void bw(int me, long iterations, long max, long window_arg, int json) {
     if (me == 0) {
         if (json) printf("[\n");
         else {
-            printf("# streaming throughput, MB/s (10^6 B/s); Open MPI over TCP, 2 ranks on this machine over "
-                   "loopback; a window of up to %ld messages (at most %ld MiB) in flight, then an acknowledgement\n",
-                   window_arg, WINDOW_BYTES >> 20);
+            printf("# streaming throughput, MB/s (10^6 B/s); Open MPI over %s, 2 ranks on this machine; a window "
+                   "of up to %ld messages (at most %ld MiB) in flight, then an acknowledgement\n",
+                   over(), window_arg, WINDOW_BYTES >> 20);
             printf("%9s %12s\n", "size", "openmpi");
         }
     }
@@ -128,9 +136,9 @@ static void bw(int me, long iterations, long max, long window_arg, int json) {
         double mb_s = (double)size * window * windows / seconds / 1e6;
         if (me == 0) {
             if (json)
-                printf("  {\"bench\": \"bw\", \"source\": \"mpi\", \"what\": \"tcp\", \"procs\": 2, "
+                printf("  {\"bench\": \"bw\", \"source\": \"mpi\", \"what\": \"%s\", \"procs\": 2, "
                        "\"size_bytes\": %ld, \"mb_per_s\": %.3f, \"window_messages\": %ld, \"windows_count\": %ld}%s\n",
-                       size, mb_s, window, windows, s + 1 < count ? "," : "");
+                       transport, size, mb_s, window, windows, s + 1 < count ? "," : "");
             else printf("%9ld %12.2f\n", size, mb_s);
         }
     }
@@ -196,15 +204,15 @@ static void alltoall(int me, int procs, long reps, long size, int json) {
     if (me == 0) {
         double b = median_us(barrier, reps), x = median_us(exchange, reps);
         if (json)
-            printf("[\n  {\"bench\": \"total-exchange\", \"source\": \"mpi\", \"what\": \"MPI_Barrier\", "
+            printf("[\n  {\"bench\": \"total-exchange\", \"source\": \"mpi\", \"what\": \"%s, MPI_Barrier\", "
                    "\"procs\": %d, \"size_bytes\": %ld, \"median_us\": %.2f, \"mean_us\": %.2f},\n"
-                   "  {\"bench\": \"total-exchange\", \"source\": \"mpi\", \"what\": \"MPI_Alltoall\", "
+                   "  {\"bench\": \"total-exchange\", \"source\": \"mpi\", \"what\": \"%s, MPI_Alltoall\", "
                    "\"procs\": %d, \"size_bytes\": %ld, \"median_us\": %.2f, \"mean_us\": %.2f}\n]\n",
-                   procs, size, b, b_mean, procs, size, x, x_mean);
+                   transport, procs, size, b, b_mean, transport, procs, size, x, x_mean);
         else {
-            printf("# Open MPI over TCP: %d processes, %ld bytes per pair; median of %ld (slowest process, each "
+            printf("# Open MPI over %s: %d processes, %ld bytes per pair; median of %ld (slowest process, each "
                    "started by a barrier), mean of %ld back to back\n",
-                   procs, size, reps, reps);
+                   over(), procs, size, reps, reps);
             printf("%-24s %12s %12s\n", "", "median us", "mean us");
             printf("%-24s %12.1f %12.1f\n%-24s %12.1f %12.1f\n", "MPI_Barrier", b, b_mean, "MPI_Alltoall", x, x_mean);
         }
@@ -364,6 +372,7 @@ int main(int argc, char **argv) {
     uint64_t seed = 3;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--transport") && i + 1 < argc) transport = argv[++i];
         else if (!strcmp(argv[i], "--size") && i + 1 < argc) n = atol(argv[++i]);
         else if (!strcmp(argv[i], "--tolerance") && i + 1 < argc) tol = atof(argv[++i]);
         else if (!strcmp(argv[i], "--dominance") && i + 1 < argc) dominance = atof(argv[++i]);
@@ -400,9 +409,9 @@ int main(int argc, char **argv) {
     }
     if (size != 2 || max < 1 || window < 1 || (strcmp(which, "pingpong") && strcmp(which, "bw"))) {
         if (me == 0)
-            fprintf(stderr, "usage: mpirun -np 2 bench pingpong|bw [--json] [--iterations N] [--max-size B] "
-                            "[--window W]\n       mpirun -np P bench alltoall [--json] [--iterations N] "
-                            "[--max-size B]\n");
+            fprintf(stderr, "usage: mpirun -np 2 bench pingpong|bw [--json] [--transport T] [--iterations N] "
+                            "[--max-size B] [--window W]\n       mpirun -np P bench alltoall [--json] "
+                            "[--transport T] [--iterations N] [--max-size B]\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     if (!strcmp(which, "pingpong")) pingpong(me, iterations > 0 ? iterations : 2000, max, json);

@@ -3,6 +3,8 @@
 //! for a short acknowledgement from rank 1, which posted as many receives;
 //! the throughput is the bytes of the timed windows over the sender's time.
 //! TCP and raw UDP run the same windows between the same two processes.
+//! bulkwire runs over its shared memory or UDP (`--transport`), Open MPI
+//! beside it over shared memory and TCP.
 
 use std::time::Instant;
 
@@ -11,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::reference::{Sockets, WindowResult, UDP_MAX_PAYLOAD};
 use crate::rows::{opt, Report, Row};
+use crate::transport::{self, REQUESTED};
 use crate::{intact, io, mb_per_s, sizes, sizes_of};
 
 #[derive(clap::Args, Debug, Clone, Serialize, Deserialize)]
@@ -24,9 +27,12 @@ pub struct Args {
     /// Largest size, bytes.
     #[arg(long, default_value_t = 4 << 20)]
     pub max_size: usize,
-    /// Leave out the Open MPI reference (the same sweep with Open MPI over TCP).
+    /// Leave out the Open MPI reference (the same sweep with Open MPI over
+    /// shared memory and TCP).
     #[arg(long)]
     pub no_mpi: bool,
+    #[command(flatten)]
+    pub transport: transport::TransportArgs,
 }
 
 /// Bytes of one window at most: 64 messages of 4 MiB would hold 256 MiB of
@@ -39,11 +45,15 @@ const DATA: i32 = 201;
 const ACK: i32 = 202;
 const COUNTS: i32 = 203;
 
-/// Rows of table `bw`: per size, bulkwire, TCP and raw UDP.
+/// Rows of table `bw`: per size, bulkwire, and TCP and raw UDP unless they
+/// were measured in an earlier job.
 pub(crate) fn rank(world: &World, args: &Args) -> Result<Vec<Row>, CommError> {
     let me = world.rank();
     let (peer, sender) = (1 - me, me == 0);
     let mut sockets = Sockets::open(world, &[peer])?;
+    let references = !args.transport.references_done;
+    let requested = args.transport.requested().as_str();
+    let over = transport::reached(world.runtime(), [peer]);
     let mut rows = Vec::new();
     for size in sizes(1, args.max_size) {
         let window = args.window.clamp(1, (WINDOW_BYTES / size).max(1));
@@ -52,25 +62,35 @@ pub(crate) fn rank(world: &World, args: &Args) -> Result<Vec<Row>, CommError> {
 
         world.barrier()?;
         let bulkwire = bulkwire_window(world, peer, sender, size, window, windows)?;
-        world.barrier()?;
-        let udp = sockets.udp_window(world, peer, sender, size, window, windows)?;
-        world.barrier()?;
-        let tcp_seconds = sockets.tcp_window(peer, sender, size, window, windows).map_err(io)?;
+        let (udp, tcp_seconds) = match references {
+            true => {
+                world.barrier()?;
+                let udp = sockets.udp_window(world, peer, sender, size, window, windows)?;
+                world.barrier()?;
+                (Some(udp), Some(sockets.tcp_window(peer, sender, size, window, windows).map_err(io)?))
+            }
+            false => (None, None),
+        };
 
         // The receiver counted what arrived; the sender timed it.
         let (bulkwire, udp) = match (bulkwire, udp) {
-            (WindowResult::Delivered(b), WindowResult::Delivered(u)) => {
+            (WindowResult::Delivered(b), udp) => {
+                let u = match udp {
+                    Some(WindowResult::Delivered(u)) => u,
+                    _ => 0,
+                };
                 world.send(peer, COUNTS, &[b.to_le_bytes(), u.to_le_bytes()].concat())?;
                 continue;
             }
-            (WindowResult::Seconds(b), WindowResult::Seconds(u)) => (b, u),
+            (WindowResult::Seconds(b), None) => (b, None),
+            (WindowResult::Seconds(b), Some(WindowResult::Seconds(u))) => (b, Some(u)),
             _ => unreachable!("one side sends, the other receives"),
         };
         let (_, counts) = world.recv(Source::Rank(peer), Tag::Is(COUNTS))?;
         let count = |i: usize| u64::from_le_bytes(counts[8 * i..8 * i + 8].try_into().expect("two counts"));
         let (bulkwire_received, udp_received) = (count(0), count(1));
-        let row = |source: &str, mb_per_s: f64| {
-            Row::new("bw", source, "", world.size())
+        let row = |source: &str, what: &str, mb_per_s: f64| {
+            Row::new("bw", source, what, world.size())
                 .size(size)
                 .with("mb_per_s", mb_per_s)
                 .with("window_messages", window)
@@ -78,19 +98,24 @@ pub(crate) fn rank(world: &World, args: &Args) -> Result<Vec<Row>, CommError> {
         };
         let delivered = |received: u64| received as f64 / sent as f64;
         rows.push(
-            row("bulkwire", mb_per_s(sent, bulkwire))
+            row("bulkwire", over, mb_per_s(sent, bulkwire))
                 .with("sent_bytes", sent)
                 .with("received_bytes", bulkwire_received)
-                .with("delivered_share", delivered(bulkwire_received)),
+                .with("delivered_share", delivered(bulkwire_received))
+                .with(REQUESTED, requested),
         );
-        rows.push(row("tcp", mb_per_s(sent, tcp_seconds)));
+        if let Some(tcp_seconds) = tcp_seconds {
+            rows.push(row("tcp", "", mb_per_s(sent, tcp_seconds)));
+        }
         // Raw UDP: what arrived over the sender's time.
-        rows.push(
-            row("udp", mb_per_s(udp_received, udp))
-                .with("sent_bytes", sent)
-                .with("received_bytes", udp_received)
-                .with("delivered_share", delivered(udp_received)),
-        );
+        if let Some(udp) = udp {
+            rows.push(
+                row("udp", "", mb_per_s(udp_received, udp))
+                    .with("sent_bytes", sent)
+                    .with("received_bytes", udp_received)
+                    .with("delivered_share", delivered(udp_received)),
+            );
+        }
     }
     world.barrier()?;
     Ok(rows)
@@ -142,35 +167,62 @@ fn bulkwire_window(
 pub(crate) fn table(report: &Report) -> String {
     let window = report.table("bw").next().and_then(|r| r.num("window_messages")).unwrap_or(64.0);
     let mut o = format!(
-        "# streaming throughput, MB/s (10^6 B/s); 2 ranks on this machine over loopback; a window of up to {window} \
-         messages (at most {} MiB) in flight, then an acknowledgement\n",
+        "# streaming throughput, MB/s (10^6 B/s); 2 ranks on this machine; a window of up to {window} messages (at \
+         most {} MiB) in flight, then an acknowledgement\n",
         WINDOW_BYTES >> 20
     );
     o.push_str(&format!(
         "# udp: raw datagrams of at most {UDP_MAX_PAYLOAD} B, each window blasted then acknowledged, nothing \
          resent: what arrived over the sender's time\n"
     ));
-    o.push_str(&format!(
-        "{:>9} {:>12} {:>12} {:>12} {:>10} {:>14} {:>10} {:>13}\n",
-        "size", "bulkwire", "tcp", "udp", "udp loss", "bulkwire/tcp", "delivered", "open mpi tcp"
-    ));
-    for size in sizes_of(report.table("bw")) {
-        let get = |source: &str, name: &str| report.find("bw", source, "", Some(size)).and_then(|r| r.num(name));
-        let (b, t, u) = (get("bulkwire", "mb_per_s"), get("tcp", "mb_per_s"), get("udp", "mb_per_s"));
-        let ratio = b.zip(t.filter(|&t| t > 0.0)).map(|(b, t)| b / t);
-        let udp_loss = get("udp", "delivered_share").map(|d| (1.0 - d) * 100.0);
-        let delivered = if get("bulkwire", "delivered_share") == Some(1.0) { "all" } else { "NOT ALL" };
-        let mpi = report.find("bw", "mpi", "tcp", Some(size)).and_then(|r| r.num("mb_per_s"));
-        o.push_str(&format!(
-            "{size:>9} {:>12} {:>12} {:>12} {:>9}% {:>14} {:>10} {:>13}\n",
-            opt(b, 2),
-            opt(t, 2),
-            opt(u, 2),
-            opt(udp_loss, 1),
-            opt(ratio, 2),
-            delivered,
-            opt(mpi, 2)
-        ));
+    o.push_str(&transport::legend(report, "bw"));
+    let rows: Vec<&Row> = report.table("bw").collect();
+    let jobs = transport::jobs(&rows);
+    let mut mpi: Vec<&str> = Vec::new();
+    for r in rows.iter().filter(|r| r.source == "mpi") {
+        if !mpi.contains(&r.what.as_str()) {
+            mpi.push(&r.what);
+        }
+    }
+    // bulkwire over TCP: its job over UDP where there are two.
+    let over_udp = jobs.iter().position(|job| job[0].text(REQUESTED) == Some("udp")).unwrap_or(0);
+    let ratio = match jobs.len() {
+        0 | 1 => "bulkwire/tcp".to_string(),
+        _ => format!("bulkwire {}/tcp", transport::label(jobs[over_udp][0])),
+    };
+    let headings: Vec<String> = jobs
+        .iter()
+        .map(|job| format!("bulkwire {}", transport::label(job[0])).trim_end().to_string())
+        .chain(["tcp", "udp", "udp loss"].map(String::from))
+        .chain([ratio, "delivered".to_string()])
+        .chain(mpi.iter().map(|what| format!("open mpi {what}")))
+        .collect();
+    let width = |heading: &str| heading.len().max(10) + 2;
+    o.push_str(&format!("{:>9}", "size"));
+    for h in &headings {
+        o.push_str(&format!(" {h:>w$}", w = width(h)));
+    }
+    o.push('\n');
+    for size in sizes_of(rows.iter().copied()) {
+        let at = |rows: &[&Row], name: &str| rows.iter().find(|r| r.size_bytes == Some(size)).and_then(|r| r.num(name));
+        let of = |source: &str, what: &str| -> Vec<&Row> {
+            rows.iter().copied().filter(|r| r.source == source && r.what == what).collect()
+        };
+        let (t, u) = (at(&of("tcp", ""), "mb_per_s"), at(&of("udp", ""), "delivered_share"));
+        let mut cells: Vec<String> = jobs.iter().map(|job| opt(at(job, "mb_per_s"), 2)).collect();
+        cells.push(opt(t, 2));
+        cells.push(opt(at(&of("udp", ""), "mb_per_s"), 2));
+        cells.push(opt(u.map(|d| (1.0 - d) * 100.0), 1) + "%");
+        let b = jobs.get(over_udp).and_then(|job| at(job, "mb_per_s"));
+        cells.push(opt(b.zip(t.filter(|&t| t > 0.0)).map(|(b, t)| b / t), 2));
+        let all = !jobs.is_empty() && jobs.iter().all(|job| at(job, "delivered_share") == Some(1.0));
+        cells.push(if all { "all" } else { "NOT ALL" }.to_string());
+        cells.extend(mpi.iter().map(|what| opt(at(&of("mpi", what), "mb_per_s"), 2)));
+        o.push_str(&format!("{size:>9}"));
+        for (h, cell) in headings.iter().zip(cells) {
+            o.push_str(&format!(" {cell:>w$}", w = width(h)));
+        }
+        o.push('\n');
     }
     o
 }

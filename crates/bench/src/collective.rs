@@ -59,7 +59,7 @@ impl Args {
             "--sizes".into(),
             sizes.join(","),
         ];
-        crate::mpi_reference(remote, self.ranks, &args, op.name(), "median_us")
+        crate::mpi_reference(remote, self.ranks, &[crate::MpiTransport::Tcp], &args, op.name(), "median_us")
     }
 }
 

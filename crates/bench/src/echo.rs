@@ -37,8 +37,8 @@ pub(crate) fn rank(world: &World, args: &Args) -> Result<Vec<Row>, CommError> {
     let n = args.iterations.max(10) as usize;
     let mut rows = Vec::new();
     for size in ECHO_SIZES {
-        let r = RoundTrips::measure(world, &mut sockets, peer, initiator, &vec![7u8; size], n)?;
-        rows.extend(r.rows("echo", world.size(), size, 1.0));
+        let r = RoundTrips::measure(world, &mut sockets, peer, initiator, &vec![7u8; size], n, true)?;
+        rows.extend(r.rows("echo", world.size(), size, 1.0, ""));
     }
     // ttcp: rank 1 transmits, rank 0 receives.
     for &len in &args.ttcp_lengths {

@@ -24,9 +24,13 @@ pub mod reference;
 pub mod solver;
 mod total_exchange;
 pub mod trace;
+pub mod transport;
 
 use bulkwire_comm::{CommError, World};
+use bulkwire_runtime::Transport;
 use serde::{Deserialize, Serialize};
+
+use mpi::MpiTransport;
 
 pub use rows::{Report, Row, Value};
 
@@ -80,6 +84,42 @@ impl Bench {
         }
     }
 
+    /// `--transport`, for the benchmarks that have it.
+    fn transport(&self) -> Option<&transport::TransportArgs> {
+        match self {
+            Bench::Pingpong(a) => Some(&a.transport),
+            Bench::Bw(a) => Some(&a.transport),
+            Bench::TotalExchange(a) => Some(&a.transport),
+            _ => None,
+        }
+    }
+
+    /// The jobs to run, one after the other, whose rows make the report:
+    /// each spec with the transport its ranks are to ask for
+    /// ([`transport::SHM`] in their environment; `None`: the job's default).
+    /// `remote`: the ranks run on other hosts.
+    pub fn jobs(&self, remote: bool) -> Vec<(Bench, Option<Transport>)> {
+        // Studies of the network (echo and ttcp, many to one) cross it
+        // whatever the hosts: bulkwire over UDP, as its references.
+        if matches!(self, Bench::Echo(_) | Bench::Incast(_)) {
+            return vec![(self.clone(), Some(Transport::Udp))];
+        }
+        let Some(choice) = self.transport() else { return vec![(self.clone(), None)] };
+        let mut jobs = Vec::new();
+        for (i, transport) in choice.jobs(remote).into_iter().enumerate() {
+            let mut bench = self.clone();
+            let one = choice.for_job(transport, i == 0);
+            match &mut bench {
+                Bench::Pingpong(a) => a.transport = one,
+                Bench::Bw(a) => a.transport = one,
+                Bench::TotalExchange(a) => a.transport = one,
+                _ => unreachable!("a benchmark with --transport"),
+            }
+            jobs.push((bench, Some(transport)));
+        }
+        jobs
+    }
+
     /// Refuses arguments the benchmark cannot run with.
     pub fn check(&self) -> Result<(), String> {
         match self {
@@ -97,13 +137,18 @@ impl Bench {
     pub fn before_job(&self, remote: bool) -> Report {
         match self {
             Bench::Pingpong(a) if !a.no_mpi => {
-                open_mpi(remote, a.ranks, &pingpong::mpi_args(a), "pingpong", "median_us")
+                let over = a.transport.mpi(remote);
+                open_mpi(remote, a.ranks, &over, &pingpong::mpi_args(a), "pingpong", "median_us")
             }
-            Bench::Bw(a) if !a.no_mpi => open_mpi(remote, 2, &bw::mpi_args(a), "bw", "mb_per_s"),
+            Bench::Bw(a) if !a.no_mpi => {
+                open_mpi(remote, 2, &a.transport.mpi(remote), &bw::mpi_args(a), "bw", "mb_per_s")
+            }
             Bench::TotalExchange(a) => a.open_mpi(remote, "before the job"),
             Bench::Bcast(a) => a.open_mpi(bulkwire_groups::Operation::Bcast, remote),
             Bench::Allreduce(a) => a.open_mpi(bulkwire_groups::Operation::Allreduce, remote),
-            Bench::Solver(a) if !a.no_mpi => mpi_reference(remote, a.ranks, &a.mpi_args(), "solver", "seconds"),
+            Bench::Solver(a) if !a.no_mpi => {
+                mpi_reference(remote, a.ranks, &[MpiTransport::Tcp], &a.mpi_args(), "solver", "seconds")
+            }
             _ => Report::default(),
         }
     }
@@ -133,27 +178,43 @@ impl Bench {
     }
 }
 
-/// The Open MPI reference of a two-process sweep (`pingpong`, `bw`),
-/// measured by the launching process: rows, or a note saying why there are
-/// none.
-fn open_mpi(remote: bool, ranks: u32, args: &[String], bench: &str, metric: &str) -> Report {
+/// The Open MPI reference of a two-process sweep (`pingpong`, `bw`) over
+/// each of `over`, measured by the launching process: rows, or a note
+/// saying why there are none.
+fn open_mpi(remote: bool, ranks: u32, over: &[MpiTransport], args: &[String], bench: &str, metric: &str) -> Report {
     if ranks != 2 && !remote {
         return Report { rows: Vec::new(), notes: vec!["no Open MPI reference: it runs one pair of processes".into()] };
     }
-    mpi_reference(remote, ranks, args, bench, metric)
+    mpi_reference(remote, ranks, over, args, bench, metric)
 }
 
-/// Open MPI's rows of table `bench` on `procs` processes (`mpi::rows`),
-/// measured by the launching process, or a note saying why there are none.
-fn mpi_reference(remote: bool, procs: u32, args: &[String], bench: &str, metric: &str) -> Report {
+/// Open MPI's rows of table `bench` on `procs` processes over each of
+/// `over` (the program built once, [`mpi::Program`]), measured by the
+/// launching process, or notes saying why there are none.
+fn mpi_reference(
+    remote: bool,
+    procs: u32,
+    over: &[MpiTransport],
+    args: &[String],
+    bench: &str,
+    metric: &str,
+) -> Report {
     let missing = |why: &str| Report { rows: Vec::new(), notes: vec![format!("no Open MPI reference: {why}")] };
     if remote {
         return missing("the ranks run on other hosts; it would run on this one");
     }
-    match mpi::rows(procs, args, bench, metric) {
-        Ok(rows) => Report { rows, notes: Vec::new() },
-        Err(why) => missing(&why),
+    let program = match mpi::Program::build() {
+        Ok(program) => program,
+        Err(why) => return missing(&why),
+    };
+    let mut report = Report::default();
+    for &transport in over {
+        match program.rows(procs, None, transport, args, bench, metric) {
+            Ok(rows) => report.rows.extend(rows),
+            Err(why) => report.notes.push(format!("no Open MPI reference over {}: {why}", transport.describe())),
+        }
     }
+    report
 }
 
 /// What one rank of a benchmark job does; rank 0 returns the rows.
@@ -189,7 +250,8 @@ pub fn rank(bench: &Bench) -> Result<Option<Report>, String> {
             Bench::Allreduce(a) => collective::rank(&world, a, bulkwire_groups::Operation::Allreduce)?,
             Bench::TotalExchange(_) | Bench::Solver(_) => unreachable!("run above"),
         };
-        let report = (world.rank() == 0).then(|| Report { rows, notes: Vec::new() });
+        let notes = transport::notes(&rows);
+        let report = (world.rank() == 0).then_some(Report { rows, notes });
         world.finalize()?;
         Ok(report)
     };
@@ -338,5 +400,33 @@ mod tests {
         })
         .check()
         .is_err());
+    }
+
+    #[test]
+    fn each_transport_is_a_job_of_its_own() {
+        let bench = Bench::Bw(bw::Args {
+            iterations: 1,
+            window: 1,
+            max_size: 8,
+            no_mpi: true,
+            transport: transport::TransportArgs::default(),
+        });
+        let jobs = bench.jobs(false);
+        assert_eq!(jobs.iter().map(|(_, t)| *t).collect::<Vec<_>>(), [Some(Transport::Shm), Some(Transport::Udp)]);
+        // What each job's ranks read back from its spec.
+        let specs: Vec<transport::TransportArgs> = jobs
+            .iter()
+            .map(|(b, _)| match serde_json::from_str(&serde_json::to_string(b).unwrap()).unwrap() {
+                Bench::Bw(a) => a.transport,
+                _ => unreachable!(),
+            })
+            .collect();
+        assert_eq!(
+            specs.iter().map(|a| (a.requested(), a.references_done)).collect::<Vec<_>>(),
+            [(Transport::Shm, false), (Transport::Udp, true)]
+        );
+        assert_eq!(bench.jobs(true).len(), 1);
+        let echo = Bench::Echo(echo::Args { iterations: 1, ttcp_bytes: 1, ttcp_lengths: vec![1] });
+        assert_eq!(echo.jobs(false).iter().map(|(_, t)| *t).collect::<Vec<_>>(), [None]);
     }
 }

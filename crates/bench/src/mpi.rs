@@ -1,11 +1,13 @@
 //! The Open MPI reference: the same sweeps as `bench pingpong` and `bench
 //! bw`, and the total exchange of `bench total-exchange` as `MPI_Alltoall`
-//! beside an empty `MPI_Barrier`, with Open MPI over TCP on loopback,
-//! measured in the same run where Open MPI is installed. The program is
-//! `scripts/ompi/bench.c` (also behind `scripts/ompi-bench.sh`), compiled
-//! with `mpicc` into a temporary folder; it prints its figures as rows.
+//! beside an empty `MPI_Barrier`, with Open MPI over TCP (on loopback or
+//! the hosts' network) or over its shared memory (btl vader, sm from Open
+//! MPI 5), measured in the same run where Open MPI is installed. The
+//! program is `scripts/ompi/bench.c` (also behind `scripts/ompi-bench.sh`),
+//! compiled with `mpicc` into a temporary folder; it prints its figures as
+//! rows, their `what` naming the transport (`tcp`, `shm`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::rows::Row;
@@ -13,11 +15,38 @@ use crate::rows::Row;
 /// The C program, built into this binary so the benchmark needs no checkout.
 const SOURCE: &str = include_str!("../../../scripts/ompi/bench.c");
 
+/// How Open MPI's processes reach each other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MpiTransport {
+    /// Only TCP (btl tcp,self), as bulkwire's UDP.
+    Tcp,
+    /// Its shared memory (btl vader or sm, and self), on one host.
+    Shm,
+}
+
+impl MpiTransport {
+    /// `tcp` or `shm`, as rows name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MpiTransport::Tcp => "tcp",
+            MpiTransport::Shm => "shm",
+        }
+    }
+
+    /// As a table names it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            MpiTransport::Tcp => "TCP",
+            MpiTransport::Shm => "shared memory",
+        }
+    }
+}
+
 /// Runs the program with `args` (`pingpong …`, `bw …`, `alltoall …`, and
-/// `--json`) on `procs` processes and returns its rows, each checked to be
-/// of table `bench`, from `procs` processes, with a finite, positive
-/// `metric`. An error says why there is no reference (Open MPI missing, the
-/// build or the run failed).
+/// `--json`) on `procs` processes over TCP and returns its rows, each
+/// checked to be of table `bench`, from `procs` processes, with a finite,
+/// positive `metric`. An error says why there is no reference (Open MPI
+/// missing, the build or the run failed).
 pub fn rows(procs: u32, args: &[String], bench: &str, metric: &str) -> Result<Vec<Row>, String> {
     rows_where(procs, None, args, bench, metric)
 }
@@ -43,47 +72,134 @@ pub fn rows_where(
     bench: &str,
     metric: &str,
 ) -> Result<Vec<Row>, String> {
-    let version = Command::new("mpirun")
-        .arg("--version")
-        .output()
-        .map_err(|_| "mpirun not found (Debian: apt-get install openmpi-bin libopenmpi-dev)".to_string())?;
-    if !String::from_utf8_lossy(&version.stdout).contains("Open MPI") {
-        return Err("mpirun is not Open MPI's".into());
-    }
-    let dir = tempfile::tempdir().map_err(|e| format!("a temporary folder: {e}"))?;
-    let source = dir.path().join("bench.c");
-    let program = dir.path().join("bench");
-    std::fs::write(&source, SOURCE).map_err(|e| format!("writing {}: {e}", source.display()))?;
-    let built = Command::new("mpicc")
-        .arg("-O2")
-        .arg("-o")
-        .arg(&program)
-        .arg(&source)
-        .arg("-lm")
-        .output()
-        .map_err(|_| "mpicc not found (Debian: apt-get install libopenmpi-dev)".to_string())?;
-    if !built.status.success() {
-        return Err(format!("mpicc failed: {}", String::from_utf8_lossy(&built.stderr).trim()));
-    }
-    let ran = mpirun(procs, hosts, &program)
-        .args(args)
-        .arg("--json")
-        .output()
-        .map_err(|e| format!("cannot run mpirun: {e}"))?;
-    if !ran.status.success() {
-        return Err(format!("mpirun failed: {}", String::from_utf8_lossy(&ran.stderr).trim()));
-    }
-    parse(&String::from_utf8_lossy(&ran.stdout), procs, bench, metric)
+    Program::build()?.rows(procs, hosts, MpiTransport::Tcp, args, bench, metric)
 }
 
-/// TCP only (no shared memory), on loopback or the hosts' network: the
-/// transport bulkwire's figures are compared with (as
-/// `scripts/ompi-bench.sh`).
-fn mpirun(procs: u32, hosts: Option<&Hosts<'_>>, program: &Path) -> Command {
+/// The program, built once for the runs of one reference.
+pub struct Program {
+    /// Holds the program until the runs are over.
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+    /// Open MPI's major version.
+    major: u32,
+}
+
+impl Program {
+    /// Checks that `mpirun` is Open MPI's and compiles the program.
+    pub fn build() -> Result<Program, String> {
+        let version = Command::new("mpirun")
+            .arg("--version")
+            .output()
+            .map_err(|_| "mpirun not found (Debian: apt-get install openmpi-bin libopenmpi-dev)".to_string())?;
+        let version = String::from_utf8_lossy(&version.stdout).into_owned();
+        if !version.contains("Open MPI") {
+            return Err("mpirun is not Open MPI's".into());
+        }
+        let major = version
+            .split_whitespace()
+            .find_map(|word| word.split('.').next().and_then(|m| m.parse().ok()).filter(|_| word.contains('.')))
+            .unwrap_or(4);
+        let dir = tempfile::tempdir().map_err(|e| format!("a temporary folder: {e}"))?;
+        let source = dir.path().join("bench.c");
+        let path = dir.path().join("bench");
+        std::fs::write(&source, SOURCE).map_err(|e| format!("writing {}: {e}", source.display()))?;
+        let built = Command::new("mpicc")
+            .arg("-O2")
+            .arg("-o")
+            .arg(&path)
+            .arg(&source)
+            .arg("-lm")
+            .output()
+            .map_err(|_| "mpicc not found (Debian: apt-get install libopenmpi-dev)".to_string())?;
+        if !built.status.success() {
+            return Err(format!("mpicc failed: {}", String::from_utf8_lossy(&built.stderr).trim()));
+        }
+        Ok(Program { _dir: dir, path, major })
+    }
+
+    /// The program's rows with `args` on `procs` processes over
+    /// `transport`, checked as [`rows`] says; each says in `btl` which of
+    /// Open MPI's transports it was made to use.
+    pub fn rows(
+        &self,
+        procs: u32,
+        hosts: Option<&Hosts<'_>>,
+        transport: MpiTransport,
+        args: &[String],
+        bench: &str,
+        metric: &str,
+    ) -> Result<Vec<Row>, String> {
+        let btl = match transport {
+            MpiTransport::Tcp => "tcp".to_string(),
+            MpiTransport::Shm if hosts.is_some() => {
+                return Err("shared memory joins the processes of one host only".into());
+            }
+            MpiTransport::Shm => self.shm_btl()?,
+        };
+        let run = |extra: &[&str]| -> Result<Vec<Row>, String> {
+            let ran = mpirun(procs, hosts, &btl, extra, &self.path)
+                .args(args)
+                .args(["--transport", transport.as_str(), "--json"])
+                .output()
+                .map_err(|e| format!("cannot run mpirun: {e}"))?;
+            if !ran.status.success() {
+                return Err(format!("mpirun failed: {}", String::from_utf8_lossy(&ran.stderr).trim()));
+            }
+            parse(&String::from_utf8_lossy(&ran.stdout), procs, bench, metric)
+        };
+        let (mut rows, used) = match run(&[]) {
+            Ok(rows) => (rows, format!("{btl},self")),
+            // Shared memory copies large messages from the other process
+            // with CMA (process_vm_readv), which a container may forbid:
+            // then the copy goes through the shared segment.
+            Err(first) if transport == MpiTransport::Shm => {
+                let mechanism = format!("btl_{btl}_single_copy_mechanism");
+                let rows = run(&["--mca", &mechanism, "none"]).map_err(|_| first)?;
+                (rows, format!("{btl},self, {mechanism} none"))
+            }
+            Err(e) => return Err(e),
+        };
+        for row in &mut rows {
+            row.set("btl", used.as_str());
+        }
+        Ok(rows)
+    }
+
+    /// Open MPI's shared-memory btl: `sm` where it has one by that name
+    /// (Open MPI 5), else `vader` (Open MPI 3 and 4), as `ompi_info` lists
+    /// them; by the version where `ompi_info` is missing.
+    fn shm_btl(&self) -> Result<String, String> {
+        let Ok(info) = Command::new("ompi_info").output() else {
+            return Ok(if self.major >= 5 { "sm" } else { "vader" }.into());
+        };
+        shared_memory_btl(&String::from_utf8_lossy(&info.stdout))
+            .map(String::from)
+            .ok_or_else(|| "Open MPI has no shared-memory btl (ompi_info lists neither vader nor sm)".into())
+    }
+}
+
+/// The shared-memory btl among those `ompi_info` lists (`MCA btl: vader
+/// (MCA v2.1.0, …)`): `sm` before `vader`.
+fn shared_memory_btl(ompi_info: &str) -> Option<&'static str> {
+    let btls: Vec<&str> = ompi_info
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("MCA btl:"))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .collect();
+    ["sm", "vader"].into_iter().find(|name| btls.contains(name))
+}
+
+/// `mpirun` over `btl` (with `self`; `tcp` on loopback or the hosts'
+/// network, or the shared-memory one) and the ob1 messaging layer, so that
+/// nothing else (UCX, libfabric) carries the messages.
+fn mpirun(procs: u32, hosts: Option<&Hosts<'_>>, btl: &str, extra: &[&str], program: &Path) -> Command {
     let mut c = Command::new("mpirun");
     c.args(["-np", &procs.to_string()]);
-    let network = hosts.map_or("lo", |h| h.network);
-    c.args(["--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", network, "--mca", "pml", "ob1"]);
+    c.args(["--mca", "btl", &format!("{btl},self"), "--mca", "pml", "ob1"]);
+    if btl == "tcp" {
+        c.args(["--mca", "btl_tcp_if_include", hosts.map_or("lo", |h| h.network)]);
+    }
+    c.args(extra);
     match hosts {
         Some(h) => {
             c.args(["--host", h.hosts, "--mca", "oob_tcp_if_include", h.network, "--mca", "plm_rsh_agent"]);
@@ -134,11 +250,12 @@ mod tests {
 
     #[test]
     fn the_reference_is_read_from_the_programs_rows() {
-        let out = "# something\n[\n  {\"bench\": \"total-exchange\", \"source\": \"mpi\", \"what\": \"MPI_Barrier\", \
+        let out =
+            "# something\n[\n  {\"bench\": \"total-exchange\", \"source\": \"mpi\", \"what\": \"tcp, MPI_Barrier\", \
                    \"procs\": 8, \"size_bytes\": 16384, \"median_us\": 238.60, \"mean_us\": 140.5}\n]\n";
         let rows = parse(out, 8, "total-exchange", "median_us").unwrap();
         assert_eq!(rows.len(), 1);
-        assert_eq!((rows[0].what.as_str(), rows[0].num("mean_us")), ("MPI_Barrier", Some(140.5)));
+        assert_eq!((rows[0].what.as_str(), rows[0].num("mean_us")), ("tcp, MPI_Barrier", Some(140.5)));
     }
 
     #[test]
@@ -157,5 +274,18 @@ mod tests {
         assert!(parse("", 2, "pingpong", "median_us").unwrap_err().contains("no rows"));
         assert!(parse("[]", 2, "pingpong", "median_us").unwrap_err().contains("no rows"));
         assert!(parse("[{oops", 2, "pingpong", "median_us").is_err());
+    }
+
+    #[test]
+    fn the_shared_memory_btl_is_the_one_ompi_info_lists() {
+        let four = "                 MCA btl: tcp (MCA v2.1.0, API v3.1.0, Component v4.1.4)\n\
+                    \x20                MCA btl: vader (MCA v2.1.0, API v3.1.0, Component v4.1.4)\n\
+                    \x20                MCA btl: self (MCA v2.1.0, API v3.1.0, Component v4.1.4)\n\
+                    \x20               MCA fbtl: posix (MCA v2.1.0, API v2.0.0, Component v4.1.4)\n";
+        assert_eq!(shared_memory_btl(four), Some("vader"));
+        let five = "  MCA btl: sm (MCA v2.1.0, API v3.3.0, Component v5.0.3)\n  MCA btl: tcp (MCA v2.1.0)\n";
+        assert_eq!(shared_memory_btl(five), Some("sm"));
+        assert_eq!(shared_memory_btl("  MCA btl: tcp (MCA v2.1.0)\n  MCA btl: self (MCA v2.1.0)\n"), None);
+        assert_eq!(MpiTransport::Shm.as_str(), "shm");
     }
 }

@@ -1,5 +1,7 @@
-//! `bulkwire bench pingpong`: half round trip between two ranks, beside raw
-//! UDP (busy-poll and blocking) and TCP (TCP_NODELAY) ping-pong.
+//! `bulkwire bench pingpong`: half round trip between two ranks, over
+//! bulkwire's shared memory or UDP (`--transport`), beside raw UDP
+//! (busy-poll and blocking) and TCP (TCP_NODELAY) ping-pong and Open MPI
+//! over shared memory and TCP.
 
 use std::time::Instant;
 
@@ -8,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::reference::{Sockets, UDP_MAX_PAYLOAD};
 use crate::rows::{opt, Report, Row};
+use crate::transport::{self, REQUESTED};
 use crate::{io, median_us, sizes, sizes_of};
 
 #[derive(clap::Args, Debug, Clone, Serialize, Deserialize)]
@@ -23,9 +26,12 @@ pub struct Args {
     /// fares oversubscribed.
     #[arg(short = 'n', long = "np", default_value_t = 2)]
     pub ranks: u32,
-    /// Leave out the Open MPI reference (the same sweep with Open MPI over TCP).
+    /// Leave out the Open MPI reference (the same sweep with Open MPI over
+    /// shared memory and TCP).
     #[arg(long)]
     pub no_mpi: bool,
+    #[command(flatten)]
+    pub transport: transport::TransportArgs,
 }
 
 const PING: i32 = 101;
@@ -60,14 +66,18 @@ fn round_trips(world: &World, peer: u32, initiator: bool, data: &[u8], n: usize)
 pub(crate) struct RoundTrips {
     pub bulkwire: f64,
     /// Left out where a spinning process would not have a core of its own,
-    /// or the size does not fit in one datagram.
+    /// or the size does not fit in one datagram, or the references are not
+    /// measured.
     pub udp_busy_poll: Option<f64>,
-    /// Left out where the size does not fit in one datagram.
+    /// Left out where the size does not fit in one datagram, or the
+    /// references are not measured.
     pub udp_blocking: Option<f64>,
-    pub tcp_nodelay: f64,
+    /// Left out where the references are not measured.
+    pub tcp_nodelay: Option<f64>,
 }
 
 impl RoundTrips {
+    /// bulkwire's round trips and, where `references`, raw UDP's and TCP's.
     pub(crate) fn measure(
         world: &World,
         sockets: &mut Sockets,
@@ -75,11 +85,12 @@ impl RoundTrips {
         initiator: bool,
         data: &[u8],
         n: usize,
+        references: bool,
     ) -> Result<RoundTrips, CommError> {
         // A busy-polling process without a core of its own measures the
         // scheduler, not the network.
         let spin = world.size() <= bulkwire_runtime::host_cores();
-        let udp_fits = data.len() <= UDP_MAX_PAYLOAD;
+        let udp_fits = data.len() <= UDP_MAX_PAYLOAD && references;
         world.barrier()?;
         let bulkwire = median_us(round_trips(world, peer, initiator, data, n)?);
         let udp_busy_poll = match udp_fits && spin {
@@ -90,28 +101,32 @@ impl RoundTrips {
             true => Some(median_us(sockets.udp_round_trips(world, peer, initiator, data, n, false)?)),
             false => None,
         };
-        world.barrier()?;
-        let tcp_nodelay = median_us(sockets.tcp_round_trips(peer, initiator, data, n).map_err(io)?);
+        let tcp_nodelay = match references {
+            true => {
+                world.barrier()?;
+                Some(median_us(sockets.tcp_round_trips(peer, initiator, data, n).map_err(io)?))
+            }
+            false => None,
+        };
         Ok(RoundTrips { bulkwire, udp_busy_poll, udp_blocking, tcp_nodelay })
     }
 }
 
-/// The variants of a round-trip row, in the order of the table's columns.
-pub(crate) const VARIANTS: [(&str, &str); 4] =
-    [("bulkwire", ""), ("udp", "busy-poll"), ("udp", "blocking"), ("tcp", "nodelay")];
+/// The references of a round-trip row, in the order of the table's columns.
+const REFERENCES: [(&str, &str); 3] = [("udp", "busy-poll"), ("udp", "blocking"), ("tcp", "nodelay")];
 
 impl RoundTrips {
     /// Rows of table `bench` for `size`, each `median_us` the round trip
-    /// times `scale` (1/2: the half round trip).
-    pub(crate) fn rows(&self, bench: &str, procs: u32, size: usize, scale: f64) -> Vec<Row> {
-        let values = [Some(self.bulkwire), self.udp_busy_poll, self.udp_blocking, Some(self.tcp_nodelay)];
-        VARIANTS
-            .iter()
-            .zip(values)
-            .filter_map(|(&(source, what), v)| {
-                Some(Row::new(bench, source, what, procs).size(size).with("median_us", v? * scale))
-            })
-            .collect()
+    /// times `scale` (1/2: the half round trip); bulkwire's with variant
+    /// `what`.
+    pub(crate) fn rows(&self, bench: &str, procs: u32, size: usize, scale: f64, what: &str) -> Vec<Row> {
+        let values = [self.udp_busy_poll, self.udp_blocking, self.tcp_nodelay];
+        let row = |source: &str, what: &str, v: f64| {
+            Row::new(bench, source, what, procs).size(size).with("median_us", v * scale)
+        };
+        let mut rows = vec![row("bulkwire", what, self.bulkwire)];
+        rows.extend(REFERENCES.iter().zip(values).filter_map(|(&(source, what), v)| Some(row(source, what, v?))));
+        rows
     }
 }
 
@@ -119,47 +134,81 @@ pub(crate) fn rank(world: &World, args: &Args) -> Result<Vec<Row>, CommError> {
     let me = world.rank();
     let (peer, initiator) = (me ^ 1, me % 2 == 0);
     let mut sockets = Sockets::open(world, &[peer])?;
+    let requested = args.transport.requested().as_str();
+    let over = transport::reached(world.runtime(), [peer]);
+    let references = !args.transport.references_done;
     let mut rows = Vec::new();
     for size in sizes(0, args.max_size) {
         let data = vec![7u8; size];
-        let r = RoundTrips::measure(world, &mut sockets, peer, initiator, &data, rounds(args.iterations, size))?;
-        rows.extend(r.rows("pingpong", world.size(), size, 0.5));
+        let n = rounds(args.iterations, size);
+        let r = RoundTrips::measure(world, &mut sockets, peer, initiator, &data, n, references)?;
+        let mut measured = r.rows("pingpong", world.size(), size, 0.5, over);
+        measured[0].set(REQUESTED, requested);
+        rows.extend(measured);
     }
     world.barrier()?;
     Ok(rows)
 }
 
-/// A round-trip table: a line per size, a column per variant, and Open
-/// MPI's where it was measured.
+/// A round-trip table: a line per size, a column per bulkwire job (its
+/// transport, [`transport::label`]), per reference, and per transport of
+/// Open MPI where it was measured; with `ratio`, bulkwire (its job over UDP
+/// where there are two) over raw UDP busy-polling.
 pub(crate) fn round_trip_lines(report: &Report, bench: &str, ratio: bool) -> String {
-    let mpi = report.table(bench).any(|r| r.source == "mpi");
-    let mut o = format!(
-        "{:>9} {:>12} {:>14} {:>14} {:>12}",
-        "size", "bulkwire", "udp busy-poll", "udp blocking", "tcp nodelay"
-    );
-    if mpi {
-        o.push_str(&format!(" {:>13}", "open mpi tcp"));
+    let rows: Vec<&Row> = report.table(bench).collect();
+    let jobs = transport::jobs(&rows);
+    // A heading and the rows of each column.
+    let mut columns: Vec<(String, Vec<&Row>)> = Vec::new();
+    for job in &jobs {
+        let heading = match transport::label(job[0]).as_str() {
+            "" => "bulkwire".to_string(),
+            label => format!("bulkwire {label}"),
+        };
+        columns.push((heading, job.clone()));
     }
-    if ratio {
-        o.push_str(&format!(" {:>16}", "bulkwire/udp-bp"));
+    let of = |source: &str, what: &str| -> Vec<&Row> {
+        rows.iter().copied().filter(|r| r.source == source && r.what == what).collect()
+    };
+    for (source, what) in REFERENCES {
+        columns.push((format!("{source} {what}"), of(source, what)));
+    }
+    let mut mpi: Vec<&str> = Vec::new();
+    for r in rows.iter().filter(|r| r.source == "mpi") {
+        if !mpi.contains(&r.what.as_str()) {
+            mpi.push(&r.what);
+        }
+    }
+    for what in mpi {
+        columns.push((format!("open mpi {what}"), of("mpi", what)));
+    }
+    // The ratio: bulkwire over UDP (its protocol's cost over raw datagrams).
+    let over_udp = jobs.iter().find(|job| job[0].text(REQUESTED) == Some("udp")).or(jobs.first());
+    let ratio = over_udp.filter(|_| ratio).map(|job| {
+        let heading = match jobs.len() {
+            1 => "bulkwire/udp-bp".to_string(),
+            _ => format!("bulkwire {}/udp-bp", transport::label(job[0])),
+        };
+        (heading, job.clone(), of("udp", "busy-poll"))
+    });
+    let median =
+        |rows: &[&Row], size: u64| rows.iter().find(|r| r.size_bytes == Some(size)).and_then(|r| r.num("median_us"));
+    let width = |heading: &str| heading.len().max(10) + 2;
+    let mut o = format!("{:>9}", "size");
+    for (heading, _) in &columns {
+        o.push_str(&format!(" {heading:>w$}", w = width(heading)));
+    }
+    if let Some((heading, _, _)) = &ratio {
+        o.push_str(&format!(" {heading:>w$}", w = width(heading)));
     }
     o.push('\n');
-    for size in sizes_of(report.table(bench)) {
-        let median =
-            |source: &str, what: &str| report.find(bench, source, what, Some(size)).and_then(|r| r.num("median_us"));
-        let v: Vec<Option<f64>> = VARIANTS.iter().map(|(source, what)| median(source, what)).collect();
-        o.push_str(&format!(
-            "{size:>9} {:>12} {:>14} {:>14} {:>12}",
-            opt(v[0], 2),
-            opt(v[1], 2),
-            opt(v[2], 2),
-            opt(v[3], 2)
-        ));
-        if mpi {
-            o.push_str(&format!(" {:>13}", opt(median("mpi", "tcp"), 2)));
+    for size in sizes_of(rows.iter().copied()) {
+        o.push_str(&format!("{size:>9}"));
+        for (heading, rows) in &columns {
+            o.push_str(&format!(" {:>w$}", opt(median(rows, size), 2), w = width(heading)));
         }
-        if ratio {
-            o.push_str(&format!(" {:>16}", opt(v[0].zip(v[1]).map(|(b, u)| b / u), 2)));
+        if let Some((heading, bulkwire, udp)) = &ratio {
+            let value = median(bulkwire, size).zip(median(udp, size)).map(|(b, u)| b / u);
+            o.push_str(&format!(" {:>w$}", opt(value, 2), w = width(heading)));
         }
         o.push('\n');
     }
@@ -169,18 +218,18 @@ pub(crate) fn round_trip_lines(report: &Report, bench: &str, ratio: bool) -> Str
 pub(crate) fn table(report: &Report) -> String {
     let ranks = report.table("pingpong").next().map_or(2, |r| r.procs);
     let mut o = match ranks {
-        2 => "# half round trip, median, microseconds; 2 ranks on this machine over loopback\n".to_string(),
+        2 => "# half round trip, median, microseconds; 2 ranks on this machine\n".to_string(),
         n => format!(
-            "# half round trip, median, microseconds; {n} ranks on this machine over loopback, {} pairs at once, \
-             pair 0-1 shown\n",
+            "# half round trip, median, microseconds; {n} ranks on this machine, {} pairs at once, pair 0-1 shown\n",
             n / 2
         ),
     };
+    o.push_str(&transport::legend(report, "pingpong"));
     o.push_str(&round_trip_lines(report, "pingpong", true));
     o
 }
 
-/// The same sweep for the Open MPI program.
+/// The same sweep for the Open MPI program (which adds its transport).
 pub(crate) fn mpi_args(args: &Args) -> Vec<String> {
     let iterations = args.iterations.to_string();
     let max = args.max_size.to_string();

@@ -3,15 +3,18 @@
 //! for each destination order of the sync (seed 002 Table 1: latin square
 //! against pid order), with pacing on and off, beside the cost of an empty
 //! sync (the BSP l) in the same run, and, where streams go before the
-//! barrier (on one host), once more with every byte after it; and, where
-//! Open MPI is installed, the
-//! same exchange with `MPI_Alltoall` over TCP and an empty `MPI_Barrier`
-//! (see [`crate::mpi`]), measured before and after the job.
+//! barrier (on one host), once more with every byte after it; over
+//! bulkwire's shared memory or UDP (`--transport`, a job each); and, where
+//! Open MPI is installed, the same exchange with `MPI_Alltoall` and an
+//! empty `MPI_Barrier` over shared memory and TCP (see [`crate::mpi`]),
+//! measured before and after the jobs.
 
 use bulkwire_bsp::{parse_rate, Bsp, BspError, Order, Reason};
 use serde::{Deserialize, Serialize};
 
+use crate::mpi::{MpiTransport, Program};
 use crate::rows::{opt, Report, Row};
+use crate::transport::{self, REQUESTED};
 use crate::{mb_per_s, median_us};
 
 #[derive(clap::Args, Debug, Clone, Serialize, Deserialize)]
@@ -32,16 +35,19 @@ pub struct Args {
     /// only the packets in flight.
     #[arg(long, value_parser = parse_rate)]
     pub rate: Option<f64>,
-    /// Leave out the Open MPI reference (MPI_Alltoall and MPI_Barrier over TCP).
+    /// Leave out the Open MPI reference (MPI_Alltoall and MPI_Barrier over
+    /// shared memory and TCP).
     #[arg(long)]
     pub no_mpi: bool,
+    #[command(flatten)]
+    pub transport: transport::TransportArgs,
 }
 
 impl Args {
-    /// The Open MPI reference (MPI_Barrier and MPI_Alltoall over TCP),
-    /// measured `when` ("before the job", "after the job") by the launching
-    /// process, unless it was left out or the ranks run on other hosts (the
-    /// reference runs on this one).
+    /// The Open MPI reference (MPI_Barrier and MPI_Alltoall over each
+    /// transport of `--transport`), measured `when` ("before the job",
+    /// "after the job") by the launching process, unless it was left out or
+    /// the ranks run on other hosts (the reference runs on this one).
     pub fn open_mpi(&self, remote: bool, when: &str) -> Report {
         let mut report = Report::default();
         if self.no_mpi {
@@ -59,23 +65,34 @@ impl Args {
             &self.size.max(1).to_string(),
         ];
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        match crate::mpi::rows(self.ranks, &args, BENCH, "median_us") {
-            Ok(rows) => {
-                let sent = (self.size * (self.ranks as usize - 1)) as u64;
-                for mut row in rows {
-                    if row.size_bytes != Some(self.size.max(1) as u64) {
-                        report.notes.push(format!("no Open MPI reference ({when}): it measured another size"));
-                        return report;
+        let program = match Program::build() {
+            Ok(program) => program,
+            Err(why) => {
+                report.notes.push(format!("no Open MPI reference ({when}): {why}"));
+                return report;
+            }
+        };
+        for over in self.transport.mpi(remote) {
+            match program.rows(self.ranks, None, over, &args, BENCH, "median_us") {
+                Ok(rows) => {
+                    let sent = (self.size * (self.ranks as usize - 1)) as u64;
+                    for mut row in rows {
+                        if row.size_bytes != Some(self.size.max(1) as u64) {
+                            report.notes.push(format!("no Open MPI reference ({when}): it measured another size"));
+                            return report;
+                        }
+                        if row.what.ends_with("MPI_Alltoall") {
+                            let median = row.num("median_us").unwrap_or(f64::NAN);
+                            row.set("mb_per_s", mb_per_s(sent, median / 1e6));
+                        }
+                        row.set("measured", when);
+                        report.rows.push(row);
                     }
-                    if row.what == "MPI_Alltoall" {
-                        let median = row.num("median_us").unwrap_or(f64::NAN);
-                        row.set("mb_per_s", mb_per_s(sent, median / 1e6));
-                    }
-                    row.set("measured", when);
-                    report.rows.push(row);
+                }
+                Err(why) => {
+                    report.notes.push(format!("no Open MPI reference over {} ({when}): {why}", over.describe()))
                 }
             }
-            Err(why) => report.notes.push(format!("no Open MPI reference ({when}): {why}")),
         }
         report
     }
@@ -96,6 +113,10 @@ pub fn rank(args: &Args) -> Result<Option<Report>, BspError> {
         bsp.set_rate(args.rate)?;
     }
     let size = args.size;
+    // Rows name the transport process 0 reaches the others by, and the one
+    // the job asked for.
+    let over = transport::reached(bsp.runtime(), (0..p).filter(|&q| q != me));
+    let requested = args.transport.requested().as_str();
     let inbox = bsp.register::<u8>(size * p as usize)?;
     bsp.sync()?;
     let data = vec![me as u8 + 1; size];
@@ -118,7 +139,9 @@ pub fn rank(args: &Args) -> Result<Option<Report>, BspError> {
         bsp.sync()?;
         empty.push(bsp.time() - t);
     }
-    rows.push(timed(Row::new(BENCH, "bulkwire", "empty sync", p).size(size), empty.split_off(warm), None, 0));
+    let named =
+        |what: &str| Row::new(BENCH, "bulkwire", format!("{over}, {what}"), p).size(size).with(REQUESTED, requested);
+    rows.push(timed(named("empty sync"), empty.split_off(warm), None, 0));
 
     let eager = bsp.eager();
     let mut configurations: Vec<(Order, bool, usize)> =
@@ -161,16 +184,12 @@ pub fn rank(args: &Args) -> Result<Option<Report>, BspError> {
         );
         // What went early: nothing while pacing keeps to a link rate.
         let early = if pacing && bsp.rate().is_some() { 0 } else { eager_bytes };
-        let row = Row::new(BENCH, "bulkwire", what, p)
-            .size(size)
-            .with("order", order.to_string())
-            .with("pacing", pacing)
-            .with("eager_bytes", early);
+        let row = named(&what).with("order", order.to_string()).with("pacing", pacing).with("eager_bytes", early);
         rows.push(timed(row, times.split_off(warm), Some(sent), retransmissions));
     }
     bsp.set_eager(eager);
 
-    let mut notes = Vec::new();
+    let mut notes = transport::notes(&rows);
     if let Some(r) = bsp.rate() {
         notes.push(format!("pacing keeps to {} Mbit/s links", r / 1e6));
     }
@@ -203,17 +222,31 @@ pub(crate) fn table(report: &Report) -> String {
     let first = report.table(BENCH).next();
     let (p, size) = first.map_or((0, 0), |r| (r.procs, r.size_bytes.unwrap_or(0)));
     let mut o = format!("# total exchange: {p} processes, {size} bytes per pair, median (process 0)\n");
+    o.push_str(&transport::legend(report, BENCH));
+    // bulkwire's rows say their transport (and the one asked for where it
+    // differs); Open MPI's say theirs and when they were measured.
+    let label = |r: &Row| match (r.source.as_str(), r.text("measured"), r.text(REQUESTED)) {
+        ("mpi", when, _) => {
+            let over = match transport::of_row(r) {
+                "shm" => MpiTransport::Shm,
+                _ => MpiTransport::Tcp,
+            };
+            let variant = r.what.split_once(", ").map_or(r.what.as_str(), |(_, v)| v);
+            let when = when.map(|w| format!(", {w}")).unwrap_or_default();
+            format!("{variant}, Open MPI over {}{when}", over.describe())
+        }
+        (_, _, Some(requested)) if requested != transport::of_row(r) => format!("{} (asked {requested})", r.what),
+        _ => r.what.clone(),
+    };
+    let labels: Vec<String> = report.table(BENCH).map(label).collect();
+    let width = labels.iter().map(String::len).max().unwrap_or(0).max(52);
     o.push_str(&format!(
-        "{:<52} {:>12} {:>12} {:>12} {:>14} {:>8}\n",
+        "{:<width$} {:>12} {:>12} {:>12} {:>14} {:>8}\n",
         "", "median us", "mean us", "min us", "MB/s/process", "resent"
     ));
-    for r in report.table(BENCH) {
-        let what = match (r.source.as_str(), r.text("measured")) {
-            ("mpi", Some(when)) => format!("{}, Open MPI over TCP, {when}", r.what),
-            _ => r.what.clone(),
-        };
+    for (r, what) in report.table(BENCH).zip(labels) {
         o.push_str(&format!(
-            "{:<52} {:>12} {:>12} {:>12} {:>14} {:>8}\n",
+            "{:<width$} {:>12} {:>12} {:>12} {:>14} {:>8}\n",
             what,
             opt(r.num("median_us"), 1),
             opt(r.num("mean_us"), 1),

@@ -4,10 +4,11 @@
 
 use std::path::PathBuf;
 
-use bulkwire_bench::{Bench, Report};
+use bulkwire_bench::{transport, Bench, Report};
 use bulkwire_lab::{background, profile, reliability, service_switching, solver_testbed, switching_testbed, warp};
 
 use bulkwire_launch::launch::PathsChoice;
+use bulkwire_runtime::Transport;
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// How rows are printed: a table by default.
@@ -58,22 +59,33 @@ pub struct Placement {
     pub bind: Option<std::net::IpAddr>,
 }
 
-/// Runs `bench` as a job of its ranks, with the references measured around
-/// the job, and prints the rows; returns the job's exit code.
+/// Runs `bench` as a job of its ranks (a job per transport with
+/// `--transport both`), with the references measured around the jobs, and
+/// prints the rows; returns the exit code of a job that failed, else 0.
 pub fn bench(bench: &Bench, placement: &Placement, format: Format) -> Result<i32, String> {
     bench.check()?;
     let remote = placement.hosts.is_some();
-    let mut report = bench.before_job(remote);
-    let job = match job(bench, placement, None)? {
-        Ok(job) => job,
-        Err(status) => return Ok(status),
-    };
+    let before = bench.before_job(remote);
+    let mut jobs = Report::default();
+    for (spec, transport) in bench.jobs(remote) {
+        match job_over(&spec, placement, None, transport)? {
+            Ok(job) => {
+                jobs.rows.extend(job.rows);
+                jobs.notes.extend(job.notes);
+            }
+            Err(status) => return Ok(status),
+        }
+    }
     // Measured again only where it was measured before.
-    let after = if report.rows.is_empty() { Report::default() } else { bench.after_job(remote) };
-    // The job's rows first, then the references measured around it.
-    let before = std::mem::take(&mut report.rows);
-    report.rows = [job.rows, before, after.rows].concat();
-    report.notes = [job.notes, std::mem::take(&mut report.notes), after.notes].concat();
+    let after = if before.rows.is_empty() { Report::default() } else { bench.after_job(remote) };
+    // The jobs' rows first, then the references measured around them; each
+    // note once.
+    let mut report = Report { rows: [jobs.rows, before.rows, after.rows].concat(), notes: Vec::new() };
+    for note in [jobs.notes, before.notes, after.notes].concat() {
+        if !report.notes.contains(&note) {
+            report.notes.push(note);
+        }
+    }
     format.print(&report, |r| bench.table(r));
     Ok(0)
 }
@@ -82,6 +94,22 @@ pub fn bench(bench: &Bench, placement: &Placement, format: Format) -> Result<i32
 /// (the job's default when `None`): rank 0's report, or the job's exit
 /// status when it failed.
 fn job(bench: &Bench, placement: &Placement, paths: Option<PathsChoice>) -> Result<Result<Report, i32>, String> {
+    job_over(bench, placement, paths, None)
+}
+
+/// [`job`] with its ranks asking for `transport` between processes of one
+/// host ([`transport::SHM`] in their environment; the job's default when
+/// `None`).
+fn job_over(
+    bench: &Bench,
+    placement: &Placement,
+    paths: Option<PathsChoice>,
+    transport: Option<Transport>,
+) -> Result<Result<Report, i32>, String> {
+    // The launcher gives its own BULKWIRE_* variables to every rank, local
+    // or over the remote shell; the variable is set for this job only, and
+    // between jobs, when no other thread of this process is at work.
+    let _shm = transport.map(|t| EnvVar::set(transport::SHM, transport::TransportArgs::env_value(t)));
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let spec = serde_json::to_string(bench).map_err(|e| e.to_string())?;
     let command = vec![exe.to_string_lossy().into_owned(), "__bench-rank".into(), spec];
@@ -106,6 +134,30 @@ fn job(bench: &Bench, placement: &Placement, paths: Option<PathsChoice>) -> Resu
         return Ok(Err(status));
     }
     Ok(Ok(job.ok_or("rank 0 of the benchmark job ended without its report")?))
+}
+
+/// A variable of this process's environment set until it is dropped, then
+/// put back as it was.
+struct EnvVar {
+    name: &'static str,
+    before: Option<std::ffi::OsString>,
+}
+
+impl EnvVar {
+    fn set(name: &'static str, value: &str) -> EnvVar {
+        let before = std::env::var_os(name);
+        std::env::set_var(name, value);
+        EnvVar { name, before }
+    }
+}
+
+impl Drop for EnvVar {
+    fn drop(&mut self) {
+        match &self.before {
+            Some(value) => std::env::set_var(self.name, value),
+            None => std::env::remove_var(self.name),
+        }
+    }
 }
 
 /// What marks rank 0's report among its output.

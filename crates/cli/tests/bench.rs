@@ -47,6 +47,39 @@ fn sizes(rows: &[&Value]) -> Vec<u64> {
     rows.iter().map(|r| r["size_bytes"].as_u64().expect("size_bytes")).collect()
 }
 
+/// bulkwire's rows of table `bench` from the job that asked for
+/// `requested` (`requested_transport`: `shm`, BULKWIRE_SHM=1, or `udp`,
+/// BULKWIRE_SHM=0). Each says in `what` (or its first part) the transport
+/// the runtime reached its peer by: `shm` or `udp`, never shared memory
+/// where UDP was asked for.
+fn job<'a>(rows: &'a [Value], bench: &str, requested: &str) -> Vec<&'a Value> {
+    let job: Vec<&Value> = rows
+        .iter()
+        .filter(|r| r["bench"] == bench && r["source"] == "bulkwire" && r["requested_transport"] == requested)
+        .collect();
+    for r in &job {
+        let over = r["what"].as_str().expect("what").split(", ").next().expect("a transport");
+        match requested {
+            "udp" => assert_eq!(over, "udp", "{r}"),
+            _ => assert!(["shm", "udp"].contains(&over), "{r}"),
+        }
+    }
+    job
+}
+
+/// The jobs of table `bench` in `rows`: the transport each asked for, in
+/// the order they ran; every bulkwire row belongs to one.
+fn jobs(rows: &[Value], bench: &str) -> Vec<String> {
+    let mut jobs: Vec<String> = Vec::new();
+    for r in rows.iter().filter(|r| r["bench"] == bench && r["source"] == "bulkwire") {
+        let requested = r["requested_transport"].as_str().unwrap_or_else(|| panic!("no requested_transport: {r}"));
+        if !jobs.iter().any(|j| j == requested) {
+            jobs.push(requested.to_string());
+        }
+    }
+    jobs
+}
+
 /// The flows (ttcp, incast) of table `bench`: bulkwire and TCP deliver
 /// every byte, raw UDP at most every byte; one row each per size.
 fn check_flows(rows: &[Value], bench: &str, senders: u64, bytes_each: &[u64]) {
@@ -86,7 +119,12 @@ fn pingpong_reports_every_size_beside_udp_and_tcp() {
     let v = bench(&["pingpong", "--iterations", "20", "--max-size", "70000"]);
     let rows = rows(&v);
     let all = [0, 8, 64, 256, 1024, 4096, 16384, 65536, 70000];
-    assert_eq!(sizes(&of(rows, "pingpong", "bulkwire", "")), all);
+    // On one host, a job asking for shared memory, then one asking for UDP.
+    assert_eq!(jobs(rows, "pingpong"), ["shm", "udp"]);
+    for requested in ["shm", "udp"] {
+        assert_eq!(sizes(&job(rows, "pingpong", requested)), all, "{requested}");
+    }
+    // The references, measured once.
     assert_eq!(sizes(&of(rows, "pingpong", "tcp", "nodelay")), all);
     // Raw UDP has a row up to one datagram's size.
     assert_eq!(sizes(&of(rows, "pingpong", "udp", "blocking")), &all[..7]);
@@ -94,9 +132,14 @@ fn pingpong_reports_every_size_beside_udp_and_tcp() {
         assert!(num(r, "median_us") > 0.0, "{r}");
         assert_eq!(num(r, "procs"), 2.0, "{r}");
     }
-    // Open MPI over TCP runs the same sweep where it is installed.
+    // Open MPI over shared memory and over TCP runs the same sweep where
+    // it is installed, each row naming the btl it was made to use.
     if open_mpi() {
-        assert_eq!(sizes(&of(rows, "pingpong", "mpi", "tcp")), all);
+        for (transport, btl) in [("shm", ["vader,self", "sm,self"]), ("tcp", ["tcp,self", "tcp,self"])] {
+            let mpi = of(rows, "pingpong", "mpi", transport);
+            assert_eq!(sizes(&mpi), all, "{transport}");
+            assert!(mpi.iter().all(|r| r["btl"].as_str().is_some_and(|b| btl.iter().any(|x| b.starts_with(x)))), "{v}");
+        }
     }
 }
 
@@ -104,7 +147,9 @@ fn pingpong_reports_every_size_beside_udp_and_tcp() {
 fn pingpong_in_pairs_with_more_ranks_than_cores() {
     let v = bench(&["pingpong", "-n", "6", "--iterations", "20", "--max-size", "4096"]);
     let rows = rows(&v);
-    assert_eq!(sizes(&of(rows, "pingpong", "bulkwire", "")), [0, 8, 64, 256, 1024, 4096]);
+    for requested in ["shm", "udp"] {
+        assert_eq!(sizes(&job(rows, "pingpong", requested)), [0, 8, 64, 256, 1024, 4096], "{requested}");
+    }
     // Busy-polling processes without a core each are left out.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     if cores < 6 {
@@ -117,10 +162,13 @@ fn bw_delivers_every_byte_and_reports_udp_loss() {
     let v = bench(&["bw", "--iterations", "3", "--window", "8", "--max-size", "100000"]);
     let rows = rows(&v);
     let all = [1, 8, 64, 256, 1024, 4096, 16384, 65536, 100000];
-    for source in ["bulkwire", "tcp", "udp"] {
+    assert_eq!(jobs(rows, "bw"), ["shm", "udp"]);
+    let ours = [job(rows, "bw", "shm"), job(rows, "bw", "udp")].concat();
+    assert_eq!(sizes(&ours), [all, all].concat());
+    for source in ["tcp", "udp"] {
         assert_eq!(sizes(&of(rows, "bw", source, "")), all, "{source}");
     }
-    for r in of(rows, "bw", "bulkwire", "") {
+    for r in ours {
         let sent = num(r, "sent_bytes");
         assert_eq!(sent, num(r, "size_bytes") * num(r, "window_messages") * num(r, "windows_count"), "{r}");
         assert_eq!(num(r, "received_bytes"), sent, "bulkwire must deliver everything: {r}");
@@ -130,6 +178,7 @@ fn bw_delivers_every_byte_and_reports_udp_loss() {
         assert!(num(r, "mb_per_s") > 0.0, "{r}");
     }
     if open_mpi() {
+        assert_eq!(sizes(&of(rows, "bw", "mpi", "shm")), all);
         assert_eq!(sizes(&of(rows, "bw", "mpi", "tcp")), all);
     }
     for r in of(rows, "bw", "udp", "") {
@@ -171,9 +220,11 @@ fn csv_has_a_header_and_a_line_per_row() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = text.lines().collect();
-    assert!(lines[0].starts_with("bench,source,what,procs,size_bytes,load,median_us"), "{text}");
-    // Two sizes, each over bulkwire, UDP busy-poll (where a core is free), UDP blocking and TCP.
-    assert!((7..=9).contains(&lines.len()), "{text}");
+    assert!(lines[0].starts_with("bench,source,what,procs,size_bytes,load,median_us,requested_transport"), "{text}");
+    // Two sizes, each over bulkwire (a job asking for shared memory, one
+    // asking for UDP), UDP busy-poll (where a core is free), UDP blocking
+    // and TCP.
+    assert!((9..=11).contains(&lines.len()), "{text}");
     assert!(lines[1..].iter().all(|l| l.starts_with("pingpong,")), "{text}");
 }
 
@@ -186,45 +237,50 @@ fn bad_layouts_are_refused() {
     }
 }
 
-/// The rows of `bench total-exchange`: the empty sync, then every order
-/// with pacing on and off (each checks at its end that every byte arrived),
-/// on one host once more with nothing sent before the barrier, then, when
-/// `mpi` is true, the Open MPI reference before and after the job.
-fn check_total_exchange(v: &Value, mpi: bool, one_host: bool) {
+/// The rows of `bench total-exchange`: for each job (the transport it
+/// asked for, in `jobs`), the empty sync, then every order with pacing on
+/// and off (each checks at its end that every byte arrived), on one host
+/// once more with nothing sent before the barrier; then the Open MPI
+/// reference over each of `mpi` (`shm`, `tcp`) before and after the jobs.
+fn check_total_exchange(v: &Value, mpi: &[&str], one_host: bool, jobs_asked: &[&str]) {
     let rows = rows(v);
-    let (ours, reference): (Vec<&Value>, Vec<&Value>) = rows.iter().partition(|r| r["source"] == "bulkwire");
-    assert_eq!(ours[0]["what"], "empty sync", "{v}");
-    for row in &ours[1..] {
-        assert!(num(row, "median_us") > 0.0 && num(row, "mb_per_s") > 0.0, "{row}");
-        assert!(num(row, "mean_us") >= num(row, "min_us"), "{row}");
+    assert_eq!(jobs(rows, "total-exchange"), jobs_asked, "{v}");
+    for requested in jobs_asked {
+        let ours = job(rows, "total-exchange", requested);
+        let over = ours[0]["what"].as_str().expect("what").split(", ").next().expect("a transport");
+        assert_eq!(ours[0]["what"], format!("{over}, empty sync"), "{v}");
+        for row in &ours[1..] {
+            assert!(num(row, "median_us") > 0.0 && num(row, "mb_per_s") > 0.0, "{row}");
+            assert!(num(row, "mean_us") >= num(row, "min_us"), "{row}");
+            assert!(
+                row["what"].as_str().expect("what").starts_with(&format!("{over}, ")),
+                "one job, one transport: {v}"
+            );
+        }
+        let orders: Vec<&str> = ours[1..].iter().map(|r| r["order"].as_str().expect("order")).collect();
+        let eager: Vec<f64> = ours[1..].iter().map(|r| num(r, "eager_bytes")).collect();
+        if one_host {
+            assert_eq!(orders, ["latin", "pid", "random", "latin", "pid", "latin"]);
+            assert_eq!(eager, [65536.0, 65536.0, 65536.0, 65536.0, 65536.0, 0.0], "{v}");
+        } else {
+            assert_eq!(orders, ["latin", "pid", "random", "latin", "pid"]);
+            assert_eq!(eager, [0.0; 5], "across hosts every byte keeps to the schedule: {v}");
+        }
     }
-    let orders: Vec<&str> = ours[1..].iter().map(|r| r["order"].as_str().expect("order")).collect();
-    let eager: Vec<f64> = ours[1..].iter().map(|r| num(r, "eager_bytes")).collect();
-    if one_host {
-        assert_eq!(orders, ["latin", "pid", "random", "latin", "pid", "latin"]);
-        assert_eq!(eager, [65536.0, 65536.0, 65536.0, 65536.0, 65536.0, 0.0], "{v}");
-    } else {
-        assert_eq!(orders, ["latin", "pid", "random", "latin", "pid"]);
-        assert_eq!(eager, [0.0; 5], "across hosts every byte keeps to the schedule: {v}");
-    }
-    if !mpi {
-        assert!(reference.is_empty(), "{v}");
-        return;
-    }
+    let reference: Vec<&Value> = rows.iter().filter(|r| r["source"] != "bulkwire").collect();
     let what: Vec<(&str, &str)> = reference
         .iter()
         .map(|r| (r["what"].as_str().expect("what"), r["measured"].as_str().expect("measured")))
         .collect();
-    assert_eq!(
-        what,
-        [
-            ("MPI_Barrier", "before the job"),
-            ("MPI_Alltoall", "before the job"),
-            ("MPI_Barrier", "after the job"),
-            ("MPI_Alltoall", "after the job")
-        ],
-        "{v}"
-    );
+    let mut expected = Vec::new();
+    for when in ["before the job", "after the job"] {
+        for transport in mpi {
+            expected.push((format!("{transport}, MPI_Barrier"), when));
+            expected.push((format!("{transport}, MPI_Alltoall"), when));
+        }
+    }
+    let expected: Vec<(&str, &str)> = expected.iter().map(|(w, m)| (w.as_str(), *m)).collect();
+    assert_eq!(what, expected, "{v}");
     assert!(
         reference.iter().all(|r| r["source"] == "mpi" && num(r, "median_us") > 0.0 && num(r, "mean_us") > 0.0),
         "{v}"
@@ -248,12 +304,14 @@ fn total_exchange_runs_every_order() {
     if !mpi {
         eprintln!("Open MPI is not installed: the reference rows are not checked");
     }
-    check_total_exchange(&bench(&["total-exchange", "-n", "3", "--repetitions", "2", "--size", "4096"]), mpi, true);
+    let both: &[&str] = if mpi { &["shm", "tcp"] } else { &[] };
+    let v = bench(&["total-exchange", "-n", "3", "--repetitions", "2", "--size", "4096"]);
+    check_total_exchange(&v, both, true, &["shm", "udp"]);
     let without = bench(&["total-exchange", "-n", "2", "--repetitions", "2", "--size", "64", "--no-mpi"]);
-    check_total_exchange(&without, false, true);
+    check_total_exchange(&without, &[], true, &["shm", "udp"]);
     // Pacing to a link rate sends nothing early, so there is no row without it.
-    let paced =
-        bench(&["total-exchange", "-n", "2", "--repetitions", "2", "--size", "64", "--no-mpi", "--rate", "1gbit"]);
+    let args = ["total-exchange", "-n", "2", "--repetitions", "2", "--size", "64", "--no-mpi", "--rate", "1gbit"];
+    let paced = bench(&[&args[..], &["--transport", "udp"]].concat());
     let eager: Vec<f64> = rows(&paced)[1..].iter().map(|r| num(r, "eager_bytes")).collect();
     assert_eq!(eager, [0.0, 0.0, 0.0, 65536.0, 65536.0], "{paced}");
 }
@@ -293,7 +351,8 @@ fn bench_on_test_bed(hosts: usize, rate: &str, args: &[&str]) -> Option<Value> {
 #[test]
 fn total_exchange_on_the_namespace_test_bed() {
     if let Some(v) = bench_on_test_bed(4, "200mbit", &["total-exchange", "-n", "4", "--repetitions", "2"]) {
-        check_total_exchange(&v, false, false);
+        // Across hosts, one job over UDP by default, and no Open MPI.
+        check_total_exchange(&v, &[], false, &["udp"]);
     }
 }
 
@@ -328,7 +387,73 @@ fn total_exchange_measures_open_mpi_before_and_after_the_job() {
     let out = Command::new(env!("CARGO_BIN_EXE_bulkwire")).args(args).stdin(Stdio::null()).output().expect("run");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let before = stdout.find("MPI_Alltoall, Open MPI over TCP, before the job").expect("the reference before the job");
-    let after = stdout.find("MPI_Alltoall, Open MPI over TCP, after the job").expect("and after it");
-    assert!(after > before, "{stdout}");
+    for over in ["TCP", "shared memory"] {
+        let before = format!("MPI_Alltoall, Open MPI over {over}, before the job");
+        let before = stdout.find(&before).expect("the reference before the job");
+        let after = stdout.find(&format!("MPI_Alltoall, Open MPI over {over}, after the job")).expect("and after it");
+        assert!(after > before, "{stdout}");
+    }
+    // The table names the btl of each.
+    assert!(stdout.contains("btl tcp,self"), "{stdout}");
+}
+
+/// `--transport udp`: one job, asking for UDP (BULKWIRE_SHM=0), whose rows
+/// all say `udp`; Open MPI beside it over TCP only.
+#[test]
+fn transport_udp_is_one_job_over_udp() {
+    let v = bench(&["pingpong", "--iterations", "10", "--max-size", "64", "--transport", "udp"]);
+    let rows = rows(&v);
+    assert_eq!(jobs(rows, "pingpong"), ["udp"]);
+    let ours = of(rows, "pingpong", "bulkwire", "udp");
+    assert_eq!(sizes(&ours), [0, 8, 64], "{v}");
+    assert!(ours.iter().all(|r| r["requested_transport"] == "udp"), "{v}");
+    assert_eq!(sizes(&of(rows, "pingpong", "tcp", "nodelay")), [0, 8, 64], "{v}");
+    assert!(of(rows, "pingpong", "mpi", "shm").is_empty(), "{v}");
+    if open_mpi() {
+        assert_eq!(sizes(&of(rows, "pingpong", "mpi", "tcp")), [0, 8, 64], "{v}");
+    }
+    let bw = bench(&["bw", "--iterations", "2", "--window", "4", "--max-size", "64", "--no-mpi", "--transport", "udp"]);
+    let bw_rows = crate::rows(&bw);
+    assert_eq!(jobs(bw_rows, "bw"), ["udp"]);
+    assert_eq!(sizes(&of(bw_rows, "bw", "bulkwire", "udp")), [1, 8, 64], "{bw}");
+    assert_eq!(sizes(&of(bw_rows, "bw", "tcp", "")), [1, 8, 64], "{bw}");
+    let args = ["total-exchange", "-n", "2", "--repetitions", "2", "--size", "64", "--no-mpi", "--transport", "udp"];
+    check_total_exchange(&bench(&args), &[], true, &["udp"]);
+}
+
+/// `--transport shm`: one job, asking for shared memory (BULKWIRE_SHM=1),
+/// beside every reference; until the runtime reaches a peer over shared
+/// memory, its rows honestly say `udp` (and the table says it asked for shm).
+#[test]
+fn transport_shm_is_one_job_asking_for_shared_memory() {
+    let v = bench(&["pingpong", "--iterations", "10", "--max-size", "8", "--no-mpi", "--transport", "shm"]);
+    let rows = rows(&v);
+    assert_eq!(jobs(rows, "pingpong"), ["shm"]);
+    assert_eq!(sizes(&job(rows, "pingpong", "shm")), [0, 8], "{v}");
+    assert_eq!(sizes(&of(rows, "pingpong", "tcp", "nodelay")), [0, 8], "{v}");
+    let out = Command::new(env!("CARGO_BIN_EXE_bulkwire"))
+        .args(["bench", "pingpong", "--iterations", "10", "--max-size", "8", "--no-mpi", "--transport", "shm"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run bulkwire");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{table}");
+    assert!(table.contains("BULKWIRE_SHM=1"), "{table}");
+    assert!(table.contains("bulkwire shm ") || table.contains("bulkwire udp (asked shm)"), "{table}");
+}
+
+#[test]
+fn an_unknown_transport_is_refused_by_name() {
+    for bench in ["pingpong", "bw", "total-exchange"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_bulkwire"))
+            .args(["bench", bench, "--transport", "tcp"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run bulkwire");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bench}: {stderr}");
+        assert!(stderr.contains("invalid value 'tcp' for '--transport <TRANSPORT>'"), "{stderr}");
+        assert!(stderr.contains("[possible values: shm, udp, both]"), "{stderr}");
+        assert!(out.stdout.is_empty(), "nothing measured: {}", String::from_utf8_lossy(&out.stdout));
+    }
 }
