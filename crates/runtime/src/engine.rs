@@ -137,6 +137,7 @@ pub struct Engine {
     /// Every peer is reached through shared memory: a spinning wait need
     /// not read the sockets at every turn.
     all_shm: bool,
+    quiet_turns: u32,
 }
 
 /// A layer's work for the progress thread: called with the engine locked
@@ -200,8 +201,11 @@ impl Engine {
             Path::Premium => Path::Ordinary,
         };
         if self.all_shm {
-            // Only wake-ups and messages to oneself come by the sockets.
-            if round % 64 == 0 {
+            // Only wake-ups and rogue datagrams come by the sockets: read
+            // them at every 64th turn of any wait (counted across waits, as
+            // a wait of a ping-pong lasts a few turns).
+            self.quiet_turns = self.quiet_turns.wrapping_add(1);
+            if self.quiet_turns % 64 == 0 {
                 self.progress_paths(&[Path::Ordinary, Path::Premium])
             } else {
                 self.progress_paths(&[])
@@ -681,6 +685,7 @@ impl Runtime {
             rate_control,
             hooks: Vec::new(),
             all_shm: shm.as_ref().is_some_and(Shm::all_local) && env.size > 1,
+            quiet_turns: 0,
             shm,
         };
         // Spinning pays only when every process of the job here has a core.
