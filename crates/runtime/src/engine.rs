@@ -995,8 +995,15 @@ impl Runtime {
             // Spinning without it, round trips fell into a mode of one spin
             // time each whenever the cores were shared (64 KiB half round
             // trip 56 -> 300 us; 8 B 3 -> 270 us); yielding only after 20 us
-            // made that mode 20 us.
-            std::thread::yield_now();
+            // made that mode 20 us. A process with a core of its own yields
+            // at every 16th turn only (to its progress thread, or to other
+            // work on the machine): a yield is most of a turn's cost through
+            // shared memory, and under load it hands the core away for a
+            // time slice (8 B half round trip, two bound ranks while two
+            // compilers ran: 1.36 us yielding at every turn, against ...).
+            if self.shares_cores || round % 16 == 0 {
+                std::thread::yield_now();
+            }
         };
         self.inner.spinning.fetch_sub(1, Ordering::SeqCst);
         if let Some(r) = spun? {
