@@ -999,8 +999,9 @@ impl Runtime {
             // at every 16th turn only (to its progress thread, or to other
             // work on the machine): a yield is most of a turn's cost through
             // shared memory, and under load it hands the core away for a
-            // time slice (8 B half round trip, two bound ranks while two
-            // compilers ran: 1.36 us yielding at every turn, against ...).
+            // time slice (500,000 round trips of 8 B, two bound ranks, the
+            // machine otherwise busy, paired runs: 1.24 s yielding at every
+            // turn, 0.70 s at every 16th).
             if self.shares_cores || round % 16 == 0 {
                 std::thread::yield_now();
             }
