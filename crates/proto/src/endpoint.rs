@@ -637,6 +637,12 @@ impl Endpoint {
     /// `buf[..HEADER_LEN]`, then `payload`, then `buf[HEADER_LEN..t.len]`
     /// (its MAC); with `None`, `buf[..t.len]` as from `poll_transmit`. Drop
     /// the payload once the datagram is sent.
+    /// Whether [`Endpoint::poll_transmit`] may have a datagram to give now
+    /// (feedback, a probe or a channel is due); false means it has none.
+    pub fn has_transmit(&self) -> bool {
+        !self.feedback_due.is_empty() || !self.link_ready.is_empty() || !self.ready.is_empty()
+    }
+
     pub fn poll_transmit_shared(&mut self, now: Time, buf: &mut [u8]) -> Option<(Transmit, Option<SharedPayload>)> {
         assert!(buf.len() >= self.cfg.max_datagram, "poll_transmit needs a buffer of max_datagram bytes");
         if let Some((peer, feedback)) = self.feedback_due.pop_front() {

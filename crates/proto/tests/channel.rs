@@ -56,7 +56,11 @@ impl Pair {
     fn flush(&mut self) {
         let mut buf = vec![0u8; 65_536];
         for i in 0..2 {
-            while let Some(t) = self.ends[i].poll_transmit(self.now, &mut buf) {
+            loop {
+                // `has_transmit` false promises that nothing is to send.
+                let announced = self.ends[i].has_transmit();
+                let Some(t) = self.ends[i].poll_transmit(self.now, &mut buf) else { break };
+                assert!(announced, "a datagram that has_transmit did not announce");
                 let bytes = buf[..t.len].to_vec();
                 let seen = Seen {
                     from: i,

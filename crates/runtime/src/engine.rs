@@ -246,7 +246,7 @@ impl Engine {
         if self.endpoint.poll_timeout().is_some_and(|t| t <= now) {
             self.endpoint.handle_timeout(now);
         }
-        moved |= self.flush(now);
+        moved |= self.flush();
         self.collect();
         moved |= self.poll_shm();
         moved
@@ -373,11 +373,17 @@ impl Engine {
 
     /// Sends what the endpoint has ready, in batches. Datagrams a full
     /// socket did not take wait in the batch and go first next time.
-    fn flush(&mut self, now: Time) -> bool {
+    fn flush(&mut self) -> bool {
         if let Some(shm) = self.shm.as_mut() {
             shm.flush();
             self.send_wakeups();
         }
+        // The clock only when there is something to send (a turn through
+        // shared memory has none).
+        if self.tx.is_empty() && !self.endpoint.has_transmit() {
+            return false;
+        }
+        let now = self.now();
         let mut sent = false;
         loop {
             while !self.tx.is_full() {
@@ -924,8 +930,7 @@ impl Runtime {
         let mut e = self.inner.lock();
         check(&e)?;
         let result = f(&mut e);
-        let now = e.now();
-        e.flush(now);
+        e.flush();
         self.kick(&e);
         result
     }
@@ -1090,8 +1095,7 @@ impl Runtime {
     ) -> Result<Option<R>, RuntimeError> {
         e.wake_at = None;
         let result = f(e)?;
-        let now = e.now();
-        e.flush(now);
+        e.flush();
         if result.is_some() {
             self.kick(e);
         }
@@ -1266,8 +1270,7 @@ fn progress_thread(inner: &Inner) {
                 // A layer's own progress (groups pass posts on), while the
                 // application computes.
                 e.run_hook();
-                let now = e.now();
-                e.flush(now);
+                e.flush();
             }
             let now = e.now();
             if !reported {
