@@ -124,7 +124,7 @@ fn peers_on_one_host_use_shared_memory_and_leave_no_files() {
         return;
     }
     let test = "peers_on_one_host_use_shared_memory_and_leave_no_files";
-    for (flags, transport) in [(&["--verbose"][..], "shm"), (&["--verbose", "--shm", "off"][..], "udp")] {
+    for (flags, transport) in [(&["--verbose", "--stats"][..], "shm"), (&["--verbose", "--shm", "off"][..], "udp")] {
         let (out, _) = launch(3, test, flags);
         let (stdout, stderr) = text(&out);
         assert!(out.status.success(), "{stdout}\n{stderr}");
@@ -133,6 +133,15 @@ fn peers_on_one_host_use_shared_memory_and_leave_no_files() {
         }
         let said = if transport == "shm" { "shared memory to 2 of 2 peers" } else { "no shared memory" };
         assert_eq!(stderr.matches(said).count(), 3, "{stderr}");
+        if transport == "shm" {
+            // --stats: each rank sent its peer 4 messages of its own, and the
+            // barrier's; the two large ones read from its memory.
+            assert!(stderr.contains("shared memory (peers on the rank's host)"), "{stderr}");
+            assert!(
+                stderr.lines().any(|l| l.trim_start().starts_with("0>1") && l.split_whitespace().nth(3) == Some("2")),
+                "{stderr}"
+            );
+        }
     }
 }
 
