@@ -62,6 +62,12 @@ pub struct Memory {
 #[derive(Debug)]
 pub struct Endpoint {
     cfg: Config,
+    /// The answer of [`Endpoint::poll_timeout`] until the state changes:
+    /// every mutating call clears it, so that a progress loop that polls
+    /// an idle endpoint (all its peers reached otherwise) does not scan
+    /// every channel at every turn. Checked against a fresh scan in debug
+    /// builds.
+    timeout_cache: std::cell::Cell<Option<Option<Time>>>,
     accept: Accept,
     /// Indexed by `peer * channels + channel`; the slots of our own rank are unused.
     channels: Vec<Channel>,
@@ -120,6 +126,7 @@ impl Endpoint {
             cfg.max_datagram,
         );
         Ok(Endpoint {
+            timeout_cache: std::cell::Cell::new(None),
             accept: Accept { job: cfg.job, destination: cfg.rank, ranks: cfg.ranks, channels: cfg.channels },
             channels,
             send_pool: BufferPool::new(cfg.send_buffers(), cfg.max_payload()),
@@ -165,6 +172,7 @@ impl Endpoint {
 
     /// Queues a copy of `data` for `to` on `channel`.
     pub fn send(&mut self, to: u32, channel: u16, data: &[u8]) -> Result<(), SendError> {
+        self.timeout_cache.set(None);
         self.check_send(to, channel, data.len())?;
         self.send_owned(to, channel, data.to_vec())
     }
@@ -172,6 +180,7 @@ impl Endpoint {
     /// Queues `data` for `to` on `channel` without copying it. Fails with
     /// [`SendError::WouldBlock`] while the send buffer cannot take it.
     pub fn send_owned(&mut self, to: u32, channel: u16, data: Vec<u8>) -> Result<(), SendError> {
+        self.timeout_cache.set(None);
         self.queue(to, channel, data, 0)
     }
 
@@ -185,6 +194,7 @@ impl Endpoint {
     /// lets later small messages to the same peer share the packet without
     /// the buffer growing.
     pub fn send_framed(&mut self, to: u32, channel: u16, framed: Vec<u8>) -> Result<(), SendError> {
+        self.timeout_cache.set(None);
         if framed.len() < RECORD_HEADER_LEN {
             return Err(SendError::NoHeadroom { len: framed.len() });
         }
@@ -251,6 +261,7 @@ impl Endpoint {
     /// with nothing queued it does nothing (the tail probe then covers the
     /// last packets).
     pub fn end_phase(&mut self, to: u32, channel: u16) {
+        self.timeout_cache.set(None);
         if to < self.cfg.ranks && to != self.cfg.rank && channel < self.cfg.channels {
             let index = self.index(to, channel);
             self.channels[index].end_phase();
@@ -265,6 +276,7 @@ impl Endpoint {
     /// need not ask for an acknowledgement of it (seed 002 §4.2-4.3). Call
     /// it on every turn of the wait.
     pub fn awaiting(&mut self, now: Time, peer: u32, channel: u16) {
+        self.timeout_cache.set(None);
         if peer < self.cfg.ranks && peer != self.cfg.rank && channel < self.cfg.channels {
             let index = self.index(peer, channel);
             self.channels[index].awaiting(now);
@@ -276,6 +288,7 @@ impl Endpoint {
     /// probe, the recovery of a last packet that nobody waits for, then
     /// starts only after 16 retransmission timeouts instead of one.
     pub fn set_receiver_driven(&mut self, peer: u32, channel: u16, on: bool) {
+        self.timeout_cache.set(None);
         if peer < self.cfg.ranks && peer != self.cfg.rank && channel < self.cfg.channels {
             let index = self.index(peer, channel);
             self.channels[index].receiver_driven = on;
@@ -290,6 +303,7 @@ impl Endpoint {
     /// where a probe after every message would send each twice and draw an
     /// acknowledgement for it.
     pub fn set_probe_by_pace(&mut self, peer: u32, channel: u16, on: bool) {
+        self.timeout_cache.set(None);
         if peer < self.cfg.ranks && peer != self.cfg.rank && channel < self.cfg.channels {
             let index = self.index(peer, channel);
             self.channels[index].probe_by_pace = on;
@@ -300,6 +314,7 @@ impl Endpoint {
     /// acknowledge them now, without waiting for a timeout (before leaving
     /// a job, for instance).
     pub fn request_acknowledgements(&mut self) {
+        self.timeout_cache.set(None);
         for index in 0..self.channels.len() {
             if self.channels[index].request_acknowledgement() {
                 self.mark_ready(index);
@@ -310,6 +325,7 @@ impl Endpoint {
     /// Chooses the loss-recovery strategy of one channel; both ends must
     /// choose the same, before the channel carries anything.
     pub fn set_strategy(&mut self, peer: u32, channel: u16, strategy: Strategy) -> Result<(), SendError> {
+        self.timeout_cache.set(None);
         self.check_send(peer, channel, 0).or_else(|e| if e == SendError::WouldBlock { Ok(()) } else { Err(e) })?;
         let index = self.index(peer, channel);
         let ch = &mut self.channels[index];
@@ -322,6 +338,7 @@ impl Endpoint {
 
     /// Sets the superstep colour carried by the packets sent to `peer`.
     pub fn set_colour(&mut self, peer: u32, channel: u16, colour: u8) {
+        self.timeout_cache.set(None);
         if peer < self.cfg.ranks && channel < self.cfg.channels {
             let index = self.index(peer, channel);
             self.channels[index].colour = colour;
@@ -332,6 +349,7 @@ impl Endpoint {
     /// (`on`), or on the path the pair's mode chooses: a control plane
     /// that congestion of the ordinary class must not delay (seed 004 §2).
     pub fn set_premium(&mut self, peer: u32, channel: u16, on: bool) {
+        self.timeout_cache.set(None);
         if peer < self.cfg.ranks && channel < self.cfg.channels {
             let index = self.index(peer, channel);
             self.channels[index].premium = on;
@@ -352,6 +370,7 @@ impl Endpoint {
     /// §4.4; use it only with such proof, or the packets are never resent.
     /// Returns how many packets were freed.
     pub fn acknowledge_below(&mut self, now: Time, peer: u32, channel: u16, seq: u64) -> u64 {
+        self.timeout_cache.set(None);
         if peer >= self.cfg.ranks || channel >= self.cfg.channels {
             return 0;
         }
@@ -369,6 +388,7 @@ impl Endpoint {
 
     /// A datagram arrived. Anything wrong with it is counted and dropped.
     pub fn handle_datagram(&mut self, now: Time, datagram: &[u8]) {
+        self.timeout_cache.set(None);
         self.handle(now, datagram, false);
     }
 
@@ -381,6 +401,7 @@ impl Endpoint {
     /// the caller can read another datagram into it once the message is
     /// consumed; a smaller message gives the rest back.
     pub fn handle_datagram_owned(&mut self, now: Time, datagram: &mut Vec<u8>) {
+        self.timeout_cache.set(None);
         let Some(InPlace { event, len }) = self.handle(now, datagram, true) else { return };
         let start = HEADER_LEN + RECORD_HEADER_LEN;
         let mut data = std::mem::take(datagram);
@@ -491,6 +512,7 @@ impl Endpoint {
     /// their headers in front: [`Event::Message`]'s `start` says where each
     /// begins. For an application that reads messages where they lie.
     pub fn set_in_place(&mut self, channel: u16, on: bool) {
+        self.timeout_cache.set(None);
         if let Some(slot) = self.in_place.get_mut(channel as usize) {
             *slot = on;
         }
@@ -514,6 +536,7 @@ impl Endpoint {
     /// out. A pacer already running keeps its rate when `control` is the
     /// same. Unknown peers and this endpoint's own rank are ignored.
     pub fn set_rate_control(&mut self, peer: u32, control: Option<&RateControl>) {
+        self.timeout_cache.set(None);
         if peer == self.cfg.rank {
             return;
         }
@@ -590,6 +613,7 @@ impl Endpoint {
 
     /// Timers that are due fire: tail probes and prods.
     pub fn handle_timeout(&mut self, now: Time) {
+        self.timeout_cache.set(None);
         for index in std::mem::take(&mut self.paced) {
             let peer = self.channels[index].peer as usize;
             if self.pacers[peer].as_mut().is_some_and(|p| !p.may_send(now)) {
@@ -644,6 +668,7 @@ impl Endpoint {
     }
 
     pub fn poll_transmit_shared(&mut self, now: Time, buf: &mut [u8]) -> Option<(Transmit, Option<SharedPayload>)> {
+        self.timeout_cache.set(None);
         assert!(buf.len() >= self.cfg.max_datagram, "poll_transmit needs a buffer of max_datagram bytes");
         if let Some((peer, feedback)) = self.feedback_due.pop_front() {
             let len = feedback.write(&mut buf[HEADER_LEN..]);
@@ -743,6 +768,18 @@ impl Endpoint {
 
     /// When `handle_timeout` should be called next.
     pub fn poll_timeout(&self) -> Option<Time> {
+        if let Some(cached) = self.timeout_cache.get() {
+            debug_assert_eq!(cached, self.compute_timeout(), "a stale timeout: a mutation did not clear the cache");
+            return cached;
+        }
+        let timeout = self.compute_timeout();
+        self.timeout_cache.set(Some(timeout));
+        timeout
+    }
+
+    /// [`Endpoint::poll_timeout`] computed afresh: a scan of every channel,
+    /// pacer and latency link (O(peers × channels)).
+    fn compute_timeout(&self) -> Option<Time> {
         let paced = self.paced.iter().filter_map(|&i| self.pacers[self.channels[i].peer as usize].as_ref());
         let channels = self.channels.iter().filter_map(Channel::poll_timeout).chain(paced.map(Pacer::next_send)).min();
         if self.links.is_empty() {
@@ -754,6 +791,7 @@ impl Endpoint {
     /// The next message or notice for the application.
     pub fn poll_event(&mut self) -> Option<Event> {
         let event = self.events.pop_front()?;
+        self.timeout_cache.set(None);
         if let Event::Message { data, start, .. } = &event {
             self.recv.ready -= data.len() - start;
             if !self.blocked_on_recv.is_empty() {
