@@ -32,7 +32,11 @@
 //! in its header before it sleeps and looks at its doorbell once more; a
 //! sender rings the doorbell after every record and, finding the flag
 //! raised, lowers it and sends an empty datagram to the reader's ordinary
-//! socket. A spinning reader costs its senders no system call.
+//! socket. A spinning reader costs its senders no system call. (Not a
+//! futex: a process that sleeps waits at once for its peers on other
+//! hosts, its timers and the launcher, on descriptors in one poll(2), and a
+//! futex cannot be among them; an eventfd would have to be passed between
+//! processes. The socket is already in that poll.)
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::{File, OpenOptions};
