@@ -840,10 +840,12 @@ impl Writer {
 
 /// Reads `len` bytes at `addr` in process `pid` (one copy, by the kernel).
 fn read_remote(pid: i32, addr: u64, len: usize) -> io::Result<Vec<u8>> {
-    let mut data = vec![0u8; len];
+    // Not zeroed first: the kernel writes every byte before it is read (a
+    // memset of the whole message would be a second pass over it).
+    let mut data: Vec<u8> = Vec::with_capacity(len);
     let mut done = 0;
     while done < len {
-        let local = libc::iovec { iov_base: data[done..].as_mut_ptr().cast(), iov_len: len - done };
+        let local = libc::iovec { iov_base: data.spare_capacity_mut()[done..].as_mut_ptr().cast(), iov_len: len - done };
         let remote = libc::iovec { iov_base: (addr as usize + done) as *mut libc::c_void, iov_len: len - done };
         // SAFETY: `local` describes memory we own; the kernel checks `remote`.
         let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
@@ -855,6 +857,8 @@ fn read_remote(pid: i32, addr: u64, len: usize) -> io::Result<Vec<u8>> {
         }
         done += n as usize;
     }
+    // SAFETY: the kernel wrote all `len` bytes (the loop ends at `len`).
+    unsafe { data.set_len(len) };
     Ok(data)
 }
 
