@@ -1,6 +1,7 @@
 /*
- * The sweeps of `bulkwire bench pingpong` and `bulkwire bench bw`, and the
- * total exchange of `bulkwire bench total-exchange`, with MPI, printed as a
+ * The sweeps of `bulkwire bench pingpong` and `bulkwire bench bw`, the
+ * total exchange of `bulkwire bench total-exchange` and the ring of
+ * `bulkwire bench put`, with MPI, printed as a
  * table or (--json) as rows of bulkwire's row format (docs/BENCHMARKS.md),
  * so that bulkwire can be compared with an MPI library on the same machine.
  * Run by those benchmarks (crates/bench/src/mpi.rs) and by
@@ -9,6 +10,7 @@
  *   bench pingpong|bw [--json] [--transport T] [--iterations N] [--max-size BYTES] [--window W]
  *   bench alltoall [--json] [--transport T] [--iterations N] [--max-size BYTES_PER_PAIR]
  *   bench bcast|allreduce [--json] [--iterations N] --sizes B,B,...
+ *   bench ring [--json] [--transport T] [--iterations N] --sizes B,B,...
  *
  * Sizes, round counts, windows and budgets follow crates/bench/src:
  * pingpong: 0, 8, 64, 256, ... (x4) up to max, median half round trip after
@@ -30,6 +32,12 @@
 #define WINDOW_BYTES (64L << 20)
 #define BW_BUDGET (512L << 20)
 #define PP_BUDGET (256L << 20)
+/* Bytes each process sends per size in the ring's timed repetitions, beyond
+   which there are fewer, and the fewest (crates/bench/src/put.rs). */
+#define RING_BUDGET (2L << 30)
+#define RING_LEAST 3
+/* The largest message of the ring: MPI counts are ints. */
+#define RING_PIECE (1L << 30)
 
 static int sizes(long first, long max, long *out) {
     int n = 0;
@@ -273,6 +281,107 @@ static void collective(int me, int procs, long reps, const char *list, int allre
     free(times);
 }
 
+/* The 8 bytes that open and close the ring's data of one repetition. */
+static uint64_t ring_stamp(int sender, long rep) {
+    return 0x52494e47ULL << 32 | (uint64_t)(rep & 0xffff) << 16 | (uint64_t)(sender & 0xffff);
+}
+
+/* What `sender` puts at byte `i` of `size` bytes in repetition `rep`. */
+static unsigned char ring_byte(int sender, long rep, long size, long i) {
+    uint64_t s = ring_stamp(sender, rep);
+    long n = size < 8 ? size : 8;
+    if (i >= size - n) return (unsigned char)(s >> (8 * (i - (size - n))));
+    if (i < n) return (unsigned char)(s >> (8 * i));
+    return (unsigned char)((uint64_t)i * 2654435761u >> 13 ^ (uint64_t)sender * 131);
+}
+
+/* The reference of `bulkwire bench put`: every process sends `size` bytes
+   to its right neighbour ((me + 1) mod procs) and receives as many from its
+   left with MPI_Isend, MPI_Irecv and MPI_Waitall (in pieces of at most
+   1 GiB), each repetition started by a barrier and timed as the slowest
+   process's time; the median over the repetitions (fewer for large sizes)
+   after one to warm up. The receiver checks the stamps that open and
+   close every repetition's data and positions sampled between them; a
+   wrong byte aborts the job. */
+static void ring(int me, int procs, long iterations, const char *list, int json) {
+    long sizes[64];
+    int count = 0;
+    for (const char *p = list; *p && count < 64;) {
+        sizes[count++] = atol(p);
+        while (*p && *p != ',') p++;
+        if (*p == ',') p++;
+    }
+    long max = 1;
+    for (int k = 0; k < count; k++) {
+        if (sizes[k] < 1) {
+            if (me == 0) fprintf(stderr, "bench ring: sizes must be at least 1 byte\n");
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+        if (sizes[k] > max) max = sizes[k];
+    }
+    int right = (me + 1) % procs, left = (me + procs - 1) % procs;
+    unsigned char *out = malloc((size_t)max), *in = malloc((size_t)max);
+    long pieces_max = (max + RING_PIECE - 1) / RING_PIECE;
+    MPI_Request *requests = malloc(sizeof(MPI_Request) * 2 * (size_t)pieces_max);
+    double *times = malloc(sizeof(double) * (size_t)iterations);
+    if (!out || !in || !requests || !times) MPI_Abort(MPI_COMM_WORLD, 1);
+    if (me == 0) {
+        if (json) printf("[\n");
+        else printf("# ring: %d processes, each sends to its right neighbour; Open MPI over %s\n%12s %12s %12s\n",
+                    procs, over(), "size", "median us", "MB/s");
+    }
+    for (int k = 0; k < count; k++) {
+        long size = sizes[k], reps = RING_BUDGET / size > RING_LEAST ? RING_BUDGET / size : RING_LEAST;
+        if (reps > iterations) reps = iterations;
+        long pieces = (size + RING_PIECE - 1) / RING_PIECE;
+        for (long i = 0; i < size; i++) out[i] = ring_byte(me, -1, size, i);
+        for (long r = -1; r < reps; r++) {
+            uint64_t s = ring_stamp(me, r);
+            long n = size < 8 ? size : 8;
+            /* The closing stamp last: it wins where the two overlap. */
+            for (long i = 0; i < n; i++) out[i] = (unsigned char)(s >> (8 * i));
+            for (long i = 0; i < n; i++) out[size - n + i] = (unsigned char)(s >> (8 * i));
+            long samples[8 + 8 + 61], m = 0;
+            for (long i = 0; i < n; i++) samples[m++] = i, samples[m++] = size - n + i;
+            for (long j = 1; j <= 61; j++) samples[m++] = j * (size - 1) / 62;
+            for (long j = 0; j < m; j++) in[samples[j]] = (unsigned char)~ring_byte(left, r, size, samples[j]);
+            MPI_Barrier(MPI_COMM_WORLD);
+            double t = MPI_Wtime();
+            for (long p = 0; p < pieces; p++) {
+                long at = p * RING_PIECE, len = size - at < RING_PIECE ? size - at : RING_PIECE;
+                MPI_Irecv(in + at, (int)len, MPI_BYTE, left, 4, MPI_COMM_WORLD, &requests[2 * p]);
+                MPI_Isend(out + at, (int)len, MPI_BYTE, right, 4, MPI_COMM_WORLD, &requests[2 * p + 1]);
+            }
+            MPI_Waitall((int)(2 * pieces), requests, MPI_STATUSES_IGNORE);
+            double mine = MPI_Wtime() - t, slowest;
+            for (long j = 0; j < m; j++) {
+                long i = samples[j];
+                if (in[i] != ring_byte(left, r, size, i)) {
+                    fprintf(stderr, "bench ring: process %d: the %ld bytes from process %d (repetition %ld) arrived "
+                                    "wrong: byte %ld is 0x%02x, expected 0x%02x\n",
+                            me, size, left, r, i, in[i], ring_byte(left, r, size, i));
+                    MPI_Abort(MPI_COMM_WORLD, 1);
+                }
+            }
+            MPI_Reduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+            if (r >= 0) times[r] = slowest;
+        }
+        if (me == 0) {
+            double m = median_us(times, reps), mb_s = (double)size / m;
+            if (json)
+                printf("  {\"bench\": \"put\", \"source\": \"mpi\", \"what\": \"%s, Isend/Irecv ring\", \"procs\": %d, "
+                       "\"size_bytes\": %ld, \"mb_per_s\": %.3f, \"median_us\": %.2f, \"repetitions_count\": %ld}%s\n",
+                       transport, procs, size, mb_s, m, reps, k + 1 < count ? "," : "");
+            else printf("%12ld %12.1f %12.1f\n", size, m, mb_s);
+        }
+    }
+    if (me == 0 && json) printf("]\n");
+    free(out);
+    free(in);
+    free(requests);
+    free(times);
+}
+
 /* SplitMix64, as crates/bench/src/solver.rs draws the solver's system. */
 static uint64_t splitmix(uint64_t *state) {
     uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
@@ -399,6 +508,11 @@ int main(int argc, char **argv) {
             MPI_Abort(MPI_COMM_WORLD, 2);
         }
         solver(me, size, n, tol, dominance, seed, load, json);
+        MPI_Finalize();
+        return 0;
+    }
+    if (!strcmp(which, "ring")) {
+        ring(me, size, iterations > 0 ? iterations : 10, list, json);
         MPI_Finalize();
         return 0;
     }

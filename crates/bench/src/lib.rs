@@ -20,6 +20,7 @@ mod echo;
 mod incast;
 pub mod mpi;
 mod pingpong;
+mod put;
 pub mod reference;
 pub mod solver;
 mod total_exchange;
@@ -52,6 +53,10 @@ pub enum Bench {
     /// superstep) for each destination order (latin, pid, random), pacing
     /// on and off, beside an empty sync and Open MPI's MPI_Alltoall.
     TotalExchange(total_exchange::Args),
+    /// BSP put bandwidth to a neighbour: each process puts 64 and 512 MiB
+    /// (--sizes) into its right neighbour's area and syncs, with bsp_put
+    /// and bsp_hpput, beside Open MPI's MPI_Isend/MPI_Irecv ring.
+    Put(put::Args),
     /// Group broadcast from process 0 to every process, 8 B to 4 MiB, for
     /// each algorithm and the automatic choice (with confirmed delivery at
     /// 32 KiB: acknowledgements merged up the tree), beside Open MPI's
@@ -79,6 +84,7 @@ impl Bench {
             Bench::Bw(_) | Bench::Echo(_) | Bench::Trace(_) => 2,
             Bench::Incast(a) => a.senders + 1,
             Bench::TotalExchange(a) => a.ranks,
+            Bench::Put(a) => a.ranks,
             Bench::Solver(a) => a.ranks,
             Bench::Bcast(a) | Bench::Allreduce(a) => a.ranks,
         }
@@ -90,6 +96,7 @@ impl Bench {
             Bench::Pingpong(a) => Some(&a.transport),
             Bench::Bw(a) => Some(&a.transport),
             Bench::TotalExchange(a) => Some(&a.transport),
+            Bench::Put(a) => Some(&a.transport),
             _ => None,
         }
     }
@@ -113,6 +120,7 @@ impl Bench {
                 Bench::Pingpong(a) => a.transport = one,
                 Bench::Bw(a) => a.transport = one,
                 Bench::TotalExchange(a) => a.transport = one,
+                Bench::Put(a) => a.transport = one,
                 _ => unreachable!("a benchmark with --transport"),
             }
             jobs.push((bench, Some(transport)));
@@ -128,6 +136,7 @@ impl Bench {
             }
             Bench::Incast(a) if a.senders == 0 => Err("incast needs at least one sender (-k)".into()),
             Bench::TotalExchange(a) if a.ranks < 2 => Err("a total exchange needs at least two processes".into()),
+            Bench::Put(a) => put::check(a),
             _ => Ok(()),
         }
     }
@@ -144,6 +153,9 @@ impl Bench {
                 open_mpi(remote, 2, &a.transport.mpi(remote), &bw::mpi_args(a), "bw", "mb_per_s")
             }
             Bench::TotalExchange(a) => a.open_mpi(remote, "before the job"),
+            Bench::Put(a) if !a.no_mpi => {
+                mpi_reference(remote, a.ranks, &a.transport.mpi(remote), &put::mpi_args(a), "put", "mb_per_s")
+            }
             Bench::Bcast(a) => a.open_mpi(bulkwire_groups::Operation::Bcast, remote),
             Bench::Allreduce(a) => a.open_mpi(bulkwire_groups::Operation::Allreduce, remote),
             Bench::Solver(a) if !a.no_mpi => {
@@ -170,6 +182,7 @@ impl Bench {
             Bench::Echo(a) => echo::table(a, report),
             Bench::Incast(a) => incast::table(a, report),
             Bench::TotalExchange(_) => total_exchange::table(report),
+            Bench::Put(_) => put::table(report),
             Bench::Trace(_) => trace::table(report),
             Bench::Solver(_) => solver::table(report),
             Bench::Bcast(_) => collective::table(bulkwire_groups::Operation::Bcast, report),
@@ -223,6 +236,9 @@ pub fn rank(bench: &Bench) -> Result<Option<Report>, String> {
     if let Bench::TotalExchange(a) = bench {
         return total_exchange::rank(a).map_err(|e| e.to_string());
     }
+    if let Bench::Put(a) = bench {
+        return put::rank(a).map_err(|e| e.to_string());
+    }
     // The solver runs BSP on the job's runtime beside the shared memory:
     // its world lives as long as the process.
     if let Bench::Solver(a) = bench {
@@ -248,7 +264,7 @@ pub fn rank(bench: &Bench) -> Result<Option<Report>, String> {
             Bench::Trace(a) => trace::rank(&world, a)?,
             Bench::Bcast(a) => collective::rank(&world, a, bulkwire_groups::Operation::Bcast)?,
             Bench::Allreduce(a) => collective::rank(&world, a, bulkwire_groups::Operation::Allreduce)?,
-            Bench::TotalExchange(_) | Bench::Solver(_) => unreachable!("run above"),
+            Bench::TotalExchange(_) | Bench::Put(_) | Bench::Solver(_) => unreachable!("run above"),
         };
         let notes = transport::notes(&rows);
         let report = (world.rank() == 0).then_some(Report { rows, notes });
@@ -426,8 +442,8 @@ mod tests {
             [(Transport::Shm, false), (Transport::Udp, true)]
         );
         assert_eq!(bench.jobs(true).len(), 1);
+        // Studies of the network cross it: one job, over UDP, on one host too.
         let echo = Bench::Echo(echo::Args { iterations: 1, ttcp_bytes: 1, ttcp_lengths: vec![1] });
-        // A study of the network crosses it, whatever the hosts.
         assert_eq!(echo.jobs(false).iter().map(|(_, t)| *t).collect::<Vec<_>>(), [Some(Transport::Udp)]);
     }
 }

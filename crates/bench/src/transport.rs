@@ -1,7 +1,8 @@
 //! The transport between a benchmark's processes on one host, chosen by
-//! `--transport` (`bench pingpong`, `bench bw`, `bench total-exchange`):
-//! bulkwire's shared-memory path or UDP (`BULKWIRE_SHM=1` or `0` in the
-//! ranks' environment), and Open MPI's shared memory or TCP beside it.
+//! `--transport` (`bench pingpong`, `bench bw`, `bench total-exchange`,
+//! `bench put`): bulkwire's shared-memory path or UDP (`BULKWIRE_SHM=1` or
+//! `0` in the ranks' environment), and Open MPI's shared memory or TCP
+//! beside it.
 //!
 //! bulkwire's rows say in `what` the transport the runtime reached the
 //! measured peer by (`Runtime::transport`), and in `requested_transport`

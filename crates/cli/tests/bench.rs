@@ -230,7 +230,13 @@ fn csv_has_a_header_and_a_line_per_row() {
 
 #[test]
 fn bad_layouts_are_refused() {
-    for args in [&["pingpong", "-n", "3"][..], &["incast", "-k", "0"][..]] {
+    let layouts = [
+        &["pingpong", "-n", "3"][..],
+        &["incast", "-k", "0"][..],
+        &["put", "-n", "1"][..],
+        &["put", "--sizes", "0,8"][..],
+    ];
+    for args in layouts {
         let out = Command::new(env!("CARGO_BIN_EXE_bulkwire")).arg("bench").args(args).output().expect("run");
         assert!(!out.status.success(), "{args:?} should fail");
         assert!(!String::from_utf8_lossy(&out.stderr).is_empty());
@@ -444,7 +450,7 @@ fn transport_shm_is_one_job_asking_for_shared_memory() {
 
 #[test]
 fn an_unknown_transport_is_refused_by_name() {
-    for bench in ["pingpong", "bw", "total-exchange"] {
+    for bench in ["pingpong", "bw", "total-exchange", "put"] {
         let out = Command::new(env!("CARGO_BIN_EXE_bulkwire"))
             .args(["bench", bench, "--transport", "tcp"])
             .stdin(Stdio::null())
@@ -456,4 +462,44 @@ fn an_unknown_transport_is_refused_by_name() {
         assert!(stderr.contains("[possible values: shm, udp, both]"), "{stderr}");
         assert!(out.stdout.is_empty(), "nothing measured: {}", String::from_utf8_lossy(&out.stdout));
     }
+}
+
+/// `bench put`: for each job, bsp_put and bsp_hpput at every size (each
+/// repetition checked at its receiver, or the job fails), and Open MPI's
+/// ring over shared memory and TCP where it is installed.
+#[test]
+fn put_to_a_neighbour_with_put_and_hpput() {
+    let v = bench(&["put", "--sizes", "1,100000,3000000", "--repetitions", "2"]);
+    let rows = rows(&v);
+    let all = [1, 100000, 3000000];
+    assert_eq!(jobs(rows, "put"), ["shm", "udp"]);
+    for requested in ["shm", "udp"] {
+        let ours = job(rows, "put", requested);
+        let variants: Vec<&str> = ours.iter().map(|r| r["what"].as_str().expect("what")).collect();
+        let over = variants[0].split(", ").next().expect("a transport");
+        let expected: Vec<String> = all.iter().flat_map(|_| ["put", "hpput"]).map(|v| format!("{over}, {v}")).collect();
+        assert_eq!(variants, expected, "{v}");
+        assert_eq!(sizes(&ours), [1, 1, 100000, 100000, 3000000, 3000000], "{v}");
+        for r in ours {
+            assert_eq!(num(r, "procs"), 2.0, "{r}");
+            assert_eq!(num(r, "repetitions_count"), 2.0, "{r}");
+            let (mb, us) = (num(r, "mb_per_s"), num(r, "median_us"));
+            assert!(mb > 0.0 && us > 0.0, "{r}");
+            assert!((mb - num(r, "size_bytes") / us).abs() <= 1e-6 * mb, "MB/s is size over the median: {r}");
+        }
+    }
+    if open_mpi() {
+        for transport in ["shm", "tcp"] {
+            let mpi = of(rows, "put", "mpi", &format!("{transport}, Isend/Irecv ring"));
+            assert_eq!(sizes(&mpi), all, "{transport}: {v}");
+            assert!(mpi.iter().all(|r| num(r, "mb_per_s") > 0.0 && num(r, "repetitions_count") == 2.0), "{v}");
+        }
+    }
+    // Three processes in a ring, one job over UDP, no reference.
+    let ring = bench(&["put", "-n", "3", "--sizes", "70000", "--repetitions", "3", "--transport", "udp", "--no-mpi"]);
+    let ring_rows = crate::rows(&ring);
+    assert_eq!(jobs(ring_rows, "put"), ["udp"]);
+    let what: Vec<&str> = ring_rows.iter().map(|r| r["what"].as_str().expect("what")).collect();
+    assert_eq!(what, ["udp, put", "udp, hpput"], "{ring}");
+    assert!(ring_rows.iter().all(|r| num(r, "procs") == 3.0), "{ring}");
 }
