@@ -101,6 +101,9 @@ const CONTROL: usize = 256;
 const C_HEAD: usize = 0;
 const C_TAIL: usize = 64;
 const C_ATTACHED: usize = 128;
+/// Set by the writer when the ring had no room for its next record: the
+/// reader that frees room then wakes it.
+const C_FULL: usize = 160;
 /// Set by the reader: it can read this writer's memory (single copy).
 const C_CMA: usize = 192;
 
@@ -707,8 +710,19 @@ impl Shm {
                 peer.head = peer.head.wrapping_add(size as u64);
             }
             if peer.head != start_head {
-                region.u64(ring.base + C_HEAD).store(peer.head, Ordering::Release);
+                region.u64(ring.base + C_HEAD).store(peer.head, Ordering::SeqCst);
                 moved = true;
+                // A writer that found the ring full waits for this room: ring
+                // its doorbell, and wake it if it sleeps.
+                let full = region.u32(ring.base + C_FULL);
+                if full.load(Ordering::SeqCst) != 0 && full.swap(0, Ordering::SeqCst) != 0 {
+                    peer.w.theirs.u64(H_DOORBELL).fetch_add(1, Ordering::SeqCst);
+                    let sleeping = peer.w.theirs.u32(H_SLEEPING);
+                    if sleeping.load(Ordering::SeqCst) != 0 && sleeping.swap(0, Ordering::SeqCst) != 0 {
+                        self.stats[from as usize].wakeups_sent += 1;
+                        self.wake.push(peer.wake_to);
+                    }
+                }
             }
         }
         for to in acknowledge {
@@ -802,6 +816,13 @@ impl Writer {
         let need = if size > to_end { to_end + size } else { size };
         if self.tail.wrapping_sub(self.head_seen) as usize + need > ring.size {
             self.head_seen = self.theirs.u64(ring.base + C_HEAD).load(Ordering::Acquire);
+            if self.tail.wrapping_sub(self.head_seen) as usize + need > ring.size {
+                // Full: ask the reader to wake this process when it frees
+                // room (the flag, then the head once more, sequentially
+                // consistent with the reader's head, then flag).
+                self.theirs.u32(ring.base + C_FULL).store(1, Ordering::SeqCst);
+                self.head_seen = self.theirs.u64(ring.base + C_HEAD).load(Ordering::SeqCst);
+            }
             let used = self.tail.wrapping_sub(self.head_seen) as usize;
             // A reader that moved its head past the tail has broken its
             // ring: write no more into it.
@@ -845,7 +866,8 @@ fn read_remote(pid: i32, addr: u64, len: usize) -> io::Result<Vec<u8>> {
     let mut data: Vec<u8> = Vec::with_capacity(len);
     let mut done = 0;
     while done < len {
-        let local = libc::iovec { iov_base: data.spare_capacity_mut()[done..].as_mut_ptr().cast(), iov_len: len - done };
+        let local =
+            libc::iovec { iov_base: data.spare_capacity_mut()[done..].as_mut_ptr().cast(), iov_len: len - done };
         let remote = libc::iovec { iov_base: (addr as usize + done) as *mut libc::c_void, iov_len: len - done };
         // SAFETY: `local` describes memory we own; the kernel checks `remote`.
         let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
@@ -940,6 +962,28 @@ mod tests {
             }
             a.flush();
         }
+    }
+
+    #[test]
+    fn a_writer_waiting_for_room_is_woken_when_the_reader_frees_it() {
+        let (mut a, mut b) = pair(64 << 10);
+        // More than the ring holds: the rest waits in the writer.
+        for i in 0..40u32 {
+            a.send(1, 0, i.to_le_bytes().repeat(1000), 0);
+        }
+        assert!(!a.is_idle());
+        drain(&mut a);
+        assert!(a.may_sleep(), "nothing came for the writer yet");
+        let got = drain(&mut b).len();
+        assert!(got > 0 && got < 40);
+        assert_eq!(b.wake.len(), 1, "the sleeping writer is woken once room is free");
+        assert!(!a.may_sleep(), "its doorbell rang");
+        let mut total = got;
+        while total < 40 {
+            a.flush();
+            total += drain(&mut b).len();
+        }
+        assert_eq!(total, 40);
     }
 
     #[test]
