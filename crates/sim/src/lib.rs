@@ -13,6 +13,7 @@
 //!   background), and [`SwitchNetwork`] every host on a port of one
 //!   switch (state per host, not per pair: for a thousand hosts), behind
 //!   the same trait.
+//! - [`scale`]: empty BSP syncs' barrier on p endpoints, to a thousand.
 //!
 //! Everything random draws from ChaCha streams of one seed, so the same
 //! seed gives the same run, bit for bit.
@@ -21,6 +22,7 @@ pub mod atm;
 mod engine;
 mod network;
 mod rng;
+pub mod scale;
 pub mod service_switching;
 mod switch;
 pub mod traces;
