@@ -22,6 +22,7 @@ pub mod mpi;
 mod pingpong;
 mod put;
 pub mod reference;
+pub mod scale;
 pub mod solver;
 mod total_exchange;
 pub mod trace;
@@ -74,6 +75,12 @@ pub enum Bench {
     /// control and at a fixed threshold, beside a synchronous BSP version
     /// and Open MPI: time to converge, sweeps, bytes, packets resent.
     Solver(solver::Args),
+    /// How costs grow with the number of processes: for each count of
+    /// --procs, a job that measures each process's memory (peak and
+    /// current resident set, at start and after a BSP section), an empty
+    /// sync, a comm barrier and a small total exchange, beside Open MPI's
+    /// MPI_Barrier and MPI_Alltoall for the same count.
+    Scale(scale::Args),
 }
 
 impl Bench {
@@ -87,6 +94,7 @@ impl Bench {
             Bench::Put(a) => a.ranks,
             Bench::Solver(a) => a.ranks,
             Bench::Bcast(a) | Bench::Allreduce(a) => a.ranks,
+            Bench::Scale(a) => a.ranks,
         }
     }
 
@@ -97,6 +105,7 @@ impl Bench {
             Bench::Bw(a) => Some(&a.transport),
             Bench::TotalExchange(a) => Some(&a.transport),
             Bench::Put(a) => Some(&a.transport),
+            Bench::Scale(a) => Some(&a.transport),
             _ => None,
         }
     }
@@ -111,6 +120,12 @@ impl Bench {
         if matches!(self, Bench::Echo(_) | Bench::Incast(_)) {
             return vec![(self.clone(), Some(Transport::Udp))];
         }
+        // A job per count of processes, each over every transport.
+        if let Bench::Scale(a) = self {
+            if a.ranks == 0 {
+                return a.per_count().into_iter().flat_map(|one| Bench::Scale(one).jobs(remote)).collect();
+            }
+        }
         let Some(choice) = self.transport() else { return vec![(self.clone(), None)] };
         let mut jobs = Vec::new();
         for (i, transport) in choice.jobs(remote).into_iter().enumerate() {
@@ -121,6 +136,7 @@ impl Bench {
                 Bench::Bw(a) => a.transport = one,
                 Bench::TotalExchange(a) => a.transport = one,
                 Bench::Put(a) => a.transport = one,
+                Bench::Scale(a) => a.transport = one,
                 _ => unreachable!("a benchmark with --transport"),
             }
             jobs.push((bench, Some(transport)));
@@ -137,6 +153,7 @@ impl Bench {
             Bench::Incast(a) if a.senders == 0 => Err("incast needs at least one sender (-k)".into()),
             Bench::TotalExchange(a) if a.ranks < 2 => Err("a total exchange needs at least two processes".into()),
             Bench::Put(a) => put::check(a),
+            Bench::Scale(a) => a.check(),
             _ => Ok(()),
         }
     }
@@ -161,6 +178,7 @@ impl Bench {
             Bench::Solver(a) if !a.no_mpi => {
                 mpi_reference(remote, a.ranks, &[MpiTransport::Tcp], &a.mpi_args(), "solver", "seconds")
             }
+            Bench::Scale(a) => a.open_mpi(remote),
             _ => Report::default(),
         }
     }
@@ -187,6 +205,7 @@ impl Bench {
             Bench::Solver(_) => solver::table(report),
             Bench::Bcast(_) => collective::table(bulkwire_groups::Operation::Bcast, report),
             Bench::Allreduce(_) => collective::table(bulkwire_groups::Operation::Allreduce, report),
+            Bench::Scale(_) => scale::table(report),
         }
     }
 }
@@ -239,6 +258,10 @@ pub fn rank(bench: &Bench) -> Result<Option<Report>, String> {
     if let Bench::Put(a) = bench {
         return put::rank(a).map_err(|e| e.to_string());
     }
+    // Memory from before the runtime starts, comm and BSP on one runtime.
+    if let Bench::Scale(a) = bench {
+        return scale::rank(a);
+    }
     // The solver runs BSP on the job's runtime beside the shared memory:
     // its world lives as long as the process.
     if let Bench::Solver(a) = bench {
@@ -264,7 +287,7 @@ pub fn rank(bench: &Bench) -> Result<Option<Report>, String> {
             Bench::Trace(a) => trace::rank(&world, a)?,
             Bench::Bcast(a) => collective::rank(&world, a, bulkwire_groups::Operation::Bcast)?,
             Bench::Allreduce(a) => collective::rank(&world, a, bulkwire_groups::Operation::Allreduce)?,
-            Bench::TotalExchange(_) | Bench::Put(_) | Bench::Solver(_) => unreachable!("run above"),
+            Bench::TotalExchange(_) | Bench::Put(_) | Bench::Solver(_) | Bench::Scale(_) => unreachable!("run above"),
         };
         let notes = transport::notes(&rows);
         let report = (world.rank() == 0).then_some(Report { rows, notes });

@@ -5,7 +5,9 @@
 use std::path::PathBuf;
 
 use bulkwire_bench::{transport, Bench, Report};
-use bulkwire_lab::{background, profile, reliability, service_switching, solver_testbed, switching_testbed, warp};
+use bulkwire_lab::{
+    background, profile, reliability, scale, service_switching, solver_testbed, switching_testbed, warp,
+};
 
 use bulkwire_launch::launch::PathsChoice;
 use bulkwire_runtime::Transport;
@@ -87,6 +89,10 @@ pub fn bench(bench: &Bench, placement: &Placement, format: Format) -> Result<i32
         }
     }
     format.print(&report, |r| bench.table(r));
+    if let Bench::Scale(bulkwire_bench::scale::Args { plot: Some(dir), .. }) = bench {
+        let files = scale::plot_bench(dir, &report)?;
+        eprintln!("wrote {}", files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", "));
+    }
     Ok(0)
 }
 
@@ -187,6 +193,10 @@ pub enum Experiment {
     /// Latency-adaptive switching between ordinary and premium service on a
     /// congested cell switch (seed 000 §4).
     ServiceSwitching(service_switching::Args),
+    /// How an empty BSP sync's costs grow with the number of processes, to
+    /// 1,024: bsp's barrier on p endpoints on one switch (time per sync,
+    /// messages and datagrams per process, each endpoint's memory).
+    Scale(scale::Args),
 }
 
 /// Runs an experiment in the simulator with a progress bar, and prints it.
@@ -195,6 +205,7 @@ pub fn sim(experiment: &Experiment, format: Format) -> Result<(), String> {
         Experiment::Reliability(_) => reliability::runs(),
         Experiment::Warp(_) => warp::runs(),
         Experiment::ServiceSwitching(a) => a.runs()?,
+        Experiment::Scale(a) => a.runs(),
     };
     let bar = ProgressBar::new(runs as u64);
     bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}").expect("valid template"));
@@ -206,12 +217,14 @@ pub fn sim(experiment: &Experiment, format: Format) -> Result<(), String> {
         Experiment::Reliability(a) => (reliability::measure(a, &mut progress)?, Vec::new()),
         Experiment::Warp(a) => warp::run(a, &mut progress)?,
         Experiment::ServiceSwitching(a) => service_switching::run(a, &mut progress)?,
+        Experiment::Scale(a) => scale::run(a, &mut progress)?,
     };
     bar.finish_and_clear();
     match experiment {
         Experiment::Reliability(a) => format.print(&report, |r| reliability::table(a, r)),
         Experiment::Warp(_) => format.print(&report, warp::table),
         Experiment::ServiceSwitching(_) => format.print(&report, service_switching::table),
+        Experiment::Scale(_) => format.print(&report, scale::table),
     }
     if !files.is_empty() {
         eprintln!("wrote {}", files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", "));

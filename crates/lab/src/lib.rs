@@ -14,6 +14,7 @@ pub mod monitor;
 pub mod plot;
 pub mod profile;
 pub mod reliability;
+pub mod scale;
 pub mod service_switching;
 pub mod solver_testbed;
 pub mod switching_testbed;

@@ -10,6 +10,7 @@ use std::ops::Range;
 use std::path::Path;
 use std::sync::OnceLock;
 
+use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::prelude::*;
 use plotters::style::FontStyle;
 
@@ -75,14 +76,30 @@ pub struct Panel {
     pub lines: Vec<Line>,
 }
 
+/// How an axis places its values: evenly, or by their logarithm (of base
+/// 2, whose ticks fall on powers of two, or 10). A logarithmic axis needs
+/// a range above zero.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Axis {
+    #[default]
+    Linear,
+    Log2,
+    Log10,
+}
+
 /// Draws `panels` side by side into a PNG of `width` × `height` pixels.
 pub fn write_png(path: &Path, panels: &[Panel], width: u32, height: u32) -> Result<(), String> {
+    write_png_on(path, panels, width, height, (Axis::Linear, Axis::Linear))
+}
+
+/// [`write_png`] with the axes placed as `axes` (x, y) say.
+pub fn write_png_on(path: &Path, panels: &[Panel], width: u32, height: u32, axes: (Axis, Axis)) -> Result<(), String> {
     let err = |e: &dyn std::fmt::Display| format!("plot {}: {e}", path.display());
     let root = BitMapBackend::new(path, (width, height)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let areas = root.split_evenly((1, panels.len().max(1)));
     for (area, panel) in areas.iter().zip(panels) {
-        draw_panel(area, panel).map_err(|e| err(&e))?;
+        draw_panel(area, panel, axes).map_err(|e| err(&e))?;
     }
     root.present().map_err(|e| err(&e))?;
     Ok(())
@@ -90,18 +107,59 @@ pub fn write_png(path: &Path, panels: &[Panel], width: u32, height: u32) -> Resu
 
 type Area<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>;
 
-fn draw_panel(area: &Area<'_>, panel: &Panel) -> Result<(), Box<dyn std::error::Error>> {
+fn draw_panel(area: &Area<'_>, panel: &Panel, axes: (Axis, Axis)) -> Result<(), Box<dyn std::error::Error>> {
+    let log = |range: &Range<f64>, base: f64| range.clone().log_scale().base(base);
+    let base = |axis: Axis| if axis == Axis::Log2 { 2.0 } else { 10.0 };
+    let (x, y) = (panel.x.clone(), panel.y.clone());
+    match axes {
+        (Axis::Linear, Axis::Linear) => draw_on(area, panel, x, y, axes),
+        (Axis::Linear, b) => draw_on(area, panel, x, log(&y, base(b)), axes),
+        (a, Axis::Linear) => draw_on(area, panel, log(&x, base(a)), y, axes),
+        (a, b) => draw_on(area, panel, log(&x, base(a)), log(&y, base(b)), axes),
+    }
+}
+
+/// A tick label of a logarithmic axis: whole numbers without decimals,
+/// others to three significant digits.
+fn log_tick(v: &f64) -> String {
+    if *v >= 1.0 && (v - v.round()).abs() < 1e-6 * v {
+        format!("{v:.0}")
+    } else {
+        let decimals = (2 - v.abs().log10().floor() as i32).clamp(0, 9) as usize;
+        format!("{v:.decimals$}")
+    }
+}
+
+fn draw_on<X, Y>(
+    area: &Area<'_>,
+    panel: &Panel,
+    x: X,
+    y: Y,
+    axes: (Axis, Axis),
+) -> Result<(), Box<dyn std::error::Error>>
+where
+    X: AsRangedCoord<Value = f64>,
+    Y: AsRangedCoord<Value = f64>,
+    X::CoordDescType: ValueFormatter<f64>,
+    Y::CoordDescType: ValueFormatter<f64>,
+{
     let text = has_font();
     let mut builder = ChartBuilder::on(area);
     builder.margin(14).x_label_area_size(if text { 42 } else { 8 }).y_label_area_size(if text { 58 } else { 8 });
     if text {
         builder.caption(&panel.title, ("sans-serif", 17));
     }
-    let mut chart = builder.build_cartesian_2d(panel.x.clone(), panel.y.clone())?;
+    let mut chart = builder.build_cartesian_2d(x, y)?;
     let mut mesh = chart.configure_mesh();
     mesh.light_line_style(WHITE).bold_line_style(RGBColor(225, 225, 225));
     if text {
         mesh.x_desc(&panel.x_label).y_desc(&panel.y_label).label_style(("sans-serif", 13));
+        if axes.0 != Axis::Linear {
+            mesh.x_label_formatter(&log_tick);
+        }
+        if axes.1 != Axis::Linear {
+            mesh.y_label_formatter(&log_tick);
+        }
     } else {
         // No tick labels at all: even an empty one asks for a font. The grid
         // goes with them, so draw a coarse one by hand below.

@@ -304,6 +304,22 @@ impl Channel {
         self.next_seq == 0 && self.next_expected == 0 && self.pending.is_empty()
     }
 
+    /// Bytes the channel holds on the heap, from its queues' capacities
+    /// and the buffers in them: packets kept for resending, messages not
+    /// yet packetised, packets held out of order (a B-tree entry counted
+    /// at its key and value), a message in reassembly. A packet payload
+    /// still shared with a datagram in flight counts here too.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let unacked = self.unacked.capacity() * size_of::<SentPacket>()
+            + self.unacked.iter().map(|p| p.payload.capacity()).sum::<usize>();
+        let pending = self.pending.capacity() * size_of::<OutMessage>()
+            + self.pending.iter().map(|m| m.data.capacity()).sum::<usize>();
+        let held = self.held.len() * size_of::<(u64, Vec<u8>)>() + self.held.values().map(Vec::capacity).sum::<usize>();
+        let reassembly = self.reassembly.as_ref().map_or(0, |r| r.data.capacity());
+        unacked + self.retransmit.capacity() * size_of::<u64>() + pending + held + reassembly
+    }
+
     /// Nothing queued, in flight or owed: every message sent has been acknowledged.
     pub(crate) fn is_idle(&self) -> bool {
         self.pending.is_empty() && self.unacked.is_empty() && self.ack_due.is_none() && self.lstat_due.is_none()

@@ -129,6 +129,11 @@ impl ClockSync {
         (!self.request_due).then_some(self.next_request)
     }
 
+    /// Bytes of the kept exchanges.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.samples.capacity() * std::mem::size_of::<Sample>()
+    }
+
     pub fn handle_timeout(&mut self, now: Time) {
         if now >= self.next_request {
             self.request_due = true;

@@ -211,6 +211,11 @@ pub(crate) struct PeerLink {
 }
 
 impl PeerLink {
+    /// Bytes the link holds on the heap (the clock's exchanges).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.clock.as_ref().map_or(0, ClockSync::heap_bytes)
+    }
+
     pub(crate) fn mode(&self) -> Mode {
         self.sending.mode()
     }

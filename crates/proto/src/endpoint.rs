@@ -58,6 +58,39 @@ pub struct Memory {
     pub partial_bytes: usize,
 }
 
+/// What an endpoint's structures take, in bytes, by what each part grows
+/// with ([`Endpoint::footprint`]). Counted from the structures
+/// (`size_of` and the capacities of their vectors and queues), not asked
+/// of the allocator, whose rounding and headers come on top.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Footprint {
+    /// The endpoint itself (`size_of::<Endpoint>()`).
+    pub endpoint: usize,
+    /// How many channels it keeps: one per rank (its own included) and
+    /// channel id, `ranks × channels`.
+    pub channels: usize,
+    /// Their fixed part: `channels × size_of` of a channel.
+    pub channel_structs: usize,
+    /// What the channels hold on the heap: queues, packets kept for
+    /// resending or held out of order, messages being packetised or
+    /// reassembled.
+    pub channel_heap: usize,
+    /// Per peer besides the channels: the latency links, the pacers, the
+    /// Warp feedback state (one entry per rank, one per rank and channel),
+    /// the flags and lists indexed by channel.
+    pub peer_state: usize,
+    /// Packet buffers on the pools' free lists, kept for reuse.
+    pub free_buffers: usize,
+    /// Events waiting for the application, with their messages.
+    pub events: usize,
+}
+
+impl Footprint {
+    pub fn total(&self) -> usize {
+        self.endpoint + self.channel_structs + self.channel_heap + self.peer_state + self.free_buffers + self.events
+    }
+}
+
 /// The reliable channels of one process, sans I/O.
 #[derive(Debug)]
 pub struct Endpoint {
@@ -846,6 +879,43 @@ impl Endpoint {
             out.push('\n');
         }
         out
+    }
+
+    /// The bytes its structures take now (see [`Footprint`]). An endpoint
+    /// holds `ranks × channels` channels whatever it sends, and a few
+    /// words per rank besides: its fixed part grows with the job.
+    pub fn footprint(&self) -> Footprint {
+        use std::mem::size_of;
+        let lists = [&self.waiting_for_buffers, &self.blocked_on_recv, &self.paced];
+        let peer_state = self.in_ready.capacity()
+            + self.ready.capacity() * size_of::<usize>()
+            + lists.iter().map(|l| l.capacity() * size_of::<usize>()).sum::<usize>()
+            + self.links.capacity() * size_of::<PeerLink>()
+            + self.links.iter().map(PeerLink::heap_bytes).sum::<usize>()
+            + self.link_ready.capacity() * size_of::<u32>()
+            + self.in_place.capacity()
+            + self.pacers.capacity() * size_of::<Option<Pacer>>()
+            + self.feedback.heap_bytes()
+            + self.feedback_due.capacity() * size_of::<(u32, WarpFeedback)>()
+            + self.feedback_sent.capacity() * size_of::<u64>();
+        let events = self.events.capacity() * size_of::<Event>()
+            + self
+                .events
+                .iter()
+                .map(|e| match e {
+                    Event::Message { data, .. } => data.capacity(),
+                    _ => 0,
+                })
+                .sum::<usize>();
+        Footprint {
+            endpoint: size_of::<Endpoint>(),
+            channels: self.channels.len(),
+            channel_structs: self.channels.capacity() * size_of::<Channel>(),
+            channel_heap: self.channels.iter().map(Channel::heap_bytes).sum(),
+            peer_state,
+            free_buffers: self.send_pool.free_bytes() + self.recv_pool.free_bytes(),
+            events,
+        }
     }
 
     pub fn memory(&self) -> Memory {

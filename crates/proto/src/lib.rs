@@ -43,7 +43,7 @@ pub use channel::SharedPayload;
 pub use clock::ClockEstimate;
 pub use config::{Config, ConfigError, LatencyConfig, Strategy};
 pub use ece::Mode;
-pub use endpoint::{Endpoint, Memory, SendError, Transmit};
+pub use endpoint::{Endpoint, Footprint, Memory, SendError, Transmit};
 pub use event::Event;
 pub use path::Path;
 pub use rate::{RateControl, RateStats};

@@ -24,6 +24,11 @@ impl BufferPool {
         self.out
     }
 
+    /// Bytes of the buffers on the free list.
+    pub(crate) fn free_bytes(&self) -> usize {
+        self.free.capacity() * std::mem::size_of::<Vec<u8>>() + self.free.iter().map(Vec::capacity).sum::<usize>()
+    }
+
     pub(crate) fn limit(&self) -> usize {
         self.limit
     }

@@ -277,6 +277,17 @@ pub(crate) struct FeedbackMaker {
 }
 
 impl FeedbackMaker {
+    /// Bytes of the per-source state: the estimator's histories, the
+    /// stretches, when each was heard, and each source's next sequence
+    /// number per channel.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        use std::mem::size_of;
+        self.estimator.heap_bytes()
+            + self.stretches.capacity() * size_of::<Stretch>()
+            + self.heard.capacity() * size_of::<Option<Time>>()
+            + self.next_sequence.capacity() * size_of::<u64>()
+    }
+
     pub(crate) fn new(ranks: u32, channels: u16, control: &RateControl, datagram: usize) -> FeedbackMaker {
         let cfg = control.warp_config(datagram, ranks.saturating_sub(1));
         FeedbackMaker {

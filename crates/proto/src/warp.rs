@@ -262,6 +262,11 @@ pub struct WarpEstimator {
 }
 
 impl WarpEstimator {
+    /// Bytes of the per-source histories.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.sources.capacity() * std::mem::size_of::<SourceHistory>()
+    }
+
     pub fn new(sources: u32, config: &WarpConfig) -> WarpEstimator {
         WarpEstimator {
             sources: vec![SourceHistory::default(); sources as usize],

@@ -898,3 +898,37 @@ fn a_premium_channel_sends_its_data_on_the_premium_path() {
     paths.sort_by_key(|p| p.0);
     assert_eq!(paths, [(0, bulkwire_proto::Path::Ordinary), (1, bulkwire_proto::Path::Premium)]);
 }
+
+/// An endpoint keeps a channel per rank and channel id whatever it sends:
+/// its fixed part grows in proportion to the job; what it holds on the
+/// heap grows with what is in flight and goes when it is acknowledged.
+#[test]
+fn the_footprint_grows_with_the_ranks_and_counts_what_is_in_flight() {
+    let fixed = |ranks: u32, channels: u16| {
+        let mut c = Config::new(JOB, JobKey::new([3; 32]), 0, ranks);
+        c.channels = channels;
+        Endpoint::new(c).unwrap().footprint()
+    };
+    let (small, large) = (fixed(16, 2), fixed(64, 2));
+    assert_eq!((small.channels, large.channels), (32, 128));
+    assert_eq!(large.channel_structs, 4 * small.channel_structs);
+    assert!(large.peer_state > 3 * small.peer_state && large.peer_state < 5 * small.peer_state, "{large:?}");
+    assert_eq!(fixed(16, 6).channel_structs, 3 * small.channel_structs);
+    assert_eq!((small.channel_heap, small.events), (0, 0));
+    assert!(large.total() > large.channel_structs + large.peer_state);
+
+    let mut p = Pair::default();
+    let idle = p.ends[0].footprint().channel_heap;
+    for i in 0..20 {
+        p.ends[0].send(1, 0, &msg(i, 1000)).unwrap();
+    }
+    p.flush();
+    let sending = p.ends[0].footprint();
+    assert!(sending.channel_heap >= idle + 20 * 1000, "{sending:?}");
+    p.run(Duration::from_millis(50));
+    assert_eq!(p.received[1].len(), 20);
+    let after = p.ends[0].footprint();
+    // The packets went back to the pool, whose free list keeps them.
+    assert!(after.free_buffers > 0, "{after:?}");
+    assert!(after.channel_heap < sending.channel_heap, "{after:?} after {sending:?}");
+}
