@@ -1273,8 +1273,15 @@ fn progress_thread(inner: &Inner) {
                 e.flush();
             }
             let now = e.now();
+            // A peer over loopback that acknowledges nothing is not cut off
+            // by a network: it is stopped, hung or starved of a core (64
+            // processes on 2 cores went 4 s without a turn), which the
+            // launcher's heartbeats tell apart. Only peers across a network
+            // are declared unreachable here.
             if !reported {
-                if let Some(peer) = e.endpoint.unresponsive_peers(now, UNREACHABLE_AFTER).first() {
+                let unreachable = e.endpoint.unresponsive_peers(now, UNREACHABLE_AFTER);
+                let across = unreachable.iter().find(|&&peer| !e.peers[peer as usize].0.ip().is_loopback());
+                if let Some(peer) = across {
                     reported = true;
                     let reason = format!("rank {peer} is unreachable: nothing acknowledged for {UNREACHABLE_AFTER:?}");
                     inner.report(&ToLauncher::Failed { reason });
