@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::rows::Row;
+use crate::rows::{Report, Row};
 
 /// The C program, built into this binary so the benchmark needs no checkout.
 const SOURCE: &str = include_str!("../../../scripts/ompi/bench.c");
@@ -49,6 +49,17 @@ impl MpiTransport {
 /// missing, the build or the run failed).
 pub fn rows(procs: u32, args: &[String], bench: &str, metric: &str) -> Result<Vec<Row>, String> {
     rows_where(procs, None, args, bench, metric)
+}
+
+/// The report of an Open MPI reference that is not to run: left out
+/// (`--no-mpi`, empty), or its ranks on other hosts (a note: it would run on
+/// this one); `None` when it is to run.
+pub fn left_out(no_mpi: bool, remote: bool) -> Option<Report> {
+    let mut report = Report::default();
+    if remote && !no_mpi {
+        report.notes.push("no Open MPI reference: the ranks run on other hosts; it would run on this one".into());
+    }
+    (no_mpi || remote).then_some(report)
 }
 
 /// Hosts to run Open MPI's ranks on, and how to reach them.

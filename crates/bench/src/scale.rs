@@ -93,14 +93,10 @@ impl Args {
     /// `--transport`, as rows of table `scale`, or notes saying why there
     /// are none.
     pub fn open_mpi(&self, remote: bool) -> Report {
+        if let Some(report) = crate::mpi::left_out(self.no_mpi, remote) {
+            return report;
+        }
         let mut report = Report::default();
-        if self.no_mpi {
-            return report;
-        }
-        if remote {
-            report.notes.push("no Open MPI reference: the ranks run on other hosts; it would run on this one".into());
-            return report;
-        }
         let program = match Program::build() {
             Ok(program) => program,
             Err(why) => {

@@ -49,14 +49,10 @@ impl Args {
     /// "after the job") by the launching process, unless it was left out or
     /// the ranks run on other hosts (the reference runs on this one).
     pub fn open_mpi(&self, remote: bool, when: &str) -> Report {
+        if let Some(report) = crate::mpi::left_out(self.no_mpi, remote) {
+            return report;
+        }
         let mut report = Report::default();
-        if self.no_mpi {
-            return report;
-        }
-        if remote {
-            report.notes.push("no Open MPI reference: the ranks run on other hosts; it would run on this one".into());
-            return report;
-        }
         let args = [
             "alltoall",
             "--iterations",
