@@ -911,6 +911,7 @@ impl Large {
         let mut failed = None;
         if let Some(recv) = a.recv {
             if offset == a.got as u64 && payload.len() <= a.total - a.got {
+                make_pages(&mut a.buf, payload.len());
                 a.buf.extend_from_slice(payload);
             } else {
                 let why = if offset != a.got as u64 {
@@ -931,6 +932,32 @@ impl Large {
         let Some(recv) = a.recv else { return Some(failed) };
         Some(Some((recv, Ok((Status { source: from, tag: a.tag, len: a.total }, a.buf)))))
     }
+}
+
+/// Makes the pages of the next `len` bytes of `buf`'s spare capacity by
+/// one system call (`MADV_POPULATE_WRITE`) rather than a page fault each
+/// as they are written: on a 2-core virtual machine a fresh buffer of
+/// 2 GiB took 1.1 s to fill by faults, 0.7 s made first. A message of
+/// 2 GiB between two processes (`a_message_of_2_gib` in
+/// `crates/cli/tests/job.rs`, four alternating pairs of runs on a busy
+/// host) came through shared memory in 1.29-1.72 s so against 1.58-3.64 s
+/// by faults, over UDP in 1.20-1.87 against 1.49-3.39 s. Making 4 or 8 MiB
+/// ahead at a time made UDP slower: the longer call keeps the process
+/// from its socket. Where the kernel cannot (before Linux 5.14), the
+/// pages are made by faults as ever.
+fn make_pages(buf: &mut Vec<u8>, len: usize) {
+    let len = len.min(buf.capacity() - buf.len());
+    if len == 0 {
+        return;
+    }
+    // SAFETY: sysconf has no preconditions.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1);
+    let at = buf.as_mut_ptr() as usize + buf.len();
+    let from = at / page * page;
+    // SAFETY: the range lies within the allocation of `buf`, but for the
+    // start of its first page, which is in the same mapping; making pages
+    // changes no byte of them.
+    unsafe { libc::madvise(from as *mut libc::c_void, at + len - from, libc::MADV_POPULATE_WRITE) };
 }
 
 /// Queues a pending send if there is room; `Ok(true)` once it is queued.
