@@ -352,6 +352,13 @@ impl World {
         self.rt.elapsed().as_secs_f64()
     }
 
+    /// The longest message that goes whole, as one message of the runtime:
+    /// a longer one goes by rendezvous, in pieces (its blocking send returns
+    /// once the receiver has matched it and its last piece is queued).
+    pub fn largest_whole(&self) -> usize {
+        self.small_max
+    }
+
     fn matching(&self) -> std::sync::MutexGuard<'_, Matching> {
         self.matching.lock().unwrap_or_else(|e| e.into_inner())
     }
