@@ -32,15 +32,18 @@
 //! 28 bytes of the receiver's inbox, and large messages of several senders
 //! to one receiver never fill its inbox with pieces nobody takes. A send
 //! of a large message completes once its receiver matched it and its last
-//! piece is queued; a nonblocking one moves on in every wait and test of
-//! this process (and `send` copies one piece at a time from the caller's
-//! data rather than all of it first).
+//! piece is queued (`send` copies one piece at a time from the caller's
+//! data rather than all of it first). Clearances and pieces move on in
+//! every wait, test and barrier of this process, and by a progress hook
+//! while it computes or waits in another layer; receives are matched by
+//! the application's calls.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use bulkwire_proto::SendError;
-use bulkwire_runtime::{Engine, Inbound, Runtime, RuntimeError};
+use bulkwire_runtime::{Engine, Inbound, ProgressHook, Runtime, RuntimeError};
 
 /// Channel of application messages.
 const USER: u16 = 0;
@@ -171,6 +174,9 @@ struct Matching {
     next_id: u64,
     barrier_epoch: u32,
     large: Large,
+    /// Whether a large message is under way (`!large.idle()` as of the last
+    /// `advance`), for the progress hook to look at without the lock.
+    busy: Arc<AtomicBool>,
 }
 
 /// Large messages under way, both ways.
@@ -301,7 +307,7 @@ fn framed(payload: &[u8], id: u64, value: u64, tag: i32, kind: u32) -> Vec<u8> {
 /// The job as this process sees it.
 pub struct World {
     rt: Runtime,
-    matching: Mutex<Matching>,
+    matching: Arc<Mutex<Matching>>,
     /// The longest message sent whole: the runtime's largest less the tag.
     small_max: usize,
     /// Bytes of data in a piece of a large message.
@@ -326,12 +332,25 @@ impl World {
             }
             Ok(e.endpoint.config().max_message_size)
         })?;
-        Ok(World {
-            rt,
-            matching: Mutex::new(Matching::default()),
-            small_max: max - TAG_LEN,
-            piece: PIECE_BYTES.min(max - TRAILER),
-        })
+        // Large messages move on while the application computes or waits in
+        // another layer: the progress thread, and every wait of the runtime
+        // when something arrives, take their clearances and pieces and send
+        // what has room (receives are matched by the application's calls).
+        let matching = Arc::new(Mutex::new(Matching::default()));
+        let busy = matching.lock().unwrap_or_else(|e| e.into_inner()).busy.clone();
+        let shared = Arc::downgrade(&matching);
+        rt.add_progress_hook(ProgressHook(Arc::new(move |e: &mut Engine| {
+            if !busy.load(Ordering::Relaxed) {
+                return true;
+            }
+            let Some(matching) = shared.upgrade() else { return false };
+            let mut m = matching.lock().unwrap_or_else(|e| e.into_inner());
+            take_framed(&mut m, e);
+            m.large.push(e);
+            m.busy.store(!m.large.idle(), Ordering::Relaxed);
+            true
+        })));
+        Ok(World { rt, matching, small_max: max - TAG_LEN, piece: PIECE_BYTES.min(max - TRAILER) })
     }
 
     pub fn rank(&self) -> u32 {
@@ -858,6 +877,7 @@ fn advance(m: &mut Matching, e: &mut Engine) {
     if !m.large.idle() {
         m.large.push(e);
     }
+    m.busy.store(!m.large.idle(), Ordering::Relaxed);
 }
 
 /// Takes the clearances, pieces and withdrawals that came; pieces go into
