@@ -1050,3 +1050,34 @@ fn broken_large_messages_fail_their_receive() {
         assert!(stdout.contains("broken: rank 0 goes on") && !stderr.contains("panicked"), "{stdout}\n{stderr}");
     }
 }
+
+/// A large isend moves on while its sender computes: rank 0 starts 40 MiB
+/// and makes no call for 3 s, and rank 1 has it well before.
+#[test]
+fn a_large_isend_moves_on_while_its_sender_computes() {
+    if is_rank() {
+        let world = World::init().unwrap();
+        world.barrier().unwrap();
+        if world.rank() == 0 {
+            let request = world.isend(1, 8, &pattern(8, 40 << 20)).unwrap();
+            std::thread::sleep(Duration::from_secs(3));
+            world.wait(request).unwrap();
+        } else {
+            let started = Instant::now();
+            let (_, data) = world.recv(Source::Rank(0), Tag::Is(8)).unwrap();
+            let took = started.elapsed();
+            assert_eq!(first_difference(8, 40 << 20, &data), None);
+            println!("background: received in {took:?}");
+            assert!(took < Duration::from_millis(2500), "the pieces waited for the sender's next call: {took:?}");
+        }
+        world.barrier().unwrap();
+        world.finalize().unwrap();
+        return;
+    }
+    for shm in ["on", "off"] {
+        let (out, _) = launch(2, "a_large_isend_moves_on_while_its_sender_computes", &["--shm", shm]);
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "shm {shm}\n{stdout}\n{stderr}");
+        eprintln!("shm {shm}: {}", stdout.lines().find(|l| l.contains("background:")).unwrap_or(""));
+    }
+}
