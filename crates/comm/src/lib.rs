@@ -877,7 +877,11 @@ fn advance(m: &mut Matching, e: &mut Engine) {
     if !m.large.idle() {
         m.large.push(e);
     }
-    m.busy.store(!m.large.idle(), Ordering::Relaxed);
+    // Written only when it changes: the progress thread reads it.
+    let busy = !m.large.idle();
+    if m.busy.load(Ordering::Relaxed) != busy {
+        m.busy.store(busy, Ordering::Relaxed);
+    }
 }
 
 /// Takes the clearances, pieces and withdrawals that came; pieces go into
