@@ -9,6 +9,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use bulkwire_comm::{CommError, Completion, Source, Tag, World};
+use bulkwire_runtime::RuntimeError;
 use bulkwire_wire::{encode, Header, JobKey, PacketType};
 
 fn is_rank() -> bool {
@@ -243,10 +244,24 @@ fn misuse_gets_clear_errors() {
             Err(CommError::NoSuchRank { to: 99, size: 2 }) => println!("misuse: no such rank ok"),
             other => panic!("{other:?}"),
         }
-        match world.send(0, 0, &vec![0; 17 << 20]) {
+        // Messages of any length go, up to 1 TiB: one byte more is refused
+        // before it is read (mapped, never touched).
+        let len = bulkwire_comm::LARGEST_MESSAGE + 1;
+        // SAFETY: a fresh private read-only mapping of zeros, never unmapped.
+        let at = unsafe {
+            let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, flags, -1, 0)
+        };
+        assert_ne!(at, libc::MAP_FAILED);
+        // SAFETY: `len` readable bytes at `at`, for the rest of the process.
+        let too_large = unsafe { std::slice::from_raw_parts(at as *const u8, len) };
+        match world.send(0, 0, too_large) {
             Err(e @ CommError::TooLarge { .. }) => println!("misuse: too large ok: {e}"),
             other => panic!("{other:?}"),
         }
+        // Both past their start: rank 0, which now finishes at once, is not
+        // heard of as finished by a rank still reading the peer table.
+        world.barrier().unwrap();
         if world.rank() == 1 {
             // Rank 0 finishes without ever sending: this can never be matched.
             let err = world.recv(Source::Rank(0), Tag::Any).unwrap_err();
@@ -816,4 +831,262 @@ fn warp_rate_control_paces_a_job_and_a_bad_setting_is_refused() {
         .output()
         .unwrap();
     assert!(!out.status.success() && text(&out).1.contains("--warp-capacity"), "{:?}", text(&out));
+}
+
+/// Bytes of message `seed`, each a function of its place (xorshift words),
+/// so that a receiver checks every byte without a copy of the message.
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut data = Vec::with_capacity(len);
+    let mut words = words(seed);
+    while data.len() + 8 <= len {
+        data.extend_from_slice(&words.next().expect("endless").to_le_bytes());
+    }
+    let rest = len - data.len();
+    data.extend_from_slice(&words.next().expect("endless").to_le_bytes()[..rest]);
+    data
+}
+
+fn words(seed: u64) -> impl Iterator<Item = u64> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    std::iter::repeat_with(move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    })
+}
+
+/// `None` if `data` is `pattern(seed, len)`, else where it differs first
+/// (to the word).
+fn first_difference(seed: u64, len: usize, data: &[u8]) -> Option<usize> {
+    if data.len() != len {
+        return Some(data.len().min(len));
+    }
+    let mut words = words(seed);
+    let whole = data.chunks_exact(8);
+    let rest = whole.remainder();
+    let bad = whole.map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes"))).position(|w| Some(w) != words.next());
+    match bad {
+        Some(i) => Some(i * 8),
+        None if rest != &words.next().expect("endless").to_le_bytes()[..rest.len()] => Some(len - rest.len()),
+        None => None,
+    }
+}
+
+/// Messages larger than the runtime's largest (16 MiB): 40 and 300 MiB,
+/// announced and sent in pieces. Ranks 1 and 2 each start two large sends
+/// back to back with a small message between them, and rank 0 takes all six
+/// from any source with any tag: every sender's in the order it sent them,
+/// whichever sender's pieces come between. Then ranks 1 and 2 exchange
+/// 300 MiB both ways by blocking sends while each has a receive posted,
+/// with 40 MiB from rank 0 announced to each meanwhile. Every byte is
+/// checked; through shared memory and over UDP.
+#[test]
+fn large_messages_any_source_back_to_back_and_crossing() {
+    const MIB: usize = 1 << 20;
+    let seed = |from: u32, tag: i32| (u64::from(from) << 32) | tag as u64;
+    let len_of = |tag: i32| match tag {
+        1 | 6 => 40 * MIB,
+        2 | 5 => 300 * MIB,
+        _ => 100,
+    };
+    if is_rank() {
+        let world = World::init().unwrap();
+        let rank = world.rank();
+        let check = |status: bulkwire_comm::Status, data: &[u8]| {
+            let (from, tag) = (status.source, status.tag);
+            assert_eq!(status.len, data.len());
+            if let Some(at) = first_difference(seed(from, tag), len_of(tag), data) {
+                panic!("rank {rank}: message of rank {from} tag {tag} ({} bytes) differs at byte {at}", data.len());
+            }
+        };
+        let started = Instant::now();
+        if rank == 0 {
+            let mut order = vec![Vec::new(); 3];
+            for _ in 0..6 {
+                let (status, data) = world.recv(Source::Any, Tag::Any).unwrap();
+                check(status, &data);
+                order[status.source as usize].push(status.tag);
+            }
+            assert_eq!(order[1], [1, 3, 2], "rank 1's messages in the order sent");
+            assert_eq!(order[2], [1, 3, 2], "rank 2's messages in the order sent");
+        } else {
+            let a = world.isend(0, 1, &pattern(seed(rank, 1), len_of(1))).unwrap();
+            world.send(0, 3, &pattern(seed(rank, 3), len_of(3))).unwrap();
+            let b = world.isend(0, 2, &pattern(seed(rank, 2), len_of(2))).unwrap();
+            assert_eq!(world.wait(a).unwrap(), Completion::Sent);
+            assert_eq!(world.wait(b).unwrap(), Completion::Sent);
+        }
+        println!("large: rank {rank} to rank 0 in {:.2} s", started.elapsed().as_secs_f64());
+        world.barrier().unwrap();
+        let started = Instant::now();
+        if rank == 0 {
+            let to_1 = world.isend(1, 6, &pattern(seed(0, 6), len_of(6))).unwrap();
+            let to_2 = world.isend(2, 6, &pattern(seed(0, 6), len_of(6))).unwrap();
+            world.wait(to_1).unwrap();
+            world.wait(to_2).unwrap();
+        } else {
+            let peer = 3 - rank;
+            let r = world.irecv(Source::Rank(peer), Tag::Is(5)).unwrap();
+            world.send(peer, 5, &pattern(seed(rank, 5), len_of(5))).unwrap();
+            let Completion::Received(status, data) = world.wait(r).unwrap() else { panic!("a receive") };
+            check(status, &data);
+            drop(data);
+            let (status, data) = world.recv(Source::Any, Tag::Is(6)).unwrap();
+            assert_eq!(status.source, 0);
+            check(status, &data);
+        }
+        println!("large: rank {rank} exchanged in {:.2} s", started.elapsed().as_secs_f64());
+        world.barrier().unwrap();
+        println!("large ok rank {rank}");
+        world.finalize().unwrap();
+        return;
+    }
+    for shm in ["on", "off"] {
+        let (out, took) = launch(3, "large_messages_any_source_back_to_back_and_crossing", &["--shm", shm]);
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "shm {shm}\n{stdout}\n{stderr}");
+        for r in 0..3 {
+            assert!(stdout.contains(&format!("large ok rank {r}")), "shm {shm}\n{stdout}\n{stderr}");
+        }
+        eprintln!(
+            "shm {shm}: {took:?}\n{}",
+            stdout.lines().filter(|l| l.contains("large:")).collect::<Vec<_>>().join("\n")
+        );
+    }
+}
+
+/// A message of 2 GiB from rank 0 to rank 1, timed by the receiver from
+/// the barrier before it to the last byte, through shared memory and over
+/// UDP; checked whole.
+#[test]
+fn a_message_of_2_gib() {
+    const LEN: usize = 2 << 30;
+    if is_rank() {
+        let world = World::init().unwrap();
+        let data = if world.rank() == 0 { pattern(77, LEN) } else { Vec::new() };
+        world.barrier().unwrap();
+        let started = Instant::now();
+        if world.rank() == 0 {
+            world.send(1, 4, &data).unwrap();
+        } else {
+            let (_, got) = world.recv(Source::Rank(0), Tag::Is(4)).unwrap();
+            let took = started.elapsed().as_secs_f64();
+            assert_eq!(first_difference(77, LEN, &got), None);
+            println!("2 GiB in {took:.2} s: {:.2} GB/s", LEN as f64 / took / 1e9);
+        }
+        world.barrier().unwrap();
+        world.finalize().unwrap();
+        return;
+    }
+    for shm in ["on", "off"] {
+        let (out, took) = launch(2, "a_message_of_2_gib", &["--shm", shm]);
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "shm {shm}\n{stdout}\n{stderr}");
+        let line = stdout.lines().find(|l| l.contains("2 GiB in")).unwrap_or_else(|| panic!("{stdout}\n{stderr}"));
+        eprintln!("shm {shm}: {line} (job {took:.1?})");
+    }
+}
+
+/// A framed message of comm's as a broken or hostile peer would send it
+/// (the trailer of `crates/comm/src/lib.rs`): kind 1 announces, 2 clears,
+/// 3 is a piece, 4 withdraws.
+fn forged(payload: &[u8], id: u64, value: u64, tag: i32, kind: u32) -> Vec<u8> {
+    let mut v = payload.to_vec();
+    v.extend_from_slice(&id.to_le_bytes());
+    v.extend_from_slice(&value.to_le_bytes());
+    v.extend_from_slice(&tag.to_le_bytes());
+    v.extend_from_slice(&kind.to_le_bytes());
+    v.extend_from_slice(&i32::MIN.to_le_bytes());
+    v
+}
+
+/// Large messages as a broken peer sends them: an announcement of 2 TiB,
+/// pieces that leave a gap, a framed message cut short, and a large send
+/// given up (its process leaves without waiting for it). Each is an error
+/// of the receive that took it, and the receives after it go on.
+#[test]
+fn broken_large_messages_fail_their_receive() {
+    if is_rank() {
+        let world = World::init().unwrap();
+        let raw = |data: Vec<u8>| {
+            world
+                .runtime()
+                .with(|e| e.send_owned(0, 0, data).map_err(|e| RuntimeError::Stopped(e.to_string())))
+                .unwrap()
+        };
+        if world.rank() == 1 {
+            raw(forged(&[], 1, 2 << 40, 1, 1));
+            raw(forged(&[], 2, 100, 2, 1));
+            // Pieces only once cleared, as a sender would.
+            let clear = forged(&[], 2, 0, 2, 2);
+            world.runtime().wait(|e| Ok(e.take(|m| m.from == 0 && m.data == clear).map(drop))).unwrap();
+            raw(forged(&[1; 40], 2, 0, 2, 3));
+            raw(forged(&[2; 40], 2, 60, 2, 3));
+            raw(forged(&[3; 20], 2, 100, 2, 3));
+            raw(i32::MIN.to_le_bytes().repeat(3));
+            world.send(0, 3, b"after").unwrap();
+            // Announced, never cleared: withdrawn as this process leaves.
+            let _unwaited = world.isend(0, 9, &vec![9; 20 << 20]).unwrap();
+            world.finalize().unwrap();
+            return;
+        }
+        let err = world.recv(Source::Rank(1), Tag::Is(1)).unwrap_err();
+        println!("broken: 2 TiB: {err}");
+        let err = world.recv(Source::Any, Tag::Is(2)).unwrap_err();
+        println!("broken: gap: {err}");
+        let err = world.recv(Source::Any, Tag::Any).unwrap_err();
+        println!("broken: short: {err}");
+        let (status, data) = world.recv(Source::Rank(1), Tag::Is(3)).unwrap();
+        assert_eq!((status.source, &data[..]), (1, &b"after"[..]));
+        world.runtime().wait(|e| Ok(e.finished[1].then_some(()))).unwrap();
+        let err = world.recv(Source::Rank(1), Tag::Is(9)).unwrap_err();
+        println!("broken: given up: {err}");
+        println!("broken: rank 0 goes on");
+        world.finalize().unwrap();
+        return;
+    }
+    for shm in ["on", "off"] {
+        let (out, _) = launch(2, "broken_large_messages_fail_their_receive", &["--shm", shm]);
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "shm {shm}\n{stdout}\n{stderr}");
+        let line =
+            |what: &str| stdout.lines().find(|l| l.contains(&format!("broken: {what}"))).unwrap_or("").to_string();
+        assert!(line("2 TiB").contains("announced 2199023255552 bytes, more than the largest message"), "{stdout}");
+        assert!(line("gap").contains("a piece at byte 60 of 100 where byte 40 was due"), "{stdout}");
+        assert!(line("short").contains("shorter than its trailer"), "{stdout}");
+        assert!(line("given up").contains("rank 1 has finished"), "{stdout}");
+        assert!(stdout.contains("broken: rank 0 goes on") && !stderr.contains("panicked"), "{stdout}\n{stderr}");
+    }
+}
+
+/// A large isend moves on while its sender computes: rank 0 starts 40 MiB
+/// and makes no call for 3 s, and rank 1 has it well before.
+#[test]
+fn a_large_isend_moves_on_while_its_sender_computes() {
+    if is_rank() {
+        let world = World::init().unwrap();
+        world.barrier().unwrap();
+        if world.rank() == 0 {
+            let request = world.isend(1, 8, &pattern(8, 40 << 20)).unwrap();
+            std::thread::sleep(Duration::from_secs(3));
+            world.wait(request).unwrap();
+        } else {
+            let started = Instant::now();
+            let (_, data) = world.recv(Source::Rank(0), Tag::Is(8)).unwrap();
+            let took = started.elapsed();
+            assert_eq!(first_difference(8, 40 << 20, &data), None);
+            println!("background: received in {took:?}");
+            assert!(took < Duration::from_millis(2500), "the pieces waited for the sender's next call: {took:?}");
+        }
+        world.barrier().unwrap();
+        world.finalize().unwrap();
+        return;
+    }
+    for shm in ["on", "off"] {
+        let (out, _) = launch(2, "a_large_isend_moves_on_while_its_sender_computes", &["--shm", shm]);
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "shm {shm}\n{stdout}\n{stderr}");
+        eprintln!("shm {shm}: {}", stdout.lines().find(|l| l.contains("background:")).unwrap_or(""));
+    }
 }

@@ -383,7 +383,9 @@ impl World {
     }
 
     /// Sends the bytes of `buf` (any contiguous buffer) to `dest`; returns
-    /// once they are queued (the buffer may then be reused).
+    /// once they are queued (the buffer may then be reused). One longer than
+    /// the runtime's largest message (16 MiB) goes in pieces once its
+    /// receiver has matched it: the call returns after that.
     #[pyo3(name = "Send", signature = (buf, dest, tag=0))]
     fn send(&self, py: Python<'_>, buf: &Bound<'_, PyAny>, dest: i64, tag: i64) -> PyResult<()> {
         let job = job()?;
@@ -393,6 +395,12 @@ impl World {
         let (addr, len) = (b.addr(), b.len());
         // SAFETY: `b` holds the memory until the call returns.
         let data = unsafe { bytes(addr, len) };
+        // A message too long to go whole goes in pieces, each copied from
+        // the buffer as it leaves: without the interpreter, and without a
+        // copy of all of it first.
+        if len > job.world.largest_whole() {
+            return blocking(py, job, || job.world.send(to, tag, data).map_err(|e| e.to_string()));
+        }
         // A send that finds room returns at once: only one that must wait
         // for it lets go of the interpreter.
         let mut request = job.world.isend(to, tag, data).map_err(|e| Error::new_err(e.to_string()))?;

@@ -88,6 +88,20 @@ into = np.empty_like(big)
 w.Recv(into, source=left, tag=30)
 assert np.array_equal(into, np.random.default_rng(left).integers(0, 255, 4 << 20, dtype=np.uint8))
 
+# Longer than the runtime's largest message (16 MiB): sent in pieces once
+# its receiver has matched it, which a blocking send waits for. Around the
+# ring, Isend before Recv; and objects by sendrecv, whose posted receive is
+# matched while its send waits.
+big = np.random.default_rng(r).integers(0, 255, 40 << 20, dtype=np.uint8)
+expected = np.random.default_rng(left).integers(0, 255, 40 << 20, dtype=np.uint8)
+req = w.Isend(big, dest=right, tag=31)
+into = np.empty_like(big)
+st = bulkwire.Status()
+w.Recv(into, source=left, tag=31, status=st)
+assert req.wait() is None and st.count == big.nbytes and np.array_equal(into, expected)
+obj = w.sendrecv({"from": r, "data": big.tobytes()}, dest=right, sendtag=32, source=left, recvtag=32)
+assert obj["from"] == left and obj["data"] == expected.tobytes()
+
 # sendrecv.
 assert w.sendrecv(("sr", r), dest=right, sendtag=40, source=left, recvtag=40) == ("sr", left)
 
