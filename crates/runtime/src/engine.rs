@@ -1252,6 +1252,12 @@ fn check(e: &Engine) -> Result<(), RuntimeError> {
 /// that stopped answering.
 fn progress_thread(inner: &Inner) {
     let control_fd = inner.control.lock().map(|c| c.reader.get_ref().as_raw_fd()).unwrap_or(-1);
+    // What the launcher sent right behind the peer table (a peer that
+    // finished at once) may already wait in the reader's buffer, where
+    // poll(2) does not see it.
+    if inner.control.lock().is_ok_and(|c| !c.reader.buffer().is_empty()) {
+        read_control(inner);
+    }
     let mut reported = false;
     while !inner.stop.load(Ordering::SeqCst) {
         let (fds, timeout, nap) = {
