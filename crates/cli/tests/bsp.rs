@@ -6,27 +6,12 @@
 //! the job (BULKWIRE_RENDEZVOUS is set), it plays its part and prints
 //! `ok pid N` when every check passed.
 
+mod common;
+use common::{is_rank, launch, text};
+
 use std::process::{Command, Output, Stdio};
 
 use bulkwire_bsp::{Bsp, BspError, Call, Order, Reason};
-
-fn is_rank() -> bool {
-    std::env::var("BULKWIRE_RENDEZVOUS").is_ok()
-}
-
-/// Runs this test as a job of `n` processes with extra environment.
-fn launch(n: u32, test: &str, env: &[(&str, &str)]) -> Output {
-    let exe = std::env::current_exe().expect("test binary");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bulkwire"));
-    cmd.arg("run").arg("-n").arg(n.to_string());
-    cmd.arg(exe).args(["--exact", test, "--nocapture", "--test-threads=1"]);
-    cmd.envs(env.iter().copied());
-    cmd.stdin(Stdio::null()).output().expect("run bulkwire")
-}
-
-fn text(out: &Output) -> String {
-    format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
-}
 
 fn expect_ok(out: &Output, n: u32, what: &str) {
     let all = text(out);

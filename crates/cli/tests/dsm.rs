@@ -1,26 +1,16 @@
 //! The shared memory in multi-process jobs on loopback, started with
 //! `bulkwire run` (each test is the launcher and, as a rank, the program).
 
-use std::process::{Command, Output, Stdio};
+mod common;
+use common::{is_rank, launch};
+
+use std::process::Output;
 
 use bulkwire_comm::{Source, Tag, World};
 use bulkwire_dsm::history::{self, Issued};
 use bulkwire_dsm::{Applied, Dsm, DsmError, Semantics};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-
-fn is_rank() -> bool {
-    std::env::var("BULKWIRE_RENDEZVOUS").is_ok()
-}
-
-fn launch(n: u32, test: &str, env: &[(&str, &str)]) -> Output {
-    let exe = std::env::current_exe().expect("test binary");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bulkwire"));
-    cmd.envs(env.iter().copied());
-    cmd.arg("run").arg("-n").arg(n.to_string());
-    cmd.arg(exe).args(["--exact", test, "--nocapture", "--test-threads=1"]);
-    cmd.stdin(Stdio::null()).output().expect("run bulkwire")
-}
 
 fn check(out: &Output) -> String {
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));

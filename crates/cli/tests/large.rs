@@ -12,7 +12,9 @@
 //! its area (about 8 GiB each), so the jobs run one after the other, and
 //! not at all on a machine with less memory available than they need.
 
-use std::process::{Command, Output, Stdio};
+mod common;
+use common::{is_rank, launch, text};
+
 use std::time::{Duration, Instant};
 
 use bulkwire_bsp::{Bsp, BspError};
@@ -26,24 +28,6 @@ const NEEDED: u64 = 18 << 30;
 /// Positions checked one by one (besides a checksum of every byte): the
 /// ends, and either side of 2^31.
 const EDGES: [usize; 6] = [0, 1, (1 << 31) - 1, 1 << 31, SIZE - 2, SIZE - 1];
-
-fn is_rank() -> bool {
-    std::env::var("BULKWIRE_RENDEZVOUS").is_ok()
-}
-
-/// Runs this test as a job of `n` processes with extra environment.
-fn launch(n: u32, test: &str, env: &[(&str, &str)]) -> Output {
-    let exe = std::env::current_exe().expect("test binary");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bulkwire"));
-    cmd.arg("run").arg("-n").arg(n.to_string());
-    cmd.arg(exe).args(["--exact", test, "--nocapture", "--test-threads=1"]);
-    cmd.envs(env.iter().copied());
-    cmd.stdin(Stdio::null()).output().expect("run bulkwire")
-}
-
-fn text(out: &Output) -> String {
-    format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
-}
 
 /// Memory the kernel says it can give (MemAvailable), in bytes.
 fn available_memory() -> Option<u64> {
