@@ -698,6 +698,10 @@ fn broadcast(streams: &mut HashMap<u32, TcpStream>, key: &JobKey, msg: &ToRank) 
 
 /// Stops the job, once: tells every rank why, and kills what is still
 /// running after a grace period.
+/// How long a failed rank's exit waits for what its control connection
+/// still carries (see `exit_reasons` in `supervise`).
+const EXIT_WAIT: Duration = Duration::from_millis(200);
+
 fn fail(
     failure: &mut Option<Failure>,
     kill_at: &mut Option<Instant>,
@@ -806,6 +810,11 @@ fn supervise(
     let mut last_seen = vec![Instant::now(); n];
     let mut finished = vec![false; n];
     let mut exited = vec![false; pids.len()];
+    // A rank that failed usually says why on its control connection just
+    // before it exits; its exit may reach this loop first. The exit's
+    // reason waits for the connection's end (or EXIT_WAIT), so that the
+    // rank's own word is the one given.
+    let mut exit_reasons: Vec<Option<(String, i32, Instant)>> = vec![None; pids.len()];
     let mut table_sent = false;
     // The smallest datagram limit any rank reported.
     let mut max_datagram = usize::MAX;
@@ -862,6 +871,9 @@ fn supervise(
             }
             Some(Ev::Disconnected { rank }) => {
                 streams.remove(&rank);
+                if let Some((reason, code, _)) = exit_reasons.get_mut(rank as usize).and_then(Option::take) {
+                    fail(&mut failure, &mut kill_at, &mut streams, key, reason, code);
+                }
                 if !local && !finished[rank as usize] {
                     let reason = format!("rank {rank} left the job without finishing (it died or exited early)");
                     fail(&mut failure, &mut kill_at, &mut streams, key, reason, 1);
@@ -873,7 +885,11 @@ fn supervise(
                 let who = format!("{} (pid {})", labels[process], pids[process]);
                 if !status.success() {
                     let reason = format!("{who} {}", describe(&status, pipes));
-                    fail(&mut failure, &mut kill_at, &mut streams, key, reason, code_of(&status));
+                    if local && streams.contains_key(&(process as u32)) {
+                        exit_reasons[process] = Some((reason, code_of(&status), Instant::now() + EXIT_WAIT));
+                    } else {
+                        fail(&mut failure, &mut kill_at, &mut streams, key, reason, code_of(&status));
+                    }
                 } else if local {
                     let rank = process as u32;
                     streams.remove(&rank);
@@ -897,6 +913,10 @@ fn supervise(
             }
             None => {}
         }
+        for waiting in exit_reasons.iter_mut().filter(|w| w.as_ref().is_some_and(|(_, _, at)| Instant::now() >= *at)) {
+            let (reason, code, _) = waiting.take().expect("filtered");
+            fail(&mut failure, &mut kill_at, &mut streams, key, reason, code);
+        }
         for rank in 0..n {
             let alive = streams.contains_key(&(rank as u32)) && !finished[rank];
             if alive && last_seen[rank].elapsed() > HUNG_AFTER {
@@ -914,6 +934,10 @@ fn supervise(
             kill_all(&alive, if local { libc::SIGKILL } else { libc::SIGTERM });
             kill_at = Some(Instant::now() + GRACE);
         }
+    }
+    // The last processes' exits: no later word can come.
+    for (reason, code, _) in exit_reasons.into_iter().flatten() {
+        fail(&mut failure, &mut kill_at, &mut streams, key, reason, code);
     }
     (failure.map_or(0, |f| f.code), reports)
 }
