@@ -9,7 +9,7 @@
  *
  *   bench pingpong|bw [--json] [--transport T] [--iterations N] [--max-size BYTES] [--window W]
  *   bench alltoall [--json] [--transport T] [--iterations N] [--max-size BYTES_PER_PAIR]
- *   bench bcast|allreduce [--json] [--iterations N] --sizes B,B,...
+ *   bench bcast|allreduce [--json] [--transport T] [--iterations N] --sizes B,B,...
  *   bench ring [--json] [--transport T] [--iterations N] --sizes B,B,...
  *
  * Sizes, round counts, windows and budgets follow crates/bench/src:
@@ -20,7 +20,8 @@
  *
  * --transport names what mpirun was told to carry the messages over (`tcp`,
  * the default, or `shm`): the rows of pingpong, bw and alltoall say it in
- * `what` (`tcp`; `tcp, MPI_Alltoall`), as bulkwire's rows say theirs.
+ * `what` (`tcp`; `tcp, MPI_Alltoall`), as bulkwire's rows say theirs;
+ * those of bcast and allreduce in `transport`, their `what` naming the call.
  */
 #include <math.h>
 #include <mpi.h>
@@ -268,10 +269,10 @@ static void collective(int me, int procs, long reps, const char *list, int allre
             const char *bench = allreduce ? "allreduce" : "bcast";
             const char *what = allreduce ? "MPI_Allreduce" : "MPI_Bcast";
             if (json)
-                printf("  {\"bench\": \"%s\", \"source\": \"mpi\", \"what\": \"%s\", \"procs\": %d, "
-                       "\"size_bytes\": %ld, \"median_us\": %.2f}%s\n",
-                       bench, what, procs, size, m, k + 1 < count ? "," : "");
-            else printf("%-16s %12ld %12.1f\n", what, size, m);
+                printf("  {\"bench\": \"%s\", \"source\": \"mpi\", \"what\": \"%s\", \"transport\": \"%s\", "
+                       "\"procs\": %d, \"size_bytes\": %ld, \"median_us\": %.2f}%s\n",
+                       bench, what, transport, procs, size, m, k + 1 < count ? "," : "");
+            else printf("%-16s %-14s %12ld %12.1f\n", what, over(), size, m);
         }
         free(out);
         free(in);

@@ -1,7 +1,9 @@
 //! `bulkwire bench bcast` and `bench allreduce`: a group collective over
 //! every process of the job, for each size and each algorithm that runs it
-//! (and the automatic choice), beside Open MPI's `MPI_Bcast` or
-//! `MPI_Allreduce` over TCP measured in the same run (seed 004 Figure 6).
+//! (and the automatic choice), over bulkwire's shared memory or UDP
+//! (`--transport`, a job each), beside Open MPI's `MPI_Bcast` or
+//! `MPI_Allreduce` over its shared memory and over TCP, measured in the same
+//! run (seed 004 Figure 6).
 //! Each operation starts after a barrier and is timed as the slowest
 //! process's time (the same rule as `scripts/ompi/bench.c`); rows give the
 //! median. Broadcasts also run with confirmed delivery at one size, where
@@ -12,7 +14,9 @@ use bulkwire_comm::{CommError, World};
 use bulkwire_groups::{Algorithm, Delivery, Group, GroupError, Groups, Op, Operation};
 use serde::{Deserialize, Serialize};
 
+use crate::mpi::MpiTransport;
 use crate::rows::{opt, Report, Row};
+use crate::transport::{self, REQUESTED};
 use crate::{median_us, mib};
 
 #[derive(clap::Args, Debug, Clone, Serialize, Deserialize)]
@@ -31,6 +35,8 @@ pub struct Args {
     /// Leave out the Open MPI reference.
     #[arg(long)]
     pub no_mpi: bool,
+    #[command(flatten)]
+    pub transport: transport::TransportArgs,
 }
 
 /// The size at which broadcasts also run with confirmed delivery.
@@ -59,7 +65,7 @@ impl Args {
             "--sizes".into(),
             sizes.join(","),
         ];
-        crate::mpi_reference(remote, self.ranks, &[crate::MpiTransport::Tcp], &args, op.name(), "median_us")
+        crate::mpi_reference(remote, self.ranks, &self.transport.mpi(remote), &args, op.name(), "median_us")
     }
 }
 
@@ -68,6 +74,10 @@ pub fn rank(world: &World, args: &Args, op: Operation) -> Result<Vec<Row>, CommE
     let groups = Groups::new(world).map_err(to_comm)?;
     let all = groups.world();
     let p = world.size();
+    // Rows name the transport the root reaches the others by, and the one
+    // the job asked for.
+    let over = transport::reached(world.runtime(), 1..p);
+    let requested = args.transport.requested().as_str();
     let mut rows = Vec::new();
     // As the reference: a job's first operations are slower where
     // processes share cores.
@@ -97,7 +107,9 @@ pub fn rank(world: &World, args: &Args, op: Operation) -> Result<Vec<Row>, CommE
                     .size(size)
                     .with("median_us", median)
                     .with("algorithm", algorithm.unwrap_or(chosen).name())
-                    .with("confirmed", confirm);
+                    .with("confirmed", confirm)
+                    .with(transport::TRANSPORT, over)
+                    .with(REQUESTED, requested);
                 // The root is rank 0: the acknowledgements it received per
                 // broadcast, against the members that have the data.
                 let row = if confirm {
@@ -163,28 +175,50 @@ pub(crate) fn table(op: Operation, report: &Report) -> String {
     let rows: Vec<&Row> = report.table(name).collect();
     let p = rows.first().map_or(0, |r| r.procs);
     let mut o = format!("# {name}: {p} processes, median of the slowest process's time, each after a barrier\n");
-    o.push_str(&format!("{:<32} {:>10} {:>12} {:>14} {:>10}\n", "", "size", "median us", "x MPI median", "root acks"));
+    o.push_str(&transport::legend(report, name));
+    o.push_str("# x mpi: over Open MPI on the transport of the same kind (shm beside shm, udp beside tcp)\n");
+    o.push_str(&format!(
+        "{:<12} {:<32} {:>10} {:>12} {:>8} {:>10}\n",
+        "transport", "", "size", "median us", "x mpi", "root acks"
+    ));
+    let jobs = transport::jobs(&rows);
     for size in crate::sizes_of(rows.iter().copied()) {
-        let mpi =
-            rows.iter().find(|r| r.source == "mpi" && r.size_bytes == Some(size)).and_then(|r| r.num("median_us"));
-        for r in rows.iter().filter(|r| r.size_bytes == Some(size)) {
-            let what = if r.source == "mpi" { format!("{}, Open MPI over TCP", r.what) } else { r.what.clone() };
-            let ratio = match (r.source.as_str(), r.num("median_us"), mpi) {
-                ("bulkwire", Some(m), Some(x)) => Some(m / x),
-                _ => None,
-            };
+        let at = |r: &&&Row| r.size_bytes == Some(size);
+        let mpi_over = |over: MpiTransport| {
+            rows.iter().filter(at).find(|r| r.source == "mpi" && transport::of_row(r) == over.as_str()).copied()
+        };
+        let line = |o: &mut String, label: String, r: &Row, ratio: Option<f64>| {
             let acks = match (r.num("acks_at_root_count"), r.num("members_count")) {
                 (Some(a), Some(m)) => format!("{a:.0} of {m:.0}"),
                 _ => "-".into(),
             };
             o.push_str(&format!(
-                "{:<32} {:>10} {:>12} {:>14} {:>10}\n",
-                what,
+                "{:<12} {:<32} {:>10} {:>12} {:>8} {:>10}\n",
+                label,
+                r.what,
                 if size >= 1 << 20 { mib(size as usize) } else { size.to_string() },
                 opt(r.num("median_us"), 1),
                 opt(ratio, 2),
                 acks
             ));
+        };
+        for job in &jobs {
+            // Open MPI beside the job: over shared memory beside the job
+            // that asked for it, over TCP beside the one over UDP.
+            let over = match job[0].text(REQUESTED) {
+                Some("udp") => MpiTransport::Tcp,
+                _ => MpiTransport::Shm,
+            };
+            let mpi = mpi_over(over);
+            for r in job.iter().filter(at) {
+                let ratio = r.num("median_us").zip(mpi.and_then(|m| m.num("median_us"))).map(|(b, m)| b / m);
+                line(&mut o, format!("bulkwire {}", transport::label(r)), r, ratio);
+            }
+        }
+        for over in [MpiTransport::Shm, MpiTransport::Tcp] {
+            if let Some(r) = mpi_over(over) {
+                line(&mut o, format!("open mpi {}", over.as_str()), r, None);
+            }
         }
     }
     o

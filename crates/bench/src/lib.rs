@@ -60,11 +60,12 @@ pub enum Bench {
     Put(put::Args),
     /// Group broadcast from process 0 to every process, 8 B to 4 MiB, for
     /// each algorithm and the automatic choice (with confirmed delivery at
-    /// 32 KiB: acknowledgements merged up the tree), beside Open MPI's
-    /// MPI_Bcast over TCP.
+    /// 32 KiB: acknowledgements merged up the tree), over bulkwire's shared
+    /// memory and UDP, beside Open MPI's MPI_Bcast over shared memory and TCP.
     Bcast(collective::Args),
     /// Group allreduce (sum of doubles), 8 B to 4 MiB, for each algorithm
-    /// and the automatic choice, beside Open MPI's MPI_Allreduce over TCP.
+    /// and the automatic choice, over bulkwire's shared memory and UDP,
+    /// beside Open MPI's MPI_Allreduce over shared memory and TCP.
     Allreduce(collective::Args),
     /// One task's traffic (seed 000's PDE1 or PDE2 trace) from rank 0 to
     /// rank 1: task-to-task latency, the share of data on the premium
@@ -106,6 +107,7 @@ impl Bench {
             Bench::TotalExchange(a) => Some(&a.transport),
             Bench::Put(a) => Some(&a.transport),
             Bench::Scale(a) => Some(&a.transport),
+            Bench::Bcast(a) | Bench::Allreduce(a) => Some(&a.transport),
             _ => None,
         }
     }
@@ -137,6 +139,7 @@ impl Bench {
                 Bench::TotalExchange(a) => a.transport = one,
                 Bench::Put(a) => a.transport = one,
                 Bench::Scale(a) => a.transport = one,
+                Bench::Bcast(a) | Bench::Allreduce(a) => a.transport = one,
                 _ => unreachable!("a benchmark with --transport"),
             }
             jobs.push((bench, Some(transport)));

@@ -22,6 +22,10 @@ pub const SHM: &str = bulkwire_runtime::SHM;
 /// The column of bulkwire's rows that names the transport the job asked for.
 pub const REQUESTED: &str = "requested_transport";
 
+/// The column that names the transport a row was measured over, where its
+/// `what` names something else (the algorithm of `bench bcast`).
+pub const TRANSPORT: &str = "transport";
+
 /// What `--transport` takes.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -128,10 +132,10 @@ pub(crate) fn reached(runtime: &Runtime, peers: impl IntoIterator<Item = u32>) -
     }
 }
 
-/// The transport a bulkwire row was measured over: its `what`, or the
-/// first part of it (`udp, latin, pacing on`).
+/// The transport a row was measured over: its [`TRANSPORT`] column, or
+/// else its `what` or the first part of it (`udp, latin, pacing on`).
 pub fn of_row(row: &Row) -> &str {
-    row.what.split(", ").next().unwrap_or_default()
+    row.text(TRANSPORT).unwrap_or_else(|| row.what.split(", ").next().unwrap_or_default())
 }
 
 /// A note for each job of `rows` that ran over another transport than it
