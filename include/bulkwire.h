@@ -56,6 +56,11 @@ int bw_group_set_confirmed(int group, int confirmed);
    the newest value counts: a post not yet received is replaced by a newer
    one of the same poster and tag. */
 int bw_group_set_latest_only(int group, int on);
+/* Non-zero: best-effort mode for the posts this process makes and passes
+   on: each hop sends a post once, with no acknowledgement or resending, so
+   a post lost on the network stays lost (nothing is lost between processes
+   of one host). */
+int bw_group_set_best_effort(int group, int on);
 
 /* Collectives. */
 int bw_bcast(int group, int root, void *buf, size_t len);

@@ -63,6 +63,11 @@ int main(void) {
         CHECK(bw_allreduce(g, &count, 1, BW_INT64, BW_SUM));
         EXPECT(count == n + 1);
     }
+    /* Best-effort posts are chosen per group; a group that does not exist
+       is refused. */
+    CHECK(bw_group_set_best_effort(all, 1));
+    CHECK(bw_group_set_best_effort(all, 0));
+    EXPECT(bw_group_set_best_effort(12345, 1) == -1);
     /* A root that is not a member is refused, with the reason. */
     if (me % 2 == 0) {
         EXPECT(bw_bcast(g, 1, text, sizeof text) == -1);

@@ -220,6 +220,13 @@ pub extern "C" fn bw_group_set_latest_only(group: c_int, on: c_int) -> c_int {
     with_groups("bw_group_set_latest_only", |g| self::group(g, group).set_latest_only(on != 0).map(|_| 0))
 }
 
+/// `on` non-zero: best-effort mode for the posts this process makes (sent
+/// once per hop, never resent; a lost post stays lost).
+#[no_mangle]
+pub extern "C" fn bw_group_set_best_effort(group: c_int, on: c_int) -> c_int {
+    with_groups("bw_group_set_best_effort", |g| self::group(g, group).set_best_effort(on != 0).map(|_| 0))
+}
+
 /// # Safety
 ///
 /// `buf` points to `len` writable bytes.

@@ -12,11 +12,16 @@ fn is_rank() -> bool {
 }
 
 fn launch(n: u32, test: &str, env: &[(&str, &str)]) -> (Output, Duration) {
+    launch_with(n, test, env, &[])
+}
+
+/// [`launch`] with options of `bulkwire run`.
+fn launch_with(n: u32, test: &str, env: &[(&str, &str)], options: &[&str]) -> (Output, Duration) {
     let exe = std::env::current_exe().expect("test binary");
     let start = Instant::now();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_bulkwire"));
     cmd.envs(env.iter().copied());
-    cmd.arg("run").arg("-n").arg(n.to_string());
+    cmd.arg("run").arg("-n").arg(n.to_string()).args(options);
     cmd.arg(exe).args(["--exact", test, "--nocapture", "--test-threads=1"]);
     let out = cmd.stdin(Stdio::null()).output().expect("run bulkwire");
     (out, start.elapsed())
@@ -499,6 +504,69 @@ fn a_busy_member_does_not_hold_up_posts_or_joins() {
     let (out, _) = launch(4, "a_busy_member_does_not_hold_up_posts_or_joins", &[]);
     let stdout = check(&out);
     assert!(stdout.contains("join took") && stdout.contains("post took"), "{stdout}");
+}
+
+/// Best-effort posts over UDP with 10% of datagrams dropped: what arrives
+/// is whole and in the poster's order, some is lost and nothing is resent;
+/// the same posts in the default mode all arrive. `--stats` counts the loss.
+#[test]
+fn best_effort_posts_lose_what_the_network_drops_and_nothing_else() {
+    const POSTS: u32 = 600;
+    // Some posts take several datagrams: a lost piece drops the whole post.
+    let post = |i: u32| pattern(i, if i % 25 == 0 { 100_000 } else { 200 });
+    if is_rank() {
+        let world = World::init().unwrap();
+        let groups = Groups::new(&world).unwrap();
+        let all = groups.world();
+        for best_effort in [true, false] {
+            all.set_best_effort(best_effort).unwrap();
+            all.barrier().unwrap();
+            if world.rank() == 0 {
+                for i in 0..POSTS {
+                    let mut data = i.to_le_bytes().to_vec();
+                    data.extend(post(i));
+                    all.post(1, &data).unwrap();
+                }
+            }
+            all.barrier().unwrap();
+            let mut got = Vec::new();
+            if world.rank() != 0 {
+                let deadline = Instant::now() + Duration::from_secs(if best_effort { 1 } else { 30 });
+                while Instant::now() < deadline && got.len() < POSTS as usize {
+                    match all.try_recv(Source::Rank(0), Tag::Is(1)).unwrap() {
+                        Some(p) => {
+                            let i = u32::from_le_bytes(p.data[..4].try_into().unwrap());
+                            assert!(p.data[4..] == post(i), "post {i} arrived whole");
+                            got.push(i);
+                        }
+                        None => std::thread::sleep(Duration::from_millis(1)),
+                    }
+                }
+                assert!(got.windows(2).all(|w| w[0] < w[1]), "in the poster's order, once each: {got:?}");
+                if best_effort {
+                    assert!(got.len() < POSTS as usize, "with 10% dropped, some posts are lost");
+                    assert!(got.len() > POSTS as usize / 3, "most posts arrive: {}", got.len());
+                } else {
+                    assert_eq!(got.len(), POSTS as usize, "every post arrives");
+                }
+            }
+            println!("rank {} best effort {best_effort}: {} posts", world.rank(), got.len());
+            all.barrier().unwrap();
+        }
+        println!("rank-ok {}", world.rank());
+        world.finalize().unwrap();
+        return;
+    }
+    let (out, _) = launch_with(
+        4,
+        "best_effort_posts_lose_what_the_network_drops_and_nothing_else",
+        &[("BULKWIRE_TEST_DROP", "0.1")],
+        &["--stats"],
+    );
+    let stdout = check(&out);
+    assert_eq!(stdout.matches("rank-ok").count(), 4, "{stdout}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("best-effort data from the peer, not resent"), "{stderr}");
 }
 
 /// Latest-value mode: a reader that comes late finds only the newest post

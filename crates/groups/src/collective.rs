@@ -247,12 +247,12 @@ impl<'g> Group<'g> {
         if let Some(a) = algorithm.filter(|a| !a.supports(op)) {
             return Err(GroupError::Unsupported { call: "group set_algorithm", algorithm: a, op: op.name() });
         }
-        self.groups.set_local(self.id, |l| l.set_algorithm(op, algorithm))
+        self.groups.set_local("group set_algorithm", self.id, |l| l.set_algorithm(op, algorithm))
     }
 
     /// Chooses when this group's broadcasts return at the root.
     pub fn set_delivery(&self, delivery: Delivery) -> Result<(), GroupError> {
-        self.groups.set_local(self.id, |l| l.set_delivery(delivery))
+        self.groups.set_local("group set_delivery", self.id, |l| l.set_delivery(delivery))
     }
 
     /// Leaves the group; returns once the server has taken this process
@@ -304,7 +304,21 @@ impl<'g> Group<'g> {
     /// dropped is only what is superseded. Off by default (every post is
     /// delivered).
     pub fn set_latest_only(&self, on: bool) -> Result<(), GroupError> {
-        self.groups.set_local(self.id, |l| l.set_latest(on))
+        self.groups.set_local("group set_latest_only", self.id, |l| l.set_latest(on))
+    }
+
+    /// Best-effort mode for the posts this process makes and passes on
+    /// (`on`; seed 004's unreliable mode): each hop of the tree sends a
+    /// post once, with no acknowledgement and no resending, so a post lost
+    /// on a hop is lost for the members below it, and the others still
+    /// get the posts after it without waiting. For data where only the
+    /// latest value counts, with [`Group::set_latest_only`]; what a job
+    /// lost shows in `bulkwire run --stats`. Between processes of one host
+    /// (shared memory) nothing is lost. A post is passed on the way it
+    /// came, whatever the relay's own mode. Off by default: every post
+    /// arrives.
+    pub fn set_best_effort(&self, on: bool) -> Result<(), GroupError> {
+        self.groups.set_local("group set_best_effort", self.id, |l| l.set_best_effort(on))
     }
 
     /// Waits for the next post from `source` with `tag`.

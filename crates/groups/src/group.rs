@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use bulkwire_comm::World;
 use bulkwire_proto::SendError;
-use bulkwire_runtime::{Engine, Inbound, ProgressHook, Runtime, RuntimeError};
+use bulkwire_runtime::{Engine, Inbound, ProgressHook, Runtime, RuntimeError, BEST_EFFORT_CHANNEL};
 
 use crate::codec::{Reader, Writer};
 use crate::membership::{
@@ -122,6 +122,8 @@ pub(crate) struct Local {
     delivery: Option<Delivery>,
     /// Posts in latest-value mode ([`Group::set_latest_only`]).
     latest: bool,
+    /// Posts sent best effort ([`Group::set_best_effort`]).
+    best_effort: bool,
 }
 
 pub(crate) struct State {
@@ -437,8 +439,12 @@ impl<'w> Groups<'w> {
             message.extend_from_slice(&tag.to_le_bytes());
             message.extend_from_slice(data);
             let latest = st.local.get(&group).is_some_and(|l| l.latest);
+            let channel = match st.local.get(&group).is_some_and(|l| l.best_effort) {
+                true => BEST_EFFORT_CHANNEL,
+                false => DATA,
+            };
             for c in schedule::post_children(&view.members, me, me).expect("a member") {
-                queue_post(&mut st, c, message.clone(), latest);
+                queue_post(&mut st, c, channel, message.clone(), latest);
             }
             flush(e, &mut st);
             Ok(Ok(()))
@@ -588,10 +594,19 @@ impl<'w> Groups<'w> {
         st.local.get(&group).and_then(|l| l.delivery).unwrap_or(st.job_delivery)
     }
 
-    pub(crate) fn set_local(&self, group: GroupId, f: impl FnOnce(&mut Local)) -> Result<(), GroupError> {
+    /// Applies a setting of `call` to this process's state of `group`, of
+    /// which it must be a member.
+    pub(crate) fn set_local(
+        &self,
+        call: &'static str,
+        group: GroupId,
+        f: impl FnOnce(&mut Local),
+    ) -> Result<(), GroupError> {
         let mut st = self.state();
-        let view = st.membership.view(group).map(|v| v.number);
-        let local = st.local.entry(group).or_insert_with(|| Local::new(view.unwrap_or(0)));
+        let Some(view) = st.membership.view(group).map(|v| v.number) else {
+            return Err(not_here(&st, call, group));
+        };
+        let local = st.local.entry(group).or_insert_with(|| Local::new(view));
         f(local);
         Ok(())
     }
@@ -615,11 +630,23 @@ impl State {
 
 impl Local {
     fn new(view: u32) -> Local {
-        Local { view, op: 0, multicasts: HashMap::new(), algorithms: HashMap::new(), delivery: None, latest: false }
+        Local {
+            view,
+            op: 0,
+            multicasts: HashMap::new(),
+            algorithms: HashMap::new(),
+            delivery: None,
+            latest: false,
+            best_effort: false,
+        }
     }
 
     pub(crate) fn set_latest(&mut self, on: bool) {
         self.latest = on;
+    }
+
+    pub(crate) fn set_best_effort(&mut self, on: bool) {
+        self.best_effort = on;
     }
 
     pub(crate) fn set_algorithm(&mut self, op: Operation, algorithm: Option<Algorithm>) {
@@ -737,9 +764,10 @@ fn take_posts(e: &mut Engine, st: &mut State, me: Rank) {
             st.stats.malformed += 1;
             continue;
         };
+        // Passed on the way it came: a best-effort post stays best effort.
         let latest = st.local.get(&GroupId(g)).is_some_and(|l| l.latest);
         for c in children {
-            queue_post(st, c, d.to_vec(), latest);
+            queue_post(st, c, m.channel, d.to_vec(), latest);
         }
         // Passed on in any case (the subtree needs it), kept only while
         // this process is a member; in latest-value mode a newer post of
@@ -831,21 +859,22 @@ fn take_abort(e: &mut Engine, ctx: &Ctx) -> Option<GroupError> {
     })
 }
 
-/// Queues a post for `to`. In latest-value mode a post of the same group,
-/// view, poster and tag still waiting for room in the transport is
-/// replaced by this one instead.
-fn queue_post(st: &mut State, to: Rank, bytes: Vec<u8>, latest: bool) {
+/// Queues a post for `to` on `channel` ([`DATA`], or the best-effort
+/// channel). In latest-value mode a post of the same group, view, poster
+/// and tag still waiting for room in the transport is replaced by this one
+/// instead.
+fn queue_post(st: &mut State, to: Rank, channel: u16, bytes: Vec<u8>, latest: bool) {
     if latest {
         let same = |b: &Vec<u8>| {
             b.len() >= POST_HEADER && bytes.len() >= POST_HEADER && b[..POST_HEADER] == bytes[..POST_HEADER]
         };
-        if let Some(slot) = st.outbox.iter_mut().find(|(t, ch, b)| *t == to && *ch == DATA && same(b)) {
+        if let Some(slot) = st.outbox.iter_mut().find(|(t, ch, b)| *t == to && *ch == channel && same(b)) {
             slot.2 = bytes;
             return;
         }
     }
     st.stats.data_messages_sent += 1;
-    st.outbox.push_back((to, DATA, bytes));
+    st.outbox.push_back((to, channel, bytes));
 }
 
 /// Bytes before a post's data: kind, group, view, poster, tag.
@@ -854,7 +883,7 @@ const POST_HEADER: usize = 17;
 /// The group and view of a post, if `m` is one that is well formed.
 fn post_of(m: &Inbound) -> Option<(u32, u32)> {
     let d = &m.data[m.start..];
-    if m.channel != DATA || d.len() < POST_HEADER || d[0] != POST {
+    if !(m.channel == DATA || m.channel == BEST_EFFORT_CHANNEL) || d.len() < POST_HEADER || d[0] != POST {
         return None;
     }
     Some((u32::from_le_bytes(d[1..5].try_into().ok()?), u32::from_le_bytes(d[5..9].try_into().ok()?)))

@@ -66,6 +66,23 @@ pub fn table(reports: &BTreeMap<u32, Vec<PeerReport>>) -> String {
             }
         }
     }
+    if reports.values().flatten().any(|p| p.best_effort_lost + p.best_effort_abandoned > 0) {
+        o.push_str(
+            "best-effort data from the peer, not resent: packets that never came (or came after a later one), \
+             messages dropped for a piece missing\n",
+        );
+        o.push_str(&format!("{:>6} {:>9} {:>9}\n", "from", "lost", "dropped"));
+        for (rank, peers) in reports {
+            for p in peers.iter().filter(|p| p.best_effort_lost + p.best_effort_abandoned > 0) {
+                o.push_str(&format!(
+                    "{:>6} {:>9} {:>9}\n",
+                    format!("{}>{rank}", p.peer),
+                    p.best_effort_lost,
+                    p.best_effort_abandoned
+                ));
+            }
+        }
+    }
     if warp {
         o.push_str(
             "Warp rate control: feedback kB the rank returned to the peer, feedback datagrams it got \
@@ -123,6 +140,8 @@ pub fn json(reports: &BTreeMap<u32, Vec<PeerReport>>, ranks: u32) -> String {
                     .with("shm_bytes", p.shm_bytes)
                     .with("shm_single_copy_count", p.shm_single_copy)
                     .with("shm_wakeups_count", p.shm_wakeups)
+                    .with("best_effort_lost_packets", p.best_effort_lost)
+                    .with("best_effort_dropped_count", p.best_effort_abandoned)
             })
         })
         .collect();

@@ -360,7 +360,7 @@ impl Channel {
     /// a peer that is merely late answers with an acknowledgement (seed 002
     /// §4.3). Call it on every turn of the wait; it is cheap.
     pub(crate) fn awaiting(&mut self, now: Time) {
-        if self.failed {
+        if self.failed || self.strategy == Strategy::BestEffort {
             return;
         }
         self.awaited = true;
@@ -390,7 +390,8 @@ impl Channel {
     }
 
     pub(crate) fn end_phase(&mut self) {
-        if !self.pending.is_empty() {
+        // A best-effort channel asks for no acknowledgement at a phase's end.
+        if !self.pending.is_empty() && self.strategy != Strategy::BestEffort {
             self.phase_end = true;
         }
     }
@@ -554,6 +555,8 @@ impl Channel {
             Strategy::HoleFilling => end_of_hole,
             Strategy::GoBackN if end_of_hole > ack => self.next_seq,
             Strategy::GoBackN => from,
+            // Nothing was kept to resend.
+            Strategy::BestEffort => from,
         };
         for seq in from..hole_end {
             scheduled |= self.schedule_retransmit(seq, now, sh.data_path);
@@ -667,6 +670,17 @@ impl Channel {
             return Err("sequence number space exhausted");
         }
         Records::validate(payload).map_err(|_| "malformed data payload")?;
+        let best_effort = self.strategy == Strategy::BestEffort;
+        if header.flags.contains(Flags::BEST_EFFORT) != best_effort {
+            return Err(if best_effort {
+                "reliable data on a best-effort channel"
+            } else {
+                "best-effort data on a reliable channel"
+            });
+        }
+        if best_effort {
+            return self.on_best_effort_data(seq, payload, sh);
+        }
         self.arrivals_since_ack += 1;
         if self.newest_data.is_none_or(|(sent, _)| header.timestamp > sent) {
             self.newest_data = Some((header.timestamp, now));
@@ -717,6 +731,61 @@ impl Channel {
         }
         self.update_hole(now, progressed);
         Ok(())
+    }
+
+    /// A data packet of a best-effort channel: delivered if it is the
+    /// newest yet, after going past the packets before it that have not
+    /// come (and the message one of them held a piece of); dropped if it
+    /// comes after a later one, or finds no room in the receive buffer.
+    /// Nothing is held, prodded for or acknowledged.
+    fn on_best_effort_data(&mut self, seq: u64, payload: &[u8], sh: &mut Shared<'_>) -> Result<(), &'static str> {
+        if seq < self.next_expected {
+            // Already counted in `skipped` when a later one came.
+            return Ok(());
+        }
+        let gap = seq > self.next_expected;
+        let mut counted = false;
+        if gap {
+            self.stats.skipped += seq - self.next_expected;
+            counted = self.abandon(sh);
+        }
+        // A message begun in a packet that did not come: its last pieces
+        // open this one, and go with it.
+        let mut start = 0;
+        if self.reassembly.is_none() {
+            for record in Records::new(payload) {
+                let record = record.map_err(|_| "malformed data payload")?;
+                if record.offset == 0 {
+                    break;
+                }
+                start += RECORD_HEADER_LEN + record.data.len();
+            }
+        }
+        self.next_expected = seq + 1;
+        self.known_sent = self.known_sent.max(seq + 1);
+        self.arrived_beyond = self.arrived_beyond.max(seq + 1);
+        // Counted once per gap: a message dropped is counted where its
+        // missing piece shows, not in each packet of the rest of it.
+        if start > 0 && gap && !counted {
+            self.stats.messages_abandoned += 1;
+        }
+        if start < payload.len() && !self.deliver(&payload[start..], false, sh)? {
+            // No room: this packet goes too, and the message it continues.
+            self.stats.drops += 1;
+            self.abandon(sh);
+            return Ok(());
+        }
+        self.stats.data_received += 1;
+        Ok(())
+    }
+
+    /// Drops the message in reassembly, if any, and its reservation of
+    /// the receive budget; returns whether there was one.
+    fn abandon(&mut self, sh: &mut Shared<'_>) -> bool {
+        let Some(r) = self.reassembly.take() else { return false };
+        sh.recv.partial -= r.total;
+        self.stats.messages_abandoned += 1;
+        true
     }
 
     /// Keeps an out-of-order packet if a buffer is free; under pressure only
@@ -1074,6 +1143,9 @@ impl Channel {
         if sh.rate_controlled {
             flags.insert(Flags::RATE_CONTROLLED);
         }
+        if self.strategy == Strategy::BestEffort {
+            return self.send_once(payload, flags, now, buf, sh);
+        }
         if self.pending.is_empty() && std::mem::take(&mut self.phase_end) {
             flags.insert(Flags::LAST_OF_PHASE);
             self.phase_closed = true;
@@ -1106,6 +1178,29 @@ impl Channel {
             queued: false,
         });
         self.last_progress = now;
+        self.after_reporting(now);
+        (path, len, Some(payload))
+    }
+
+    /// Sends a best-effort packet: it is not kept, so its buffer goes back
+    /// to the pool at once (freed once the datagram has left).
+    fn send_once(
+        &mut self,
+        payload: Vec<u8>,
+        flags: Flags,
+        now: Time,
+        buf: &mut [u8],
+        sh: &mut Shared<'_>,
+    ) -> (Path, usize, Option<SharedPayload>) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.base = self.next_seq;
+        self.stats.data_sent += 1;
+        let path = sh.data_path;
+        let payload = Arc::new(payload);
+        let header = self.header(PacketType::Data, with_path(flags.union(Flags::BEST_EFFORT), path), seq, now, sh.cfg);
+        let len = self.seal_split(&header, &payload, buf, sh.cfg);
+        sh.send_pool.give_shared(payload.clone());
         self.after_reporting(now);
         (path, len, Some(payload))
     }
@@ -1154,6 +1249,7 @@ impl Channel {
         match self.strategy {
             Strategy::HoleFilling => self.held.first_key_value().map_or(self.next_expected, |(&seq, _)| seq),
             Strategy::GoBackN => self.arrived_beyond.max(self.next_expected),
+            Strategy::BestEffort => self.next_expected,
         }
     }
 

@@ -17,6 +17,13 @@ pub enum Strategy {
     /// resends everything from the first missing packet on. Kept for
     /// comparison.
     GoBackN,
+    /// Nothing is resent or acknowledged (seed 004's unreliable mode, for
+    /// data of which only the latest value counts). Each packet leaves
+    /// once and its buffer is free at once; the receiver delivers the
+    /// messages of what arrives, in order, and goes past what does not: a
+    /// packet that comes after a later one, and a message with a piece
+    /// missing, are dropped and counted ([`crate::ChannelStats::skipped`]).
+    BestEffort,
 }
 
 impl std::fmt::Display for Strategy {
@@ -24,6 +31,7 @@ impl std::fmt::Display for Strategy {
         f.write_str(match self {
             Strategy::HoleFilling => "hole-filling",
             Strategy::GoBackN => "go-back-n",
+            Strategy::BestEffort => "best-effort",
         })
     }
 }

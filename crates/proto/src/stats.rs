@@ -20,6 +20,10 @@ pub struct ChannelStats {
     pub drops: u64,
     /// Data packets that had already arrived.
     pub duplicates: u64,
+    /// On a best-effort channel: packets gone past without (lost, or come
+    /// after a later one), and messages dropped for a piece missing.
+    pub skipped: u64,
+    pub messages_abandoned: u64,
     /// Packets whose piggybacked acknowledgement field freed send buffers.
     pub implicit_acks: u64,
     /// Sent packets freed because the layer above proved them delivered
@@ -96,6 +100,8 @@ impl ChannelStats {
         self.prods_received += o.prods_received;
         self.drops += o.drops;
         self.duplicates += o.duplicates;
+        self.skipped += o.skipped;
+        self.messages_abandoned += o.messages_abandoned;
         self.implicit_acks += o.implicit_acks;
         self.colour_acks += o.colour_acks;
         self.ack_requests += o.ack_requests;

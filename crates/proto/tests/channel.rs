@@ -553,6 +553,80 @@ fn go_back_n_resends_everything_from_the_hole() {
     assert_eq!(r.drops, 7, "3..=9 discarded out of order: {r:?}");
 }
 
+/// A pair whose channel 0 is best effort at both ends.
+fn best_effort_pair() -> Pair {
+    let mut p = Pair::default();
+    p.ends[0].set_strategy(1, 0, Strategy::BestEffort).unwrap();
+    p.ends[1].set_strategy(0, 0, Strategy::BestEffort).unwrap();
+    p
+}
+
+#[test]
+fn best_effort_sends_each_packet_once_and_delivers_what_arrives_in_order() {
+    let mut p = best_effort_pair();
+    let from_receiver = std::rc::Rc::new(std::cell::Cell::new(0));
+    let seen = from_receiver.clone();
+    p.drop = Box::new(move |s| {
+        if s.from == 1 {
+            seen.set(seen.get() + 1);
+        }
+        s.packet_type == 1 && [2, 5].contains(&s.sequence)
+    });
+    for i in 0..10 {
+        p.ends[0].send(1, 0, &msg(i, 1000)).unwrap();
+        if i == 9 {
+            p.ends[0].end_phase(1, 0);
+        }
+        p.flush();
+        // The sender keeps nothing: its buffers are free at once.
+        assert!(p.ends[0].is_idle());
+    }
+    p.run(Duration::from_secs(1));
+    p.ends[1].awaiting(p.now, 0, 0);
+    p.run(Duration::from_secs(1));
+    let expect: Vec<Vec<u8>> = [0, 1, 3, 4, 6, 7, 8, 9].iter().map(|&i| msg(i, 1000)).collect();
+    assert_eq!(p.received[1], expect);
+    let s = p.ends[0].channel_stats(1, 0).unwrap();
+    let r = p.ends[1].channel_stats(0, 0).unwrap();
+    assert_eq!((s.data_sent, s.retransmissions, s.timeouts), (10, 0, 0), "{s:?}");
+    assert_eq!((r.skipped, r.messages_abandoned, r.data_received), (2, 0, 8), "{r:?}");
+    assert_eq!(from_receiver.get(), 0, "the receiver sent no acknowledgement or prod");
+    assert!(p.violations.is_empty(), "{:?}", p.violations);
+}
+
+#[test]
+fn best_effort_drops_a_message_with_a_piece_missing_and_a_packet_that_comes_late() {
+    let mut p = best_effort_pair();
+    // Message 0 takes 8 packets (0..=7); its fourth is lost. Message 1
+    // (packet 8) arrives; message 2 (packet 9) is overtaken by message 3
+    // (packet 10) and comes after it.
+    p.drop = Box::new(|s| s.packet_type == 1 && s.sequence == 3);
+    p.delay = Box::new(|s| if s.sequence == 9 { DELAY * 3 } else { DELAY });
+    p.ends[0].send(1, 0, &msg(0, 10_000)).unwrap();
+    p.flush();
+    for i in 1..4 {
+        p.ends[0].send(1, 0, &msg(i, 500)).unwrap();
+        p.flush();
+    }
+    p.run(Duration::from_secs(1));
+    assert_eq!(p.received[1], vec![msg(1, 500), msg(3, 500)]);
+    let r = p.ends[1].channel_stats(0, 0).unwrap();
+    assert_eq!(r.messages_abandoned, 1, "{r:?}");
+    assert_eq!(r.skipped, 2, "packet 3 lost, packet 9 late: {r:?}");
+    assert_eq!(p.ends[1].memory().partial_bytes, 0, "the abandoned message's reservation is released");
+    assert!(p.violations.is_empty(), "{:?}", p.violations);
+}
+
+#[test]
+fn best_effort_data_on_a_reliable_channel_is_a_protocol_violation() {
+    let mut p = Pair::default();
+    p.ends[0].set_strategy(1, 0, Strategy::BestEffort).unwrap();
+    p.ends[0].send(1, 0, b"unasked").unwrap();
+    p.run(Duration::from_secs(1));
+    assert!(p.received[1].is_empty());
+    assert_eq!(p.violations, ["best-effort data on a reliable channel"]);
+}
+
 #[test]
 fn strategy_changes_only_before_use() {
     let mut p = Pair::default();

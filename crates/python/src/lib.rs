@@ -855,6 +855,11 @@ impl Group {
         job()?.groups.group(self.id).set_latest_only(on).map_err(|e| Error::new_err(e.to_string()))
     }
 
+    /// Best-effort mode for the posts this process makes.
+    fn set_best_effort(&self, on: bool) -> PyResult<()> {
+        job()?.groups.group(self.id).set_best_effort(on).map_err(|e| Error::new_err(e.to_string()))
+    }
+
     /// Acknowledgements of confirmed broadcasts this process received.
     fn acks_received(&self) -> PyResult<u64> {
         Ok(job()?.groups.stats().acks_received)

@@ -9,7 +9,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use bulkwire_proto::{Config, Endpoint, Event, Path, RateControl, SendError, Time};
+use bulkwire_proto::{Config, Endpoint, Event, Path, RateControl, SendError, Strategy, Time};
 use bulkwire_wire::Coverage;
 
 use crate::env::JobEnv;
@@ -25,6 +25,11 @@ use crate::sockets::{PathSockets, RecvBatch, SendBatch, SocketOptions};
 /// hung process is reported as such (the more precise reason) rather than
 /// as unreachable by whichever peer noticed first; short enough that the
 /// job still stops within 5 s.
+/// The runtime's best-effort channel: what is sent on it leaves once and is
+/// never resent or acknowledged ([`Strategy::BestEffort`]); what is lost
+/// stays lost. Over shared memory nothing is lost.
+pub const BEST_EFFORT_CHANNEL: u16 = 6;
+
 const UNREACHABLE_AFTER: Duration = Duration::from_secs(4);
 /// How often a rank tells the launcher it is alive, from a thread of its
 /// own that never touches the engine: a process busy with a large buffer
@@ -604,8 +609,9 @@ impl Runtime {
         let mut config = Config::new(env.job, env.key.clone().covering(coverage), env.rank, env.size);
         // 0: comm's messages, 1: comm's collectives, 2: bsp's supersteps,
         // 3: the groups' control plane (premium), 4: the groups' data,
-        // 5: the shared memory's writes.
-        config.channels = 6;
+        // 5: the shared memory's writes, 6: best-effort data (the groups'
+        // unreliable posts; [`BEST_EFFORT_CHANNEL`]).
+        config.channels = 7;
         config.max_message_size = 16 << 20;
         config.send_buffer_bytes = 32 << 20;
         config.recv_buffer_bytes = 32 << 20;
@@ -662,7 +668,12 @@ impl Runtime {
             eprintln!("bulkwire: {}", paths.describe());
             eprintln!("bulkwire: {}", rate::describe(config.rate_control.as_ref()));
         }
-        let endpoint = Endpoint::new(config)?;
+        let mut endpoint = Endpoint::new(config)?;
+        for peer in (0..env.size).filter(|&p| p != env.rank) {
+            endpoint
+                .set_strategy(peer, BEST_EFFORT_CHANNEL, Strategy::BestEffort)
+                .map_err(|e| io::Error::other(format!("best-effort channel: {e}")))?;
+        }
         let max_datagram = endpoint.config().max_datagram;
 
         // SAFETY: eventfd returns a new descriptor that we then own.
@@ -852,6 +863,8 @@ impl Runtime {
                     shm_bytes: m.bytes_sent,
                     shm_single_copy: m.single_copy,
                     shm_wakeups: m.wakeups_sent,
+                    best_effort_lost: c.skipped,
+                    best_effort_abandoned: c.messages_abandoned,
                 }
             })
             .collect()

@@ -95,6 +95,13 @@ pub struct PeerReport {
     pub shm_single_copy: u64,
     #[serde(default)]
     pub shm_wakeups: u64,
+    /// Best-effort data from the peer (posts of groups in best-effort
+    /// mode): packets that never came (lost, or came after a later one),
+    /// and messages dropped for a piece missing.
+    #[serde(default)]
+    pub best_effort_lost: u64,
+    #[serde(default)]
+    pub best_effort_abandoned: u64,
 }
 
 /// Messages from the launcher to a rank.

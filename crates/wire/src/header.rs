@@ -80,8 +80,11 @@ impl Flags {
     /// The sender of this data packet is under Warp rate control: the
     /// receiver returns [`PacketType::Warp`] feedback.
     pub const RATE_CONTROLLED: Flags = Flags(1 << 5);
+    /// This data packet is sent once and never again (a best-effort
+    /// channel): the receiver delivers what comes and asks for nothing.
+    pub const BEST_EFFORT: Flags = Flags(1 << 6);
     /// Every flag this version defines; others must be zero.
-    pub const ALL: Flags = Flags(0b11_1111);
+    pub const ALL: Flags = Flags(0b111_1111);
 
     pub const fn empty() -> Flags {
         Flags(0)

@@ -526,6 +526,10 @@ class Group(_Collectives):
         """Only the newest post of each poster and tag counts (see the Rust docs)."""
         self._native.set_latest_only(on)
 
+    def set_best_effort(self, on: bool = True) -> None:
+        """Posts are sent once per hop and never resent: a lost post stays lost (see the Rust docs)."""
+        self._native.set_best_effort(on)
+
     def __repr__(self) -> str:
         name, view, members = self._native.view()
         return f"bulkwire.Group({name!r}, view={view}, members={members})"

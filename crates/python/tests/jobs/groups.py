@@ -45,6 +45,12 @@ if g is not None:
     got = sorted(g.recv_post(tag=5) for _ in range(len(evens) - 1))
     assert got == sorted(("post", m) for m in evens if m != r), got
     assert g.recv_post(tag=5, block=False) is None
+    # Best-effort posts: nothing is lost between processes of one host.
+    g.set_best_effort(True)
+    g.post(("best effort", r), tag=6)
+    got = sorted(g.recv_post(tag=6) for _ in range(len(evens) - 1))
+    assert got == sorted(("best effort", m) for m in evens if m != r), got
+    g.set_best_effort(False)
     try:
         g.set_algorithm("bcast", "no-such")
         raise SystemExit("a bad algorithm was accepted")
