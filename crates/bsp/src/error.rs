@@ -96,6 +96,8 @@ pub enum Reason {
     PeerGone { peer: u32, superstep: u64, phase: &'static str },
     #[error("process {peer} sent a malformed message: {why}")]
     Malformed { peer: u32, why: String },
+    #[error("reading a put of process {peer} from its memory: {why}")]
+    DirectRead { peer: u32, why: String },
     #[error("bsp_end was already called")]
     Ended,
     #[error("bsp_begin has not been called")]

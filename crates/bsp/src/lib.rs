@@ -110,6 +110,11 @@ pub const RATE_ENV: &str = "BULKWIRE_BSP_RATE";
 pub const EAGER_ENV: &str = "BULKWIRE_BSP_EAGER";
 /// [`Bsp::eager`] of a job on one host unless [`EAGER_ENV`] says otherwise.
 pub const DEFAULT_EAGER: usize = 64 << 10;
+/// Puts of at least this many bytes to a process on this host that reads
+/// this one's memory are direct puts (read by the receiver from here, see
+/// `repackaging`); smaller ones go through the shared-memory rings, which
+/// a single `process_vm_readv` beats only for large messages.
+pub const DIRECT_PUT_MIN: usize = 256 << 10;
 /// Environment variable asking for packet statistics at `end` (`1`).
 pub const STATS_ENV: &str = "BULKWIRE_BSP_STATS";
 /// Environment variable naming the profile: one file `FILE.<pid>` per process.
@@ -207,6 +212,13 @@ struct Outbox {
     requests: Vec<GetRequest>,
     /// Where each get's reply lands here.
     targets: Vec<GetTarget>,
+    /// Copies of large puts' sources that the destination, on this host,
+    /// reads from this process's memory (direct puts, see
+    /// `repackaging`), kept until it has read them.
+    lent: Vec<Vec<u8>>,
+    /// The stream holds direct puts: the sync waits for the destination to
+    /// say it has read them.
+    direct: bool,
 }
 
 impl Outbox {
@@ -217,6 +229,8 @@ impl Outbox {
                 stream: repackaging::OutStream::new(sync::shares_packet_with_stream(p)),
                 requests: Vec::new(),
                 targets: Vec::new(),
+                lent: Vec::new(),
+                direct: false,
             })
             .collect()
     }
@@ -267,6 +281,12 @@ pub struct Bsp {
     owned: Vec<Option<Box<dyn OwnedArea>>>,
     outboxes: Vec<Outbox>,
     hpputs: Vec<HpPut>,
+    /// Buffers of the last superstep that made direct puts, for the next
+    /// one's (a fresh buffer's pages cost the kernel a fault and a clearing
+    /// each); they hold as many bytes as that superstep's direct puts.
+    spare_lent: Vec<Vec<u8>>,
+    /// Direct puts this process has read from their senders' memory.
+    direct_puts_read: u64,
     queue: Queue,
     tagsize: usize,
     next_tagsize: usize,
@@ -414,6 +434,8 @@ impl Bsp {
             owned: Vec::new(),
             outboxes: Outbox::all(nprocs),
             hpputs: Vec::new(),
+            spare_lent: Vec::new(),
+            direct_puts_read: 0,
             queue: Queue::default(),
             tagsize: 0,
             next_tagsize: 0,
@@ -473,6 +495,13 @@ impl Bsp {
 
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// How many puts this process has read straight from their senders'
+    /// memory (large puts between processes of one host, see
+    /// [`DIRECT_PUT_MIN`]).
+    pub fn direct_puts_read(&self) -> u64 {
+        self.direct_puts_read
     }
 
     /// Seconds since `begin`.
@@ -707,8 +736,40 @@ impl Bsp {
         self.check_pid(Call::Put, pid)?;
         self.slot_in_effect(Call::Put, dst.slot)?;
         let offset = (offset as u64).saturating_mul(std::mem::size_of::<T>() as u64);
-        self.outboxes[pid as usize].stream.put(dst.slot, offset, as_bytes(src));
+        self.stream_put(pid, dst.slot, offset, as_bytes(src));
         Ok(())
+    }
+
+    /// Appends a put to `pid`'s stream: its bytes, or, for a large put to a
+    /// process on this host that reads this one's memory, a copy of them
+    /// kept here and a record that says where it is (a direct put).
+    fn stream_put(&mut self, pid: u32, slot: Slot, offset: u64, data: &[u8]) {
+        if !self.reads_here(pid, data.len()) {
+            self.outboxes[pid as usize].stream.put(slot, offset, data);
+            return;
+        }
+        // The spare buffer that fits best, else a new one.
+        let best = (0..self.spare_lent.len())
+            .filter(|&i| self.spare_lent[i].capacity() >= data.len())
+            .min_by_key(|&i| self.spare_lent[i].capacity());
+        let mut copy = match best {
+            Some(i) => self.spare_lent.swap_remove(i),
+            None => Vec::with_capacity(data.len()),
+        };
+        copy.extend_from_slice(data);
+        let outbox = &mut self.outboxes[pid as usize];
+        outbox.stream.direct(false, slot, offset, data.len() as u64, copy.as_ptr() as u64);
+        outbox.lent.push(copy);
+        outbox.direct = true;
+    }
+
+    /// Whether a put of `len` bytes to `pid` goes as a direct put:
+    /// [`DIRECT_PUT_MIN`] bytes or more, to another process that reads this
+    /// one's memory.
+    pub(crate) fn reads_here(&self, pid: u32, len: usize) -> bool {
+        len >= DIRECT_PUT_MIN
+            && pid != self.pid
+            && self.rt.as_ref().is_some_and(|rt| rt.with(|e| Ok(e.peer_reads_memory(pid))).unwrap_or(false))
     }
 
     /// Asks for `len` elements at element `offset` of `src` on process
@@ -769,7 +830,7 @@ impl Bsp {
         self.check_pid(Call::Put, pid)?;
         let slot = self.registered(Call::Put, dst as usize)?;
         let data = if len == 0 { &[][..] } else { std::slice::from_raw_parts(src, len) };
-        self.outboxes[pid as usize].stream.put(slot, offset as u64, data);
+        self.stream_put(pid, slot, offset as u64, data);
         Ok(())
     }
 

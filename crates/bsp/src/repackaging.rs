@@ -13,6 +13,15 @@
 //! | send | `2`, tag length u32, payload length u64, tag, payload |
 //! | get reply | `3`, len u64, data (replies come in the order of the requests) |
 //! | hpput | `4`, as put (an error at the receiver then names `bsp_hpput`) |
+//! | direct put | `5`, hp u8, slot u32, offset u64, len u64, address u64 |
+//!
+//! A direct put is a large put to a process on this host that reads the
+//! sender's memory: the record says where the `len` bytes are in the
+//! sender (its copy of a `bsp_put`'s source, or a `bsp_hpput`'s source
+//! itself), and the receiver copies them from there into the destination
+//! area with one `process_vm_readv` as it lands the stream, then says so
+//! (the sender keeps the bytes in place until it hears it). The put's bytes
+//! are then copied once (hpput) or twice (put), not three or four times.
 //!
 //! Get requests travel earlier, in phase 2, so that they are served before
 //! any put lands: [`Counts`].
@@ -33,10 +42,12 @@ const PUT: u8 = 1;
 const SEND: u8 = 2;
 const REPLY: u8 = 3;
 const HPPUT: u8 = 4;
+const DIRECT: u8 = 5;
 
 pub const PUT_HEADER: usize = 1 + 4 + 8 + 8;
 pub const SEND_HEADER: usize = 1 + 4 + 8;
 const REPLY_HEADER: usize = 1 + 8;
+const DIRECT_LEN: usize = 1 + 1 + 4 + 8 + 8 + 8;
 
 /// The headers of the data message that carries a piece of a stream,
 /// which the sync writes: kind u8, superstep u64, last u8. The stream's
@@ -83,6 +94,18 @@ impl OutStream {
         let buf = self.extend(PUT_HEADER + data.len());
         put_header(buf, true, slot, offset, data.len() as u64);
         buf.extend_from_slice(data);
+    }
+
+    /// A direct put: `len` bytes at `addr` in this process, which the
+    /// receiver reads from there (see the module's docs).
+    pub fn direct(&mut self, hp: bool, slot: u32, offset: u64, len: u64, addr: u64) {
+        let buf = self.extend(DIRECT_LEN);
+        buf.push(DIRECT);
+        buf.push(u8::from(hp));
+        buf.extend_from_slice(&slot.to_le_bytes());
+        buf.extend_from_slice(&offset.to_le_bytes());
+        buf.extend_from_slice(&len.to_le_bytes());
+        buf.extend_from_slice(&addr.to_le_bytes());
     }
 
     pub fn send(&mut self, tag: &[u8], payload: &[u8]) {
@@ -187,6 +210,14 @@ pub enum Record {
     Reply {
         data: Range<usize>,
     },
+    /// A direct put: `len` bytes at `addr` in the sender's memory.
+    Direct {
+        hp: bool,
+        slot: u32,
+        offset: u64,
+        len: u64,
+        addr: u64,
+    },
 }
 
 /// Splits a stream, `stream[start..]`, into its records (ranges of all of
@@ -218,6 +249,14 @@ pub fn parse(stream: &[u8], start: usize) -> Result<Vec<Record>, String> {
                 let start = at(&r);
                 r.bytes(len)?;
                 Record::Reply { data: start..start + len }
+            }
+            DIRECT => {
+                let hp = match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    other => return Err(format!("a direct put of kind {other}")),
+                };
+                Record::Direct { hp, slot: r.u32()?, offset: r.u64()?, len: r.u64()?, addr: r.u64()? }
             }
             other => return Err(format!("unknown record kind {other}")),
         };
@@ -323,6 +362,23 @@ mod tests {
         let mut huge = Vec::new();
         put_header(&mut huge, false, 0, 0, u64::MAX);
         assert!(parse(&huge, 0).is_err());
+    }
+
+    #[test]
+    fn a_direct_put_says_where_its_bytes_are() {
+        let mut s = OutStream::new(0);
+        s.direct(true, 7, 64, 1 << 30, 0x7f00_dead_0000);
+        s.put(1, 0, b"ab");
+        let (bytes, start) = s.into_bytes();
+        let records = parse(&bytes, start).unwrap();
+        assert_eq!(records[0], Record::Direct { hp: true, slot: 7, offset: 64, len: 1 << 30, addr: 0x7f00_dead_0000 });
+        assert!(matches!(records[1], Record::Put { hp: false, slot: 1, .. }));
+        let mut bad = bytes[start..start + DIRECT_LEN].to_vec();
+        bad[1] = 2;
+        assert!(parse(&bad, 0).unwrap_err().contains("kind 2"));
+        for cut in 0..DIRECT_LEN {
+            assert!(parse(&bytes[start..start + cut], 0).is_err() || cut == 0);
+        }
     }
 
     #[test]

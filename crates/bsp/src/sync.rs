@@ -39,6 +39,8 @@ pub(crate) const CHANNEL: u16 = 2;
 const REDUCE: u8 = 1;
 const COUNTS: u8 = 2;
 const DATA: u8 = 3;
+/// "I have read the direct puts you sent me in this superstep."
+const READ_DONE: u8 = 4;
 /// A data piece ends its stream.
 const LAST: u8 = 1;
 /// A data piece sent before the barrier ends its stream, unless the
@@ -129,6 +131,9 @@ pub(crate) struct Net {
     /// Buffers of landed streams, given back to the runtime at the next
     /// chance to read datagrams into ([`Engine::recycle`]).
     spare: Vec<Vec<u8>>,
+    /// One past the latest superstep in which each process said it had
+    /// read this one's direct puts.
+    read_done: Vec<u64>,
 }
 
 impl Net {
@@ -145,6 +150,7 @@ impl Net {
             max_payload,
             receiver_packets,
             spare: Vec::new(),
+            read_done: vec![0; p as usize],
         }
     }
 
@@ -211,6 +217,10 @@ impl Net {
             }
             COUNTS => {
                 self.counts.insert((step, from), m[HEADER..].to_vec());
+            }
+            READ_DONE => {
+                let done = &mut self.read_done[from as usize];
+                *done = (*done).max(step.saturating_add(1));
             }
             DATA if m.len() >= DATA_HEADER && (step == superstep || step == superstep + 1) => {
                 let (streams, ends) = if step == superstep {
@@ -515,8 +525,17 @@ impl Bsp {
         let h_out: u64 = plan.iter().map(|v| self.outboxes[v.to as usize].stream.len() as u64).sum();
 
         // Then the data lands: get replies, puts, sends; registrations take
-        // effect; the new tag size applies.
-        self.land().map_err(fail)?;
+        // effect; the new tag size applies. Direct puts are read from their
+        // senders' memory, which each sender keeps until its readers say
+        // they are done.
+        let lent = self.land().map_err(fail)?;
+        self.await_reads(&lent).map_err(fail)?;
+        // The buffers wait for the next superstep with direct puts, which
+        // they replace (a superstep without them keeps them).
+        if !lent.buffers.is_empty() {
+            self.spare_lent = lent.buffers;
+            self.spare_lent.iter_mut().for_each(Vec::clear);
+        }
         for index in self.registry.apply() {
             self.owned[index] = None;
         }
@@ -552,6 +571,13 @@ impl Bsp {
 
     fn read_hpputs(&mut self) {
         for h in std::mem::take(&mut self.hpputs) {
+            if self.reads_here(h.to, h.len) {
+                // The receiver reads the source itself, before this sync ends.
+                let outbox = &mut self.outboxes[h.to as usize];
+                outbox.stream.direct(true, h.slot, h.offset, h.len as u64, h.src as u64);
+                outbox.direct = true;
+                continue;
+            }
             let data = if h.len > 0 {
                 // SAFETY: the caller of hpput_raw promised `len` readable
                 // bytes at `src` until the sync ends.
@@ -849,12 +875,16 @@ impl Bsp {
     /// The data lands, in the standard's order: get replies, then puts (by
     /// sender, then in the order they were made), then the sent messages
     /// make the new queue.
-    fn land(&mut self) -> Result<(), Reason> {
+    fn land(&mut self) -> Result<Lent, Reason> {
         let (me, p) = (self.pid as usize, self.nprocs as usize);
         let mut streams = self.net.take_streams();
         let (own, start) = std::mem::take(&mut self.outboxes[me].stream).into_bytes();
         streams[me] = Stream::new(own, start);
-        let outboxes = std::mem::replace(&mut self.outboxes, crate::Outbox::all(p as u32));
+        let mut outboxes = std::mem::replace(&mut self.outboxes, crate::Outbox::all(p as u32));
+        let lent = Lent {
+            readers: (0..p as u32).filter(|&j| outboxes[j as usize].direct).collect(),
+            buffers: outboxes.iter_mut().flat_map(|o| std::mem::take(&mut o.lent)).collect(),
+        };
         let records: Vec<Vec<Record>> = streams
             .iter()
             .enumerate()
@@ -880,6 +910,7 @@ impl Bsp {
             }
         }
         let mut entries = Vec::new();
+        let mut read_from = vec![false; p];
         for (j, recs) in records.iter().enumerate() {
             for r in recs {
                 match r {
@@ -897,9 +928,33 @@ impl Bsp {
                         entries.push(crate::queue::Entry { buffer: j, tag: tag.clone(), payload: payload.clone() })
                     }
                     Record::Reply { .. } => {}
+                    &Record::Direct { hp, slot, offset, len, addr } => {
+                        let area =
+                            self.registry.area(slot).ok_or(Reason::UnknownRegistration { slot, owner: me as u32 })?;
+                        let (at, len) = self.check_access(area, slot, offset, len, || {
+                            format!("{} from process {j}", if hp { "bsp_hpput" } else { "bsp_put" })
+                        })?;
+                        let rt = self.rt.as_ref().expect("the runtime is there until end");
+                        let dst = area_mut(&mut self.owned, area, at, len);
+                        rt.with(|e| Ok(e.read_peer_memory(j as u32, addr, dst)))
+                            .map_err(|e| Reason::Runtime(e.to_string()))?
+                            .map_err(|why| Reason::DirectRead { peer: j as u32, why })?;
+                        read_from[j] = true;
+                        self.direct_puts_read += 1;
+                    }
                 }
             }
         }
+        // Their senders wait until they hear that their bytes were read.
+        for j in (0..p).filter(|&j| read_from[j]) {
+            self.net.queue(j as u32, header(READ_DONE, self.superstep, 0));
+        }
+        let net = &mut self.net;
+        rt_with(&self.rt, |e| {
+            if let Err(reason) = net.push_outgoing(e) {
+                net.broken.get_or_insert(reason);
+            }
+        })?;
         // The streams' buffers (most were read from the network in place)
         // hold the new queue's messages; with none, they are given back to
         // the runtime now, and the old queue's are given back in any case.
@@ -911,6 +966,26 @@ impl Bsp {
             std::mem::replace(&mut self.queue, Queue::new(buffers, entries))
         };
         self.net.spare.extend(old.into_buffers());
+        Ok(lent)
+    }
+
+    /// Waits until every process this one sent direct puts to has read
+    /// them, then keeps their buffers for the next superstep's.
+    fn await_reads(&mut self, lent: &Lent) -> Result<(), Reason> {
+        let s = self.superstep;
+        if !lent.readers.is_empty() {
+            let rt = self.rt.as_ref().expect("the runtime is there until end");
+            // The streams were taken: what comes now is the next superstep's.
+            wait(rt, &mut self.net, s + 1, |e, net| {
+                for &j in &lent.readers {
+                    if net.read_done[j as usize] <= s {
+                        waiting_for(e, j, s, "its reads of this process's direct puts")?;
+                        return Ok(None);
+                    }
+                }
+                Ok(Some(()))
+            })?;
+        }
         Ok(())
     }
 
@@ -942,6 +1017,25 @@ fn read_area(owned: &[Option<Box<dyn crate::OwnedArea>>], area: Area, offset: us
         // length while registered; the access was checked against it.
         None => unsafe { std::slice::from_raw_parts((area.addr + offset) as *const u8, len) },
     }
+}
+
+/// The `len` bytes at `offset` of `area`, to write into.
+fn area_mut(owned: &mut [Option<Box<dyn crate::OwnedArea>>], area: Area, offset: usize, len: usize) -> &mut [u8] {
+    if len == 0 {
+        return &mut [];
+    }
+    match area.owned {
+        Some(index) => owned[index].as_mut().map_or(&mut [][..], |a| &mut a.bytes_mut()[offset..offset + len]),
+        // SAFETY: as in `write_area`.
+        None => unsafe { std::slice::from_raw_parts_mut((area.addr + offset) as *mut u8, len) },
+    }
+}
+
+/// What this process lent its readers in a superstep (direct puts): who
+/// reads, and the buffers of put copies they read from.
+pub(crate) struct Lent {
+    readers: Vec<u32>,
+    buffers: Vec<Vec<u8>>,
 }
 
 fn write_area(owned: &mut [Option<Box<dyn crate::OwnedArea>>], area: Area, offset: usize, data: &[u8]) {

@@ -177,6 +177,76 @@ fn semantics_for_every_order_and_under_loss() {
     }
 }
 
+/// Large puts and hpputs between processes of one host, which the
+/// receiver reads from the sender's memory: every byte where it belongs,
+/// a later small put over a large one wins, an hpput sends what its source
+/// holds at the sync, into owned and raw areas, over several supersteps
+/// (the sender's buffers are reused); and the same results with those
+/// reads off and over UDP.
+fn large_puts(bsp: &mut Bsp) -> Result<u64, BspError> {
+    let (me, p) = (bsp.pid(), bsp.nprocs());
+    let right = (me + 1) % p;
+    let left = (me + p - 1) % p;
+    const N: usize = 1 << 20;
+    let pattern = |who: u32, step: u32, i: usize| (i as u32).wrapping_mul(2_654_435_761) ^ (who << 24) ^ (step << 16);
+    let owned = bsp.register::<u32>(N)?;
+    let mut raw = vec![0u8; 3 * N];
+    // SAFETY: `raw` outlives its registration and is read only between syncs.
+    unsafe { bsp.push_reg_raw(raw.as_mut_ptr(), raw.len())? };
+    bsp.sync()?;
+    for step in 0..3u32 {
+        let data: Vec<u32> = (0..N).map(|i| pattern(me, step, i)).collect();
+        bsp.put(right, &data, &owned, 0)?;
+        // A small put after the large one, over part of it: it lands later.
+        bsp.put(right, &[u32::MAX; 4], &owned, 1000)?;
+        let mut source = vec![0u8; N + 7];
+        // SAFETY: `source` lives until after the sync; `raw` is registered.
+        unsafe { bsp.hpput_raw(right, source.as_ptr(), raw.as_ptr(), 3, N + 7)? };
+        // hpput sends what the source holds at the sync.
+        source.iter_mut().enumerate().for_each(|(i, b)| *b = (i as u32 ^ me ^ step) as u8);
+        bsp.sync()?;
+        let got = bsp.area(&owned);
+        for (i, &v) in got.iter().enumerate() {
+            let expect = if (1000..1004).contains(&i) { u32::MAX } else { pattern(left, step, i) };
+            assert_eq!(v, expect, "step {step}: element {i} of the put from {left}");
+        }
+        for (i, &b) in raw[3..3 + N + 7].iter().enumerate() {
+            assert_eq!(b, (i as u32 ^ left ^ step) as u8, "step {step}: byte {i} of the hpput from {left}");
+        }
+        drop(source);
+    }
+    bsp.pop_reg_raw(raw.as_ptr())?;
+    bsp.sync()?;
+    Ok(bsp.direct_puts_read())
+}
+
+#[test]
+fn large_puts_on_one_host_are_read_from_the_sender() {
+    if is_rank() {
+        let mut bsp = Bsp::begin().unwrap();
+        let read = large_puts(&mut bsp).unwrap_or_else(|e| panic!("{e}"));
+        let pid = bsp.pid();
+        bsp.end().unwrap();
+        println!("direct {read} pid {pid}");
+        println!("ok pid {pid}");
+        return;
+    }
+    for (env, direct) in
+        [(&[][..], true), (&[("BULKWIRE_SHM_CMA", "0")][..], false), (&[("BULKWIRE_SHM", "0")][..], false)]
+    {
+        for n in [2, 3] {
+            let out = launch(n, "large_puts_on_one_host_are_read_from_the_sender", env);
+            expect_ok(&out, n, &format!("{env:?}"));
+            let all = text(&out);
+            // Two large puts each superstep, three supersteps.
+            let expect = if direct { 6 } else { 0 };
+            for pid in 0..n {
+                assert!(all.contains(&format!("direct {expect} pid {pid}\n")), "{env:?} n={n}:\n{all}");
+            }
+        }
+    }
+}
+
 /// Misuse that only the sync can see: each scenario must end the job with
 /// a message naming the process, the call and the reason, never hang.
 fn misuse(mut bsp: Bsp, scenario: &str) -> Result<(), BspError> {
@@ -193,6 +263,8 @@ fn misuse(mut bsp: Bsp, scenario: &str) -> Result<(), BspError> {
             bsp.set_tagsize(if me == 1 { 4 } else { 8 })?;
         }
         "put-out-of-bounds" => bsp.put((me + 1) % p, &[1u8; 4], &area, 6)?,
+        // Large: read from the sender's memory on one host, checked alike.
+        "large-put-out-of-bounds" => bsp.put((me + 1) % p, &vec![1u8; 1 << 20], &area, 0)?,
         "left-without-end" if me == 1 => {
             drop(bsp);
             std::thread::sleep(std::time::Duration::from_secs(30));
@@ -222,6 +294,7 @@ fn misuse_ends_the_job_with_a_clear_error() {
         ("registrations-differ", "process 1 made 1 bsp_push_reg and 0 bsp_pop_reg in superstep 1"),
         ("tagsizes-differ", "tag sizes differ between processes: process 1 asks for 4 bytes, process"),
         ("put-out-of-bounds", "of 4 bytes at offset 6 lies outside the 8 bytes"),
+        ("large-put-out-of-bounds", "of 1048576 bytes at offset 0 lies outside the 8 bytes"),
         ("left-without-end", "process 1: left without calling bsp_end"),
     ];
     for (scenario, message) in cases {

@@ -314,6 +314,26 @@ impl Engine {
         self.check_send(to, channel, len).is_ok()
     }
 
+    /// Whether `peer`, on this host, reads this process's memory: a layer
+    /// above may then tell it where to read instead of sending the bytes
+    /// ([`Engine::read_peer_memory`] at the peer).
+    pub fn peer_reads_memory(&self, peer: u32) -> bool {
+        self.shm.as_ref().is_some_and(|s| s.single_copy_to(peer))
+    }
+
+    /// Copies `dst.len()` bytes at `addr` in `peer`'s memory into `dst`, in
+    /// one system call's copy, where `peer` said where to read. An address
+    /// `peer` does not map, a peer that has exited, or one whose memory
+    /// this process cannot read is an error that says so.
+    pub fn read_peer_memory(&self, peer: u32, addr: u64, dst: &mut [u8]) -> Result<(), String> {
+        let shm = self.shm.as_ref().ok_or("no shared memory with any peer")?;
+        shm.read_from(peer, addr, dst).map_err(|e| match e.raw_os_error() {
+            Some(libc::EFAULT) => format!("{} bytes at {addr:#x} are not in process {peer}'s memory", dst.len()),
+            Some(libc::ESRCH) => format!("process {peer} has exited"),
+            _ => format!("reading process {peer}'s memory: {e}"),
+        })
+    }
+
     /// Sends `data` to `to` on `channel`: through shared memory to a peer
     /// on this host, else by the endpoint ([`Endpoint::send_owned`]).
     pub fn send_owned(&mut self, to: u32, channel: u16, data: Vec<u8>) -> Result<(), SendError> {

@@ -786,6 +786,25 @@ impl Shm {
         self.peers.get(rank as usize).and_then(Option::as_ref).is_some_and(|p| p.cma_from)
     }
 
+    /// Whether `rank` reads this process's memory (it said so in its file
+    /// once it had tried).
+    pub fn single_copy_to(&self, rank: u32) -> bool {
+        self.peers
+            .get(rank as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|p| p.w.theirs.u32(p.w.out.base + C_CMA).load(Ordering::Acquire) == 1)
+    }
+
+    /// Copies `dst.len()` bytes at `addr` in `rank`'s memory into `dst` (one
+    /// copy, by the kernel), for a layer above that told `rank` where to
+    /// read ([`Shm::single_copy_from`] must hold).
+    pub fn read_from(&self, rank: u32, addr: u64, dst: &mut [u8]) -> io::Result<()> {
+        match self.peers.get(rank as usize).and_then(Option::as_ref) {
+            Some(p) if p.cma_from => read_remote_into(p.pid, addr, dst),
+            _ => Err(io::Error::new(io::ErrorKind::Unsupported, "not a peer whose memory this process reads")),
+        }
+    }
+
     pub fn local_peers(&self) -> &[u32] {
         &self.local
     }
@@ -869,12 +888,27 @@ fn read_remote(pid: i32, addr: u64, len: usize) -> io::Result<Vec<u8>> {
     // Not zeroed first: the kernel writes every byte before it is read (a
     // memset of the whole message would be a second pass over it).
     let mut data: Vec<u8> = Vec::with_capacity(len);
+    read_remote_raw(pid, addr, data.spare_capacity_mut().as_mut_ptr().cast(), len)?;
+    // SAFETY: the kernel wrote all `len` bytes.
+    unsafe { data.set_len(len) };
+    Ok(data)
+}
+
+/// Reads `dst.len()` bytes at `addr` in process `pid` into `dst`.
+fn read_remote_into(pid: i32, addr: u64, dst: &mut [u8]) -> io::Result<()> {
+    read_remote_raw(pid, addr, dst.as_mut_ptr(), dst.len())
+}
+
+/// Reads `len` bytes at `addr` in process `pid` to `dst`, which must be
+/// valid for writes of `len` bytes.
+fn read_remote_raw(pid: i32, addr: u64, dst: *mut u8, len: usize) -> io::Result<()> {
     let mut done = 0;
     while done < len {
-        let local =
-            libc::iovec { iov_base: data.spare_capacity_mut()[done..].as_mut_ptr().cast(), iov_len: len - done };
+        // SAFETY: `dst + done` stays within the `len` bytes the caller gave.
+        let local = libc::iovec { iov_base: unsafe { dst.add(done) }.cast(), iov_len: len - done };
         let remote = libc::iovec { iov_base: (addr as usize + done) as *mut libc::c_void, iov_len: len - done };
-        // SAFETY: `local` describes memory we own; the kernel checks `remote`.
+        // SAFETY: `local` describes memory the caller lends us; the kernel
+        // checks `remote`.
         let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
         if n < 0 {
             return Err(io::Error::last_os_error());
@@ -884,9 +918,7 @@ fn read_remote(pid: i32, addr: u64, len: usize) -> io::Result<Vec<u8>> {
         }
         done += n as usize;
     }
-    // SAFETY: the kernel wrote all `len` bytes (the loop ends at `len`).
-    unsafe { data.set_len(len) };
-    Ok(data)
+    Ok(())
 }
 
 #[cfg(test)]
