@@ -58,7 +58,12 @@ fn job<'a>(rows: &'a [Value], bench: &str, requested: &str) -> Vec<&'a Value> {
         .filter(|r| r["bench"] == bench && r["source"] == "bulkwire" && r["requested_transport"] == requested)
         .collect();
     for r in &job {
-        let over = r["what"].as_str().expect("what").split(", ").next().expect("a transport");
+        // The transport: a column of its own where `what` names something
+        // else (an algorithm), else the first part of `what`.
+        let over = match r["transport"].as_str() {
+            Some(t) => t,
+            None => r["what"].as_str().expect("what").split(", ").next().expect("a transport"),
+        };
         match requested {
             "udp" => assert_eq!(over, "udp", "{r}"),
             _ => assert!(["shm", "udp"].contains(&over), "{r}"),
@@ -383,6 +388,88 @@ fn warp_shares_a_congested_port_on_the_namespace_test_bed() {
     assert!(num(warp, "jain_index") > 0.9, "{warp}");
 }
 
+/// The rows of `bench bcast` or `bench allreduce` of one job: for every
+/// size, the automatic choice and every algorithm that runs the
+/// collective, each with a positive median; broadcasts also with confirmed
+/// delivery at 32 KiB, where the root hears one acknowledgement per child.
+fn check_collective(v: &Value, bench: &str, procs: u64, sizes_asked: &[u64], transport: &str) {
+    let rows = rows(v);
+    let ours: Vec<&Value> = job(rows, bench, transport);
+    assert!(!ours.is_empty(), "no {transport} job: {v}");
+    let algorithms: &[&str] = match bench {
+        "bcast" => &["flat", "tree", "binomial", "chain", "scatter-allgather"],
+        _ => &["flat", "tree", "binomial", "chain", "ring"],
+    };
+    for &size in sizes_asked {
+        let at: Vec<&&Value> = ours.iter().filter(|r| r["size_bytes"] == size).collect();
+        for r in &at {
+            assert_eq!(r["procs"], procs, "{r}");
+            assert_eq!(r["transport"], transport, "{r}");
+            assert!(num(r, "median_us") > 0.0, "{r}");
+        }
+        let sent: Vec<&str> =
+            at.iter().filter(|r| r["confirmed"] == false).map(|r| r["what"].as_str().unwrap()).collect();
+        assert!(sent.iter().any(|w| w.starts_with("auto (")), "{size}: {sent:?}");
+        for a in algorithms {
+            assert!(sent.contains(a), "{bench} {size} B: no {a} row in {sent:?}");
+        }
+        if bench == "bcast" && size == 32768 {
+            for r in at.iter().filter(|r| r["confirmed"] == true) {
+                let acks = num(r, "acks_at_root_count");
+                assert!(acks >= 1.0 && acks <= num(r, "members_count"), "{r}");
+            }
+            let flat = at.iter().find(|r| r["what"] == "flat, confirmed").expect("flat, confirmed");
+            assert_eq!(num(flat, "acks_at_root_count"), (procs - 1) as f64, "{flat}");
+            let chain = at.iter().find(|r| r["what"] == "chain, confirmed").expect("chain, confirmed");
+            assert_eq!(num(chain, "acks_at_root_count"), 1.0, "one per child: {chain}");
+        }
+    }
+}
+
+/// `bench bcast` and `bench allreduce` on one host: a job through shared
+/// memory and one over UDP, every algorithm, and Open MPI's collective
+/// over its shared memory and TCP where it is installed.
+#[test]
+fn bcast_and_allreduce_run_every_algorithm_over_both_transports() {
+    let mpi = open_mpi();
+    for bench_name in ["bcast", "allreduce"] {
+        let v = bench(&[bench_name, "-n", "3", "--max-size", "64", "--repetitions", "3"]);
+        assert_eq!(jobs(rows(&v), bench_name), ["shm", "udp"], "{v}");
+        for transport in ["shm", "udp"] {
+            check_collective(&v, bench_name, 3, &[8, 64], transport);
+        }
+        if mpi {
+            let call = if bench_name == "bcast" { "MPI_Bcast" } else { "MPI_Allreduce" };
+            for over in ["shm", "tcp"] {
+                let theirs: Vec<&Value> = rows(&v)
+                    .iter()
+                    .filter(|r| r["source"] == "mpi" && r["transport"] == over && r["what"] == call)
+                    .collect();
+                assert_eq!(sizes(&theirs), [8, 64], "{over}: {v}");
+            }
+        }
+    }
+    // Confirmed delivery at 32 KiB, over UDP alone.
+    let v = bench(&["bcast", "-n", "4", "--max-size", "32768", "--repetitions", "2", "--no-mpi", "--transport", "udp"]);
+    check_collective(&v, "bcast", 4, &[8, 32768], "udp");
+}
+
+/// The broadcast across four hosts whose ports take 100 Mbit/s, every
+/// algorithm (the multicast of seed 004 on rate-limited links).
+#[test]
+fn bcast_on_the_namespace_test_bed() {
+    let args = ["bcast", "-n", "4", "--max-size", "65536", "--repetitions", "2"];
+    if let Some(v) = bench_on_test_bed(4, "100mbit", &args) {
+        assert_eq!(jobs(rows(&v), "bcast"), ["udp"], "{v}");
+        check_collective(&v, "bcast", 4, &[8, 32768, 65536], "udp");
+        // A message of 64 KiB takes at least its time through one port.
+        let bound_us = 65536.0 * 8.0 / 100e6 * 1e6;
+        for r in job(rows(&v), "bcast", "udp").iter().filter(|r| r["size_bytes"] == 65536) {
+            assert!(num(r, "median_us") > bound_us * 0.5, "faster than the link allows: {r}");
+        }
+    }
+}
+
 #[test]
 fn total_exchange_measures_open_mpi_before_and_after_the_job() {
     if !open_mpi() {
@@ -450,7 +537,7 @@ fn transport_shm_is_one_job_asking_for_shared_memory() {
 
 #[test]
 fn an_unknown_transport_is_refused_by_name() {
-    for bench in ["pingpong", "bw", "total-exchange", "put"] {
+    for bench in ["pingpong", "bw", "total-exchange", "put", "bcast", "allreduce"] {
         let out = Command::new(env!("CARGO_BIN_EXE_bulkwire"))
             .args(["bench", bench, "--transport", "tcp"])
             .stdin(Stdio::null())
