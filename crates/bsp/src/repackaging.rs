@@ -49,6 +49,10 @@ pub const SEND_HEADER: usize = 1 + 4 + 8;
 const REPLY_HEADER: usize = 1 + 8;
 const DIRECT_LEN: usize = 1 + 1 + 4 + 8 + 8 + 8;
 
+/// Streams of at least this many bytes keep their buffer for the next
+/// superstep's ([`OutStream::take_buffer`]).
+pub const REUSE_FROM: usize = 1 << 20;
+
 /// The headers of the data message that carries a piece of a stream,
 /// which the sync writes: kind u8, superstep u64, last u8. The stream's
 /// format owns their size because a stream is built with room for them
@@ -152,6 +156,29 @@ impl OutStream {
         message[RECORD_HEADER_LEN..HEADROOM].copy_from_slice(header);
         self.handed_off = len;
         Some(message)
+    }
+
+    /// The buffer of a stream of at least [`REUSE_FROM`] bytes that went
+    /// as copies (never handed off), emptied, for the next superstep's
+    /// stream to the same destination ([`OutStream::reuse`]): a buffer
+    /// that large is otherwise new pages every superstep, each one faulted
+    /// in and cleared by the kernel. A buffer so kept and not used (no
+    /// stream this superstep) is kept again; one that held a smaller
+    /// stream goes.
+    pub fn take_buffer(&mut self) -> Option<Vec<u8>> {
+        let unused = self.is_empty() && self.buf.capacity() >= REUSE_FROM;
+        if self.handed_off > 0 || (self.len() < REUSE_FROM && !unused) {
+            return None;
+        }
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        Some(buf)
+    }
+
+    /// Builds the stream in `buf` (empty), whose room it keeps.
+    pub fn reuse(&mut self, buf: Vec<u8>) {
+        debug_assert!(self.buf.is_empty() && buf.is_empty());
+        self.buf = buf;
     }
 
     /// The stream's buffer and where the stream starts in it, for a stream
@@ -407,6 +434,27 @@ mod tests {
         let (bytes, start) = own.into_bytes();
         assert_eq!((start, bytes.len()), (HEADROOM, HEADROOM + SEND_HEADER + 2));
         assert_eq!(OutStream::new(0).into_bytes(), (Vec::new(), 0));
+    }
+
+    #[test]
+    fn a_large_stream_s_buffer_is_kept_while_unused_and_dropped_for_a_small_one() {
+        let mut s = OutStream::new(0);
+        s.put(1, 0, &vec![7; REUSE_FROM]);
+        let buf = s.take_buffer().expect("a large stream's buffer");
+        assert!(buf.is_empty() && buf.capacity() >= REUSE_FROM);
+        let mut next = OutStream::new(0);
+        next.reuse(buf);
+        // Unused in a superstep: kept again.
+        let buf = next.take_buffer().expect("kept while unused");
+        let mut small = OutStream::new(0);
+        small.reuse(buf);
+        small.put(1, 0, b"ab");
+        assert_eq!(small.take_buffer(), None, "a small stream's buffer goes");
+        // One handed off is the runtime's.
+        let mut sent = OutStream::new(0);
+        sent.put(1, 0, &vec![7; REUSE_FROM]);
+        sent.hand_off(0, &[0; DATA_HEADER]).unwrap();
+        assert_eq!(sent.take_buffer(), None);
     }
 
     #[test]

@@ -134,6 +134,10 @@ pub(crate) struct Net {
     /// One past the latest superstep in which each process said it had
     /// read this one's direct puts.
     read_done: Vec<u64>,
+    /// The buffer of the last large stream from each sender, emptied, for
+    /// its next one: otherwise a stream of many pieces grows in new pages,
+    /// each faulted in and cleared by the kernel, and is copied as it grows.
+    kept: Vec<Option<Vec<u8>>>,
 }
 
 impl Net {
@@ -151,6 +155,7 @@ impl Net {
             receiver_packets,
             spare: Vec::new(),
             read_done: vec![0; p as usize],
+            kept: vec![None; p as usize],
         }
     }
 
@@ -184,6 +189,17 @@ impl Net {
             if let Err(why) = self.sort(m.from, m.data, m.start, superstep) {
                 self.broken.get_or_insert(Reason::Malformed { peer: from, why });
             }
+        }
+    }
+
+    /// Keeps `buffer`, a landed stream's from `from`, for that sender's next
+    /// stream if it is large, or gives it back to the runtime.
+    fn keep(&mut self, from: usize, mut buffer: Vec<u8>) {
+        if buffer.capacity() >= repackaging::REUSE_FROM && from < self.kept.len() {
+            buffer.clear();
+            self.kept[from] = Some(buffer);
+        } else {
+            self.spare.push(buffer);
         }
     }
 
@@ -236,7 +252,19 @@ impl Net {
                     return Err("data after the last piece of its stream".into());
                 }
                 ends[from as usize] = last;
-                streams[from as usize].push(data, start + DATA_HEADER);
+                let stream = &mut streams[from as usize];
+                // The first piece of a stream of several: into the buffer
+                // of this sender's last large stream, if there is one (see
+                // `Net::keep`), instead of growing from the piece's own.
+                let kept = &mut self.kept[from as usize];
+                if stream.len() == 0 && last == 0 && kept.is_some() {
+                    let mut buf = kept.take().expect("checked");
+                    buf.extend_from_slice(&data[start + DATA_HEADER..]);
+                    *stream = Stream::new(buf, 0);
+                    self.spare.push(data);
+                } else {
+                    stream.push(data, start + DATA_HEADER);
+                }
             }
             DATA => return Err(format!("data of superstep {step} in superstep {superstep}")),
             other => return Err(format!("unknown message kind {other}")),
@@ -881,6 +909,13 @@ impl Bsp {
         let (own, start) = std::mem::take(&mut self.outboxes[me].stream).into_bytes();
         streams[me] = Stream::new(own, start);
         let mut outboxes = std::mem::replace(&mut self.outboxes, crate::Outbox::all(p as u32));
+        // A large stream's buffer serves the next superstep's to the same
+        // destination (one superstep's streams at most are kept).
+        for (old, new) in outboxes.iter_mut().zip(self.outboxes.iter_mut()) {
+            if let Some(buf) = old.stream.take_buffer() {
+                new.stream.reuse(buf);
+            }
+        }
         let lent = Lent {
             readers: (0..p as u32).filter(|&j| outboxes[j as usize].direct).collect(),
             buffers: outboxes.iter_mut().flat_map(|o| std::mem::take(&mut o.lent)).collect(),
@@ -958,9 +993,14 @@ impl Bsp {
         // The streams' buffers (most were read from the network in place)
         // hold the new queue's messages; with none, they are given back to
         // the runtime now, and the old queue's are given back in any case.
-        let buffers = streams.into_iter().map(Stream::into_bytes).collect();
+        let buffers: Vec<Vec<u8>> = streams.into_iter().map(Stream::into_bytes).collect();
         let old = if entries.is_empty() {
-            self.net.spare.extend(buffers);
+            for (j, buffer) in buffers.into_iter().enumerate() {
+                match j == me {
+                    true => self.net.spare.push(buffer),
+                    false => self.net.keep(j, buffer),
+                }
+            }
             std::mem::take(&mut self.queue)
         } else {
             std::mem::replace(&mut self.queue, Queue::new(buffers, entries))
@@ -1073,6 +1113,26 @@ mod tests {
         net.sort(1, piece(4, LAST, b"gh"), 0, 4).unwrap();
         assert!(net.whole(1, true));
         assert_eq!(net.take_streams()[1].content(), b"abcdefgh");
+    }
+
+    #[test]
+    fn a_large_stream_s_buffer_takes_the_sender_s_next_stream() {
+        let mut net = Net::new(3, 1000, 8);
+        let big = Vec::with_capacity(repackaging::REUSE_FROM);
+        let at = big.as_ptr();
+        net.keep(1, big);
+        net.keep(2, vec![0; 10]);
+        assert!(net.kept[2].is_none(), "a small buffer goes back to the runtime");
+        net.sort(1, piece(4, 0, b"ab"), 0, 4).unwrap();
+        net.sort(1, piece(4, LAST, b"cd"), 0, 4).unwrap();
+        let streams = net.take_streams();
+        assert_eq!(streams[1].content(), b"abcd");
+        assert_eq!(streams[1].bytes().as_ptr(), at, "in the kept buffer");
+        // A stream of one piece stays in its message, and the kept buffer waits.
+        net.keep(1, streams.into_iter().nth(1).unwrap().into_bytes());
+        net.sort(1, piece(5, LAST, b"one"), 0, 5).unwrap();
+        assert_eq!(net.take_streams()[1].content(), b"one");
+        assert!(net.kept[1].is_some());
     }
 
     #[test]
