@@ -834,13 +834,16 @@ impl Bsp {
         Ok(())
     }
 
-    /// `bsp_hpput`: like [`Bsp::put_raw`], but `src` is read at the sync,
-    /// not now.
+    /// `bsp_hpput`: like [`Bsp::put_raw`], but `src` is read during the
+    /// sync, not now: at its start, or, for a large hpput to a process on
+    /// this host, by the receiver straight from `src` at some time before
+    /// the sync ends here. As BSPlib leaves it, a source that puts land in
+    /// during the same sync may be read before or after they land.
     ///
     /// # Safety
     ///
     /// `src` must stay valid for reads of `len` bytes until the next sync
-    /// ends, and what it holds then is what is sent.
+    /// ends, and unchanged by this process from the sync's start.
     pub unsafe fn hpput_raw(
         &mut self,
         pid: u32,

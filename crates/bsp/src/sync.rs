@@ -1066,7 +1066,8 @@ fn area_mut(owned: &mut [Option<Box<dyn crate::OwnedArea>>], area: Area, offset:
     }
     match area.owned {
         Some(index) => owned[index].as_mut().map_or(&mut [][..], |a| &mut a.bytes_mut()[offset..offset + len]),
-        // SAFETY: as in `write_area`.
+        // SAFETY: as in `read_area`; nothing else in this process touches
+        // the area during the sync.
         None => unsafe { std::slice::from_raw_parts_mut((area.addr + offset) as *mut u8, len) },
     }
 }
@@ -1079,17 +1080,10 @@ pub(crate) struct Lent {
 }
 
 fn write_area(owned: &mut [Option<Box<dyn crate::OwnedArea>>], area: Area, offset: usize, data: &[u8]) {
-    if data.is_empty() {
-        return;
-    }
-    match area.owned {
-        Some(index) => {
-            if let Some(a) = &mut owned[index] {
-                a.bytes_mut()[offset..offset + data.len()].copy_from_slice(data);
-            }
-        }
-        // SAFETY: as in `read_area`, and nothing else touches the area during the sync.
-        None => unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), (area.addr + offset) as *mut u8, data.len()) },
+    let dst = area_mut(owned, area, offset, data.len());
+    // An owned area gone since the access was checked takes nothing.
+    if dst.len() == data.len() {
+        dst.copy_from_slice(data);
     }
 }
 
