@@ -4,7 +4,9 @@
 //! changes and posts, over many seeds: every member sees the same views;
 //! every member of a view delivers every post of that view exactly once,
 //! one poster's posts of a view in order; nobody delivers a post of a view
-//! it was not in.
+//! it was not in. Posts sent best effort (a channel of
+//! `Strategy::BestEffort`, as `Group::set_best_effort` uses) arrive at most
+//! once, in their poster's order, only at members of their view.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -12,7 +14,7 @@ use std::time::Duration;
 use bulkwire_groups::codec::{Reader, Writer};
 use bulkwire_groups::membership::{Event, GroupId, Membership, Message, View};
 use bulkwire_groups::schedule::post_children;
-use bulkwire_proto::{Config, Endpoint, Event as ProtoEvent, Path, SendError, Time, Transmit};
+use bulkwire_proto::{Config, Endpoint, Event as ProtoEvent, Path, SendError, Strategy, Time, Transmit};
 use bulkwire_sim::workload::random_scenario;
 use bulkwire_sim::{Host, LinkNetwork, Simulator};
 use bulkwire_wire::JobKey;
@@ -21,6 +23,7 @@ use rand_chacha::ChaCha8Rng;
 
 const CONTROL: u16 = 0;
 const POSTS: u16 = 1;
+const BEST_EFFORT_POSTS: u16 = 2;
 
 #[derive(Clone, Debug)]
 enum Act {
@@ -29,6 +32,8 @@ enum Act {
     Leave(String),
     Destroy(String),
     Post(String),
+    /// A post on the best-effort channel.
+    PostBestEffort(String),
 }
 
 /// A post as delivered: group, view, poster, the poster's number for it.
@@ -43,12 +48,14 @@ struct GroupHost {
     /// Messages the endpoint had no room for yet.
     out: Vec<(u32, u16, Vec<u8>)>,
     history: HashMap<GroupId, BTreeMap<u32, Vec<u32>>>,
-    /// Posts of views not installed here yet.
-    early: Vec<(u32, Vec<u8>)>,
+    /// Posts of views not installed here yet, with their channel.
+    early: Vec<(u16, Vec<u8>)>,
     views: Vec<View>,
     events: Vec<Event>,
     sent: Vec<Delivered>,
     delivered: Vec<Delivered>,
+    sent_best_effort: Vec<Delivered>,
+    delivered_best_effort: Vec<Delivered>,
     posts: u32,
     errors: Vec<String>,
 }
@@ -91,14 +98,19 @@ impl GroupHost {
                 Some(v) => self.m.destroy(v.group),
                 None => Ok(()),
             },
-            Act::Post(name) => {
-                if let Some(v) = self.group(&name) {
+            Act::Post(ref name) | Act::PostBestEffort(ref name) => {
+                let channel = if matches!(act, Act::Post(_)) { POSTS } else { BEST_EFFORT_POSTS };
+                if let Some(v) = self.group(name) {
                     self.posts += 1;
                     let mut w = Writer::new();
                     w.u32(v.group.0).u32(v.number).u32(self.rank).u32(self.posts);
-                    self.sent.push((v.group, v.number, self.rank, self.posts));
+                    let post = (v.group, v.number, self.rank, self.posts);
+                    match channel {
+                        POSTS => self.sent.push(post),
+                        _ => self.sent_best_effort.push(post),
+                    }
                     for c in post_children(&v.members, self.rank, self.rank).unwrap() {
-                        self.send(c, POSTS, w.bytes.clone());
+                        self.send(c, channel, w.bytes.clone());
                     }
                 }
                 Ok(())
@@ -106,16 +118,20 @@ impl GroupHost {
         };
     }
 
-    fn on_post(&mut self, bytes: Vec<u8>) -> bool {
+    fn on_post(&mut self, channel: u16, bytes: Vec<u8>) -> bool {
         let mut r = Reader::new(&bytes);
         let (g, v, origin, n) = (GroupId(r.u32().unwrap()), r.u32().unwrap(), r.u32().unwrap(), r.u32().unwrap());
         let Some(members) = self.history.get(&g).and_then(|h| h.get(&v)).cloned() else { return false };
         match post_children(&members, origin, self.rank) {
             Some(children) => {
+                // Passed on the way it came.
                 for c in children {
-                    self.send(c, POSTS, bytes.clone());
+                    self.send(c, channel, bytes.clone());
                 }
-                self.delivered.push((g, v, origin, n));
+                match channel {
+                    POSTS => self.delivered.push((g, v, origin, n)),
+                    _ => self.delivered_best_effort.push((g, v, origin, n)),
+                }
             }
             None => self.errors.push(format!("rank {}: a post of a view it is not in", self.rank)),
         }
@@ -143,10 +159,7 @@ impl GroupHost {
                             Err(e) => self.errors.push(format!("rank {}: {e}", self.rank)),
                         }
                     }
-                    ProtoEvent::Message { from, data, .. } => {
-                        let _ = from;
-                        self.early.push((from, data));
-                    }
+                    ProtoEvent::Message { channel, data, .. } => self.early.push((channel, data)),
                     ProtoEvent::ProtocolViolation { reason, .. } => self.errors.push(reason.to_string()),
                     ProtoEvent::ModeChanged { .. } => {}
                 }
@@ -164,9 +177,9 @@ impl GroupHost {
                 }
                 self.events.push(ev);
             }
-            for (from, bytes) in std::mem::take(&mut self.early) {
-                if !self.on_post(bytes.clone()) {
-                    self.early.push((from, bytes));
+            for (channel, bytes) in std::mem::take(&mut self.early) {
+                if !self.on_post(channel, bytes.clone()) {
+                    self.early.push((channel, bytes));
                 } else {
                     progress = true;
                 }
@@ -219,6 +232,7 @@ fn script(rng: &mut ChaCha8Rng, n: u32) -> Vec<(Time, Act)> {
             1 | 2 => Act::Join(name),
             3 => Act::Leave(name),
             4 if rng.random_bool(0.3) => Act::Destroy(name),
+            5 | 6 => Act::PostBestEffort(name),
             _ => Act::Post(name),
         };
         acts.push((at, act));
@@ -226,8 +240,16 @@ fn script(rng: &mut ChaCha8Rng, n: u32) -> Vec<(Time, Act)> {
     acts
 }
 
-/// Runs one seed; returns the views made and the posts delivered.
-fn run(seed: u64) -> (usize, usize) {
+/// What one seed did: views made, posts delivered, and best-effort posts
+/// delivered out of those that would reach a member with no loss.
+struct Outcome {
+    views: usize,
+    delivered: usize,
+    best_effort: (usize, usize),
+}
+
+/// Runs one seed.
+fn run(seed: u64) -> Outcome {
     let scenario = random_scenario(seed);
     let n = scenario.plan.ranks.max(3);
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -235,12 +257,16 @@ fn run(seed: u64) -> (usize, usize) {
         .map(|rank| {
             let key = JobKey::new([seed as u8; 32]);
             let mut c = Config::new(0x9e0 ^ seed, key, rank, n);
-            c.channels = 2;
+            c.channels = 3;
             c.max_datagram = scenario.max_datagram;
             c.initial_rtt = (scenario.link.delay * 2).max(Duration::from_micros(10));
+            let mut ep = Endpoint::new(c).unwrap();
+            for peer in (0..n).filter(|&p| p != rank) {
+                ep.set_strategy(peer, BEST_EFFORT_POSTS, Strategy::BestEffort).unwrap();
+            }
             GroupHost {
                 rank,
-                ep: Endpoint::new(c).unwrap(),
+                ep,
                 m: Membership::new(rank, n),
                 script: script(&mut rng, n),
                 next: 0,
@@ -251,6 +277,8 @@ fn run(seed: u64) -> (usize, usize) {
                 events: Vec::new(),
                 sent: Vec::new(),
                 delivered: Vec::new(),
+                sent_best_effort: Vec::new(),
+                delivered_best_effort: Vec::new(),
                 posts: 0,
                 errors: Vec::new(),
             }
@@ -330,20 +358,51 @@ fn run(seed: u64) -> (usize, usize) {
         want.sort();
         assert_eq!(got, want, "seed {seed}: rank {}'s posts", h.rank);
     }
+    // Best-effort posts: at most once, in order, only at members of their
+    // view; some may be lost.
+    let mut reachable: BTreeMap<u32, Vec<Delivered>> = BTreeMap::new();
+    for h in hosts {
+        for &(g, v, origin, k) in &h.sent_best_effort {
+            for &m in all[&(g, v)].members.iter().filter(|&&m| m != origin) {
+                reachable.entry(m).or_default().push((g, v, origin, k));
+            }
+        }
+    }
+    let (mut got_best_effort, mut could) = (0, 0);
+    for h in hosts {
+        let want = reachable.remove(&h.rank).unwrap_or_default();
+        let got = &h.delivered_best_effort;
+        for d in got {
+            assert!(want.contains(d), "seed {seed}: rank {} got a best-effort post it should not: {d:?}", h.rank);
+            let mine: Vec<u32> = got.iter().filter(|e| (e.0, e.1, e.2) == (d.0, d.1, d.2)).map(|e| e.3).collect();
+            assert!(
+                mine.windows(2).all(|w| w[0] < w[1]),
+                "seed {seed}: rank {} got {}'s best-effort posts twice or out of order",
+                h.rank,
+                d.2
+            );
+        }
+        got_best_effort += got.len();
+        could += want.len();
+    }
     let delivered: usize = hosts.iter().map(|h| h.delivered.len()).sum();
-    (all.len(), delivered)
+    Outcome { views: all.len(), delivered, best_effort: (got_best_effort, could) }
 }
 
 #[test]
 fn groups_over_faulty_networks_agree_and_deliver_every_post_once() {
     let seeds: u64 = std::env::var("BULKWIRE_GROUP_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(2000);
-    let (mut views, mut posts) = (0, 0);
+    let (mut views, mut posts, mut best_effort, mut could) = (0, 0, 0, 0);
     for seed in 0..seeds {
-        let (v, p) = run(seed);
-        views += v;
-        posts += p;
+        let o = run(seed);
+        views += o.views;
+        posts += o.delivered;
+        best_effort += o.best_effort.0;
+        could += o.best_effort.1;
     }
-    // The runs did something: groups were made and changed, posts went.
+    // The runs did something: groups were made and changed, posts went,
+    // and most best-effort posts arrived in spite of the faults.
     assert!(views > seeds as usize && posts > seeds as usize, "{views} views, {posts} posts over {seeds} seeds");
-    eprintln!("{seeds} seeds: {views} views, {posts} posts delivered");
+    assert!(best_effort * 2 > could, "{best_effort} of {could} best-effort posts arrived");
+    eprintln!("{seeds} seeds: {views} views, {posts} posts delivered; best effort {best_effort} of {could}");
 }
