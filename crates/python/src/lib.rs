@@ -483,6 +483,14 @@ impl World {
         blocking(py, job, || job.world.barrier().map_err(|e| e.to_string()))
     }
 
+    /// How this process reaches `peer`: `shm` (shared memory, on this
+    /// host) or `udp`.
+    fn _transport(&self, peer: i64) -> PyResult<&'static str> {
+        let job = job()?;
+        let peer = dest(peer, job.world.size())?;
+        Ok(job.world.runtime().transport(peer).as_str())
+    }
+
     /// The ping-pong of `python -m bulkwire.bench`, in Rust on this
     /// runtime: the seconds of each of `iterations` round trips of `size`
     /// bytes with `peer` (the lower rank starts).

@@ -21,7 +21,9 @@ machine's speed meets them alike.
 
 Rows (``--json``) are in the format of docs/BENCHMARKS.md: ``bench``,
 ``source``, ``what`` (the transport, ``-pickle`` for objects), ``procs``,
-``size_bytes``, ``median_us``.
+``size_bytes``, ``median_us``. bulkwire's transport is the one its runtime
+reached the peer by: ``shm`` on this machine, ``udp`` with
+``BULKWIRE_SHM=0`` in the environment.
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ def _bulkwire_rank(sizes: list[int], quick: bool) -> None:
     if world.size != 2:
         raise SystemExit("pingpong needs exactly 2 processes")
     peer, first = 1 - world.rank, world.rank == 0
+    over = world._transport(peer)
     rows = []
     for size in sizes:
         warmup, n = _iterations(size, quick)
@@ -104,9 +107,9 @@ def _bulkwire_rank(sizes: list[int], quick: bool) -> None:
             if round == 0:
                 world._pingpong_rust(peer, size, warmup)
             times["rust"] += world._pingpong_rust(peer, size, n // rounds)
-        rows.append(_row("bulkwire-python", "udp", size, times["python"]))
-        rows.append(_row("bulkwire-python", "udp-pickle", size, times["pickle"]))
-        rows.append(_row("bulkwire", "udp", size, times["rust"]))
+        rows.append(_row("bulkwire-python", over, size, times["python"]))
+        rows.append(_row("bulkwire-python", f"{over}-pickle", size, times["pickle"]))
+        rows.append(_row("bulkwire", over, size, times["rust"]))
     if world.rank == 0:
         print(ROWS_MARK + json.dumps(rows), flush=True)
 
@@ -199,13 +202,14 @@ def _table(rows: list[dict[str, Any]]) -> str:
         cells = [f"{value[(s, w, size)]:>24.2f}" if (s, w, size) in value else f"{'-':>24}" for s, w in columns]
         lines.append(f"{size:>9} " + " ".join(cells))
     python, rust = "bulkwire-python", "bulkwire"
-    lines.append("# Python's cost per message (bulkwire-python/udp − bulkwire/udp), microseconds:")
+    over = next((r["what"] for r in rows if r["source"] == rust), "udp")
+    lines.append(f"# Python's cost per message ({python}/{over} − {rust}/{over}), microseconds:")
     lines.append(
         "#   "
         + ", ".join(
-            f"{size} B: {value[(python, 'udp', size)] - value[(rust, 'udp', size)]:+.2f}"
+            f"{size} B: {value[(python, over, size)] - value[(rust, over, size)]:+.2f}"
             for size in sizes
-            if (python, "udp", size) in value and (rust, "udp", size) in value
+            if (python, over, size) in value and (rust, over, size) in value
         )
     )
     return "\n".join(lines)
