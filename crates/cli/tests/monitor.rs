@@ -57,8 +57,15 @@ fn check_utilisation(r: &Value) {
 /// Loopback while `bulkwire lab background` sends it about 25 Mbit/s of
 /// datagrams: every 100 ms for 1 s, with a capacity of 1 Gbit/s; then the
 /// monitor waits for the command, which runs a little longer.
+/// One traffic test at a time: each paces a traffic generator and samples
+/// counters every 100 ms, and the two at once on a machine of 2 cores
+/// starved each other (a CI run saw 3 samples in a second, and the
+/// generator short of its rate).
+static TRAFFIC: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn loopback_rows_while_traffic_flows() {
+    let _one = TRAFFIC.lock().unwrap_or_else(|e| e.into_inner());
     let sink = UdpSocket::bind("127.0.0.1:0").unwrap();
     let to = sink.local_addr().unwrap().to_string();
     let dir = std::env::temp_dir().join(format!("bulkwire-monitor-test-{}", std::process::id()));
@@ -191,6 +198,7 @@ impl Drop for Namespace {
 /// iproute2 and htb; skipped otherwise.
 #[test]
 fn an_htb_port_s_classes_in_a_namespace() {
+    let _one = TRAFFIC.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 || !have("ip") || !have("tc") {
         eprintln!("skipped: needs root, iproute2 and tc");
