@@ -250,6 +250,15 @@ pub(crate) struct Channel {
     /// the last two consecutive ones: the pace of a paced stream.
     newest_fresh: Option<(u64, u64)>,
     send_gap: Duration,
+    /// The newest data arrival on the premium path, the gap before it (from
+    /// the one before, within the longest patience), and whether the last
+    /// packet delivered in order came on the premium path. When a sender
+    /// moves from the premium path to a faster ordinary one, the ordinary
+    /// packets overtake those still on their way; a hole whose lower edge
+    /// came on the premium path waits for that path's pace before a prod.
+    premium_arrival: Option<Time>,
+    premium_gap: Duration,
+    frontier_premium: bool,
     /// A mode decision of ours to send to the peer in an LSTAT, with our status.
     lstat_due: Option<Decision>,
 }
@@ -296,6 +305,9 @@ impl Channel {
             newest_data: None,
             newest_fresh: None,
             send_gap: Duration::ZERO,
+            premium_arrival: None,
+            premium_gap: Duration::ZERO,
+            frontier_premium: false,
             lstat_due: None,
         }
     }
@@ -405,6 +417,11 @@ impl Channel {
                 || self.probe_due
                 || !self.retransmit.is_empty()
                 || (!self.pending.is_empty() && send_buffers_free))
+    }
+
+    /// Whether messages wait for their first packets to leave.
+    pub(crate) fn has_new_data(&self) -> bool {
+        !self.failed && !self.pending.is_empty()
     }
 
     pub(crate) fn waits_for_buffers(&self) -> bool {
@@ -703,6 +720,19 @@ impl Channel {
         if header.flags.contains(Flags::ACK_REQUESTED) {
             self.ack_asked = true;
         }
+        let premium = header.flags.contains(Flags::PREMIUM);
+        if premium {
+            if let Some(last) = self.premium_arrival {
+                let gap = now.since(last);
+                if gap <= self.backoff(RECEIVER_DRIVEN_BACKOFF) {
+                    self.premium_gap = gap;
+                }
+            }
+            self.premium_arrival = Some(now);
+        }
+        if seq == self.next_expected {
+            self.frontier_premium = premium;
+        }
         let progressed = if seq < self.next_expected || self.held.contains_key(&seq) {
             self.stats.duplicates += 1;
             false
@@ -937,7 +967,10 @@ impl Channel {
             self.prod_at = None;
         }
         if self.prod_at.is_none() {
-            let tolerance = self.rtt.srtt().mul_f64(self.reorder_fraction);
+            let mut tolerance = self.rtt.srtt().mul_f64(self.reorder_fraction);
+            if self.frontier_premium {
+                tolerance = tolerance.max(self.premium_gap * 2);
+            }
             self.prod_at = Some(now + tolerance);
         }
     }
