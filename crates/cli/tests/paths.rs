@@ -131,6 +131,100 @@ fn adaptive_paths_leave_a_congested_ordinary_class_and_come_back() {
     assert!(stderr.contains("rank 0: data to rank 1 on the premium path"), "{stderr}");
 }
 
+/// Samples that age, on real packets (`BULKWIRE_LATENCY_LIFETIME_MS=2`):
+/// rank 0 sends bursts of 20 messages with 25 ms of silence between them
+/// across the test bed's quiet port. A burst that follows more than 2 ms
+/// without a packet on the ordinary path starts on the premium path, a
+/// probe asks rank 1, and its answer brings the rest of the burst back to
+/// the ordinary path: data goes on both paths, and the mode stays. Every message arrives in order; `run --stats`
+/// counts the bursts that asked. Needs root, iproute2 and tc; skipped
+/// otherwise.
+#[test]
+fn after_a_silence_a_burst_starts_on_premium_until_the_receiver_answers() {
+    const BURSTS: u32 = 30;
+    const EACH: u32 = 20;
+    if is_rank() {
+        let world = World::init().unwrap();
+        if world.rank() == 0 {
+            for b in 0..BURSTS {
+                std::thread::sleep(Duration::from_millis(25));
+                for i in 0..EACH {
+                    world.send(1, 3, &(b * EACH + i).to_le_bytes().repeat(250)).unwrap();
+                }
+            }
+        } else {
+            for n in 0..BURSTS * EACH {
+                let (_, data) = world.recv(Source::Rank(0), Tag::Is(3)).unwrap();
+                assert_eq!(data, n.to_le_bytes().repeat(250), "in order, once each");
+            }
+        }
+        world.barrier().unwrap();
+        if world.rank() == 0 {
+            let s = world.runtime().latency_stats(1).unwrap();
+            let stats = world.runtime().stats();
+            println!(
+                "aging: {} bursts asked, {} switches; {} data packets on premium, {} on ordinary",
+                s.confirmations,
+                s.switches(),
+                stats.premium.data.packets,
+                stats.ordinary.data.packets
+            );
+        }
+        world.finalize().unwrap();
+        return;
+    }
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let testbed = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/netns-testbed.sh");
+    if !root || !have("ip") || !have("tc") {
+        eprintln!("skipped: needs root, iproute2 and tc for the namespace test bed");
+        return;
+    }
+    let _one = TEST_BED.lock().unwrap_or_else(|e| e.into_inner());
+    let up = Command::new(&testbed).args(["bottleneck", "2", "100mbit"]).output().unwrap();
+    if !up.status.success() {
+        eprintln!("skipped: the test bed did not come up: {}", String::from_utf8_lossy(&up.stderr));
+        return;
+    }
+    let root_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = Command::new(env!("CARGO_BIN_EXE_bulkwire"))
+        .args(["run", "-n", "2", "--hosts", "bwh0,bwh1", "--bind", "10.90.0.254", "--paths", "adaptive"])
+        .args(["--verbose", "--stats"])
+        // Thresholds set, so that the first bursts need no calibration, and
+        // far above a busy host's scheduling delays.
+        .env("BULKWIRE_LATENCY_HIGH_US", "2000")
+        .env("BULKWIRE_LATENCY_LOW_US", "1000")
+        .env("BULKWIRE_LATENCY_LIFETIME_MS", "2")
+        .arg("--ssh")
+        .arg(root_dir.join("scripts/netns-exec"))
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", "after_a_silence_a_burst_starts_on_premium_until_the_receiver_answers", "--nocapture"])
+        .args(["--test-threads=1"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let _ = Command::new(&testbed).args(["down", "2"]).status();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.contains("starts on the premium path until a probe is answered"), "--verbose: {stderr}");
+    let line = stdout.split("aging: ").nth(1).and_then(|l| l.lines().next()).unwrap_or_else(|| panic!("{stdout}"));
+    let numbers: Vec<u64> = line.split(' ').filter_map(|w| w.parse().ok()).collect();
+    let (asked, switches, premium, ordinary) = (numbers[0], numbers[1], numbers[2], numbers[3]);
+    // A probe every 10 ms: a burst asks unless one left in its last 2 ms.
+    assert!(asked >= u64::from(BURSTS) / 3 && asked <= u64::from(BURSTS), "{line}\n{stderr}");
+    // The path stays quiet: the mode does not change, but for a sample a
+    // loaded machine delayed past TM now and then.
+    assert!(switches <= 4, "the mode stayed: {line}\n{stderr}");
+    assert!(premium >= asked && ordinary >= asked, "{line}\n{stderr}");
+    // `--stats`: the "asked" column of rank 0's line to rank 1.
+    let row = stderr
+        .lines()
+        .chain(stdout.lines())
+        .find(|l| l.trim_start().starts_with("0>1"))
+        .unwrap_or_else(|| panic!("no --stats row: {stdout}\n{stderr}"));
+    assert_eq!(row.split_whitespace().last().and_then(|w| w.parse::<u64>().ok()), Some(asked), "{row}");
+}
+
 /// `bulkwire lab service-switching --quick`: seed 000's experiment on the
 /// test bed's two-class port, PDE2 at ρ 0.5 and 1.1, each choice of paths
 /// twice. Every run delivers every message of the trace in order (the

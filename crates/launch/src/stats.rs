@@ -10,13 +10,14 @@ use bulkwire_runtime::rendezvous::PeerReport;
 pub fn table(reports: &BTreeMap<u32, Vec<PeerReport>>) -> String {
     let mut o = String::from(
         "bulkwire run: traffic by rank and peer: data datagrams by path, feedback kB by kind (headers \
-         included), switches of the rank's data toward the peer\n",
+         included), switches of the rank's data toward the peer; asked: data started on the premium path \
+         after a silence until the peer answered a probe\n",
     );
     let header = [
         "to", "ordinary", "ord MB", "premium", "prem MB", "prem %", "acks", "prods", "lstat", "probes", "clock",
-        "switches", "resent", "probes", "lost",
+        "switches", "resent", "probes", "lost", "asked",
     ];
-    let widths = [6, 10, 9, 10, 9, 7, 8, 8, 8, 8, 8, 9, 7, 7, 5];
+    let widths = [6, 10, 9, 10, 9, 7, 8, 8, 8, 8, 8, 9, 7, 7, 5, 6];
     let line = |cells: Vec<String>| -> String {
         let cells: Vec<String> = cells.iter().zip(widths).map(|(c, w)| format!("{c:>w$}")).collect();
         cells.join(" ") + "\n"
@@ -44,6 +45,7 @@ pub fn table(reports: &BTreeMap<u32, Vec<PeerReport>>) -> String {
                 p.retransmitted_packets.to_string(),
                 p.probes_sent.to_string(),
                 p.probes_lost.to_string(),
+                p.confirmations.to_string(),
             ]));
         }
     }
@@ -127,6 +129,7 @@ pub fn json(reports: &BTreeMap<u32, Vec<PeerReport>>, ranks: u32) -> String {
                     .with("switches_to_ordinary_count", p.switches_to_ordinary)
                     .with("probe_packets", p.probes_sent)
                     .with("lost_probe_packets", p.probes_lost)
+                    .with("confirmations_count", p.confirmations)
                     .with("clock_exchanges_count", p.clock_exchanges)
                     .with("ack_bytes", p.ack_bytes)
                     .with("prod_bytes", p.prod_bytes)

@@ -117,6 +117,17 @@ pub struct LatencyConfig {
     /// The least base latency calibration believes: below it, a process's
     /// wait for a core would pass for congestion.
     pub least_base: Duration,
+    /// How long a sample of the ordinary path is believed; `None` believes
+    /// it until the next one, as the paper's engine does. With `Some(age)`:
+    /// in high-latency mode, while data flows, probes leave every `age`
+    /// instead of every monitoring interval, so the data returns to the
+    /// ordinary path soon after its queue drains; in low-latency mode,
+    /// data that follows more than `age` of silence on the ordinary path
+    /// starts on the premium path, and stays there until the receiver
+    /// answers a probe that asks for it (a probe with
+    /// `Flags::ACK_REQUESTED`): the first burst after a gap does not
+    /// meet, on the ordinary path, a queue that built up unseen.
+    pub sample_lifetime: Option<Duration>,
 }
 
 impl LatencyConfig {
@@ -132,7 +143,8 @@ impl LatencyConfig {
     /// equal the monitoring interval, as in Table 2. Clocks are
     /// resynchronised every ten monitoring intervals: with crystal drifts of
     /// tens of ppm and a fitted drift, the residual error then stays well
-    /// below the base latency.
+    /// below the base latency. A sample is believed for a fifth of the
+    /// monitoring interval ([`LatencyConfig::sample_lifetime`]).
     pub fn from_base_latency(base: Duration) -> LatencyConfig {
         let base = base.max(Duration::from_micros(1));
         let interval = (base * 1000).clamp(Duration::from_millis(1), Duration::from_millis(100));
@@ -146,6 +158,7 @@ impl LatencyConfig {
             clock_sync_period: Some(interval * 10),
             calibration_samples: 0,
             least_base: Duration::ZERO,
+            sample_lifetime: Some(interval / 5),
         }
     }
 
@@ -161,12 +174,16 @@ impl LatencyConfig {
             clock_sync_period: None,
             calibration_samples: 0,
             least_base: Duration::ZERO,
+            sample_lifetime: None,
         }
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         let positive = [self.monitor_interval, self.loss_threshold, self.high_threshold, self.poll_interval];
-        if positive.iter().any(Duration::is_zero) || self.clock_sync_period.is_some_and(|p| p.is_zero()) {
+        if positive.iter().any(Duration::is_zero)
+            || self.clock_sync_period.is_some_and(|p| p.is_zero())
+            || self.sample_lifetime.is_some_and(|a| a.is_zero())
+        {
             return Err(ConfigError::BadLatencyConfig("intervals and thresholds must be positive"));
         }
         if self.low_threshold >= self.high_threshold {

@@ -26,8 +26,8 @@
 use std::time::Duration;
 
 use bulkwire_wire::{
-    seal, ClockSyncKind, ClockSyncPayload, Header, LatencyStatus, LstatReason, PacketType, ProbePayload, WireMode,
-    HEADER_LEN,
+    seal, ClockSyncKind, ClockSyncPayload, Flags, Header, LatencyStatus, LstatReason, PacketType, ProbePayload,
+    WireMode, HEADER_LEN,
 };
 
 use crate::clock::{self, ClockEstimate, ClockSync};
@@ -151,6 +151,22 @@ impl ModeJudge {
         Some(decision)
     }
 
+    /// An answer to a probe that asked for one: the mode the judge wants
+    /// now, as a new decision (a new epoch), so that the sender, waiting on
+    /// the premium path, learns it at once.
+    pub(crate) fn confirm(&mut self, now: Time, timestamp: u64, latency: Duration) -> Decision {
+        let reason = match self.requested {
+            Mode::LowLatency => LstatReason::LatencyLow,
+            Mode::HighLatency => LstatReason::LatencyHigh,
+        };
+        self.epoch = self.epoch.wrapping_add(1).max(1);
+        let decision =
+            Decision { epoch: self.epoch, mode: self.requested, reason, probe_timestamp: timestamp, latency };
+        self.last = Some(decision);
+        self.issued_at = Some(now);
+        decision
+    }
+
     /// The last decision again, if the sender shows (in a probe) that it has
     /// not applied it and it was issued at least `after` ago: the LSTAT or
     /// its copies were lost.
@@ -205,6 +221,15 @@ pub(crate) struct PeerLink {
     judge: ModeJudge,
     calibration: Calibration,
     sending: SendingMode,
+    /// In low-latency mode, data waits on the premium path for the receiver
+    /// to answer a probe: the ordinary path was silent for longer than a
+    /// sample lives ([`LatencyConfig::sample_lifetime`]).
+    confirming: bool,
+    /// When a packet (data or probe) last left on the ordinary path: the
+    /// newest state of that path the receiver could have judged.
+    last_ordinary: Option<Time>,
+    /// When data last left, on either path.
+    last_data: Option<Time>,
     pub(crate) stats: LatencyStats,
     /// Queued in the endpoint's list of links with something to send.
     pub(crate) in_ready: bool,
@@ -218,6 +243,51 @@ impl PeerLink {
 
     pub(crate) fn mode(&self) -> Mode {
         self.sending.mode()
+    }
+
+    /// The path data takes now: the mode's, or premium while confirming.
+    pub(crate) fn data_path(&self) -> Path {
+        match self.confirming {
+            true => Path::Premium,
+            false => self.sending.mode().data_path(),
+        }
+    }
+
+    /// Data is about to leave for the peer. In low-latency mode, after the
+    /// ordinary path was silent for longer than a sample lives, the data
+    /// starts on the premium path and a probe asks the receiver whether the
+    /// ordinary path is still quiet; the answer (an LSTAT) moves the rest
+    /// where it says. Holding the data for the answer instead would cost a
+    /// round trip, or up to TM past it on a congested path, on every first
+    /// message after a silence. Returns whether a probe became due.
+    pub(crate) fn before_data(&mut self, now: Time, cfg: &LatencyConfig) -> bool {
+        let Some(lifetime) = cfg.sample_lifetime else { return false };
+        let stale = self.last_ordinary.is_none_or(|at| now.since(at) > lifetime);
+        // While calibrating, the mode is low by construction: nothing to ask.
+        if self.confirming || self.sending.mode() != Mode::LowLatency || !stale || self.thresholds(cfg).is_none() {
+            return false;
+        }
+        self.confirming = true;
+        self.stats.confirmations += 1;
+        self.probes.hasten(Duration::ZERO);
+        self.probes.handle_timeout(now);
+        self.probes.is_due()
+    }
+
+    /// A packet left for the peer on `path`. Data on the premium path while
+    /// samples are short-lived brings the next probe to within a lifetime
+    /// of the last, so the ordinary path is looked at while data flows.
+    pub(crate) fn sent(&mut self, now: Time, path: Path, data: bool, cfg: &LatencyConfig) {
+        if path == Path::Ordinary {
+            self.last_ordinary = Some(now);
+        }
+        if !data {
+            return;
+        }
+        self.last_data = Some(now);
+        if let (Some(lifetime), Path::Premium) = (cfg.sample_lifetime, path) {
+            self.probes.hasten(lifetime);
+        }
     }
 
     pub(crate) fn requested_mode(&self) -> Mode {
@@ -243,11 +313,13 @@ impl PeerLink {
         self.probes.start();
     }
 
+    /// A probe from the peer; `answer`: it asks for the mode at once.
     pub(crate) fn on_probe(
         &mut self,
         now: Time,
         timestamp: u64,
         probe: &ProbePayload,
+        answer: bool,
         cfg: &LatencyConfig,
     ) -> Option<Decision> {
         if let (None, Some(period)) = (&self.clock, cfg.clock_sync_period) {
@@ -267,6 +339,11 @@ impl PeerLink {
         // revealed it: the next probe judges again.
         if let (None, Some(sample)) = (decision, sample) {
             decision = self.observe(now, sample, cfg);
+        }
+        if let (None, true, Some(Observation::Sample { latency, timestamp })) = (decision, answer, sample) {
+            // Answered whatever the judgement: the sender waits for it.
+            self.stats.answers += 1;
+            return Some(self.judge.confirm(now, timestamp, latency));
         }
         if decision.is_none() {
             decision = self.judge.repeat(now, probe.applied_epoch, cfg.monitor_interval);
@@ -330,6 +407,10 @@ impl PeerLink {
     /// An LSTAT from the peer: returns the new sending mode if it changed.
     pub(crate) fn on_lstat(&mut self, status: &LatencyStatus) -> Option<Mode> {
         let changed = self.sending.apply(status);
+        if self.sending.applied_epoch == status.epoch {
+            // A newer decision, whichever: the wait is over.
+            self.confirming = false;
+        }
         match changed {
             Some(Mode::HighLatency) => self.stats.switches_to_high += 1,
             Some(Mode::LowLatency) => self.stats.switches_to_low += 1,
@@ -359,6 +440,7 @@ impl PeerLink {
     /// Timers due at `now`; a lost probe may call for a decision.
     pub(crate) fn handle_timeout(&mut self, now: Time, cfg: &LatencyConfig) -> Option<Decision> {
         self.probes.handle_timeout(now);
+
         if let Some(sync) = &mut self.clock {
             sync.handle_timeout(now);
         }
@@ -380,10 +462,23 @@ impl PeerLink {
         buf: &mut [u8],
     ) -> Option<(Path, usize)> {
         let latency = cfg.latency.as_ref()?;
+        // While data flows on the premium path and samples are short-lived,
+        // the next probe follows within a lifetime; otherwise a monitoring
+        // interval later, which is what this probe announces.
+        let flowing = self.last_data.is_some_and(|at| self.probes.last_sent().is_none_or(|p| at >= p));
+        let interval = match latency.sample_lifetime {
+            Some(lifetime) if flowing && self.data_path() == Path::Premium => lifetime.min(latency.monitor_interval),
+            _ => latency.monitor_interval,
+        };
+        let mut flags = Flags::empty();
         let (packet_type, path, len) = if let Some(probe) =
-            self.probes.poll_probe(now, latency.monitor_interval, self.sending.applied_epoch)
+            self.probes.poll_probe(now, interval, self.sending.applied_epoch)
         {
             self.stats.probes_sent += 1;
+            if self.confirming {
+                flags.insert(Flags::ACK_REQUESTED);
+            }
+            self.last_ordinary = Some(now);
             (PacketType::Probe, Path::Ordinary, probe.write(&mut buf[HEADER_LEN..]))
         } else if let Some((request, arrived)) = self.clock_reply.take() {
             (PacketType::ClockSync, Path::Premium, clock::reply(&request, arrived, now).write(&mut buf[HEADER_LEN..]))
@@ -394,6 +489,7 @@ impl PeerLink {
             return None;
         };
         let mut header = Header::new(packet_type);
+        header.flags = flags;
         header.job = cfg.job;
         header.source = cfg.rank;
         header.destination = peer;

@@ -614,7 +614,8 @@ impl Endpoint {
                 self.protocol_violations += 1;
                 return;
             };
-            if let Some(decision) = link.on_probe(now, header.timestamp, &probe, cfg) {
+            let answer = header.flags.contains(Flags::ACK_REQUESTED);
+            if let Some(decision) = link.on_probe(now, header.timestamp, &probe, answer, cfg) {
                 self.issue(peer, decision);
             }
         } else {
@@ -734,6 +735,13 @@ impl Endpoint {
         }
         while let Some(index) = self.ready.pop_front() {
             let peer = self.channels[index].peer as usize;
+            if let (Some(cfg), Some(link)) = (self.cfg.latency.as_ref(), self.links.get_mut(peer)) {
+                let ch = &self.channels[index];
+                if !ch.premium && ch.has_new_data() && link.before_data(now, cfg) {
+                    // The probe that asks leaves next, behind this data.
+                    self.mark_link_ready(peer as u32);
+                }
+            }
             let pacer = self.pacers[peer].as_mut();
             let rate_controlled = pacer.is_some();
             let data_allowed = pacer.is_none_or(|p| p.may_send(now));
@@ -753,6 +761,9 @@ impl Endpoint {
                     ch.stats.feedback.record(buf[1], wire_len);
                 }
                 self.count_sent(path, data, wire_len);
+                if let (Some(cfg), Some(link)) = (self.cfg.latency.as_ref(), self.links.get_mut(peer)) {
+                    link.sent(now, path, data, cfg);
+                }
                 if let (true, Some(pacer)) = (data, self.pacers[peer].as_mut()) {
                     pacer.sent();
                 }
@@ -985,7 +996,7 @@ impl Endpoint {
         let peer = self.channels[index].peer as usize;
         let data_path = match self.cfg.premium_only || self.channels[index].premium {
             true => Path::Premium,
-            false => self.links.get(peer).map_or(Path::Ordinary, |l| l.mode().data_path()),
+            false => self.links.get(peer).map_or(Path::Ordinary, PeerLink::data_path),
         };
         let sh = Shared {
             cfg: &self.cfg,

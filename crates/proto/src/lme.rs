@@ -30,6 +30,8 @@ pub struct ProbeSchedule {
     next_at: Option<Time>,
     due: bool,
     number: u64,
+    /// When the last probe left.
+    last_at: Option<Time>,
 }
 
 impl ProbeSchedule {
@@ -54,6 +56,23 @@ impl ProbeSchedule {
         }
     }
 
+    /// Brings the next probe forward to at most `within` after the last
+    /// one, or to now if none has left yet. A probe earlier than its
+    /// predecessor announced is harmless to the receiver: only a late one
+    /// counts as lost.
+    pub fn hasten(&mut self, within: Duration) {
+        match (self.next_at, self.last_at) {
+            (Some(at), Some(last)) => self.next_at = Some(at.min(last + within)),
+            (Some(_), None) => self.next_at = Some(Time::ZERO),
+            (None, _) => {} // due already, or not started
+        }
+    }
+
+    /// When the last probe left.
+    pub fn last_sent(&self) -> Option<Time> {
+        self.last_at
+    }
+
     pub fn is_due(&self) -> bool {
         self.due
     }
@@ -65,6 +84,7 @@ impl ProbeSchedule {
             return None;
         }
         self.next_at = Some(now + interval);
+        self.last_at = Some(now);
         let number = self.number;
         self.number += 1;
         Some(ProbePayload { number, interval: interval.as_nanos().min(u64::MAX as u128) as u64, applied_epoch })

@@ -181,6 +181,12 @@ pub struct LatencyStats {
     /// Switches of this endpoint's sending mode toward the peer.
     pub switches_to_high: u64,
     pub switches_to_low: u64,
+    /// Times this endpoint, as sender, held data on the premium path after a
+    /// silence until the receiver answered a probe
+    /// ([`crate::LatencyConfig::sample_lifetime`]), and answers it gave as
+    /// receiver.
+    pub confirmations: u64,
+    pub answers: u64,
     /// Clock exchanges this endpoint started, and replies that gave a sample.
     pub clock_requests: u64,
     pub clock_samples: u64,
@@ -200,6 +206,8 @@ impl LatencyStats {
         self.lstat_repeats += o.lstat_repeats;
         self.switches_to_high += o.switches_to_high;
         self.switches_to_low += o.switches_to_low;
+        self.confirmations += o.confirmations;
+        self.answers += o.answers;
         self.clock_requests += o.clock_requests;
         self.clock_samples += o.clock_samples;
         self.feedback.add(&o.feedback);

@@ -3,6 +3,10 @@
 //! that disagree. Each endpoint reads its own clock, an affine function of
 //! the harness's true time, and each path has its own delay, a function of
 //! true time.
+//!
+//! The first tests are of the paper's engine (samples believed until the
+//! next); the last ones of samples that age
+//! (`LatencyConfig::sample_lifetime`).
 
 use std::time::Duration;
 
@@ -24,7 +28,13 @@ fn latency_config() -> LatencyConfig {
         least_base: Duration::ZERO,
         poll_interval: Duration::from_millis(10),
         clock_sync_period: None,
+        sample_lifetime: None,
     }
+}
+
+/// The same, with samples believed for 5 ms.
+fn short_lived_config() -> LatencyConfig {
+    LatencyConfig { sample_lifetime: Some(Duration::from_millis(5)), ..latency_config() }
 }
 
 fn config(rank: u32, latency: LatencyConfig) -> Config {
@@ -66,6 +76,8 @@ struct Seen {
     packet_type: u8,
     sequence: u64,
     retransmission: bool,
+    /// The header's low flag bits.
+    flags: u8,
     at: Time,
 }
 
@@ -116,6 +128,7 @@ impl Pair {
                     packet_type: bytes[1],
                     sequence: u64::from_be_bytes(bytes[24..32].try_into().unwrap()),
                     retransmission: bytes[3] & 4 != 0,
+                    flags: bytes[3],
                     at: self.now,
                 };
                 self.log.push(seen);
@@ -478,4 +491,169 @@ fn a_path_congested_from_the_start_is_calibrated_from_the_premium_round_trip() {
     let s = p.ends[0].latency_stats(1).unwrap();
     assert!(s.switches_to_high >= 1, "{s:?}");
     assert_eq!(p.ends[0].mode(1), Mode::HighLatency, "rank 0's data stays on premium while the queue stands");
+}
+
+/// Whether a logged datagram asked for an answer (`Flags::ACK_REQUESTED`).
+fn asks(p: &Pair, s: &Seen) -> bool {
+    let _ = p;
+    s.packet_type == PROBE && s.flags & 1 != 0
+}
+
+#[test]
+fn after_a_silence_data_starts_on_premium_until_the_receiver_answers() {
+    let mut p = Pair::new(config(0, short_lived_config()), config(1, short_lived_config()));
+    // A burst after the path was silent (nothing sent yet), a message every
+    // 40 us: its first packets go premium, a probe asks, the answer (a
+    // round trip, 100 us) brings the rest back.
+    for i in 0..10 {
+        p.send(0, &msg(i, 1000));
+        p.run_until(p.now + Duration::from_micros(40));
+    }
+    p.run_until(ms(3));
+    let data: Vec<Path> = p.log.iter().filter(|s| s.from == 0 && s.packet_type == DATA).map(|s| s.path).collect();
+    assert!(data.len() >= 10, "{data:?}");
+    assert_eq!(data[0], Path::Premium, "{data:?}");
+    assert_eq!(*data.last().unwrap(), Path::Ordinary, "back once the answer came: {data:?}");
+    let premium = data.iter().filter(|&&d| d == Path::Premium).count();
+    assert!(premium < 5, "only until the answer, a round trip: {data:?}");
+    let asked: Vec<Seen> = p.log.iter().filter(|s| asks(&p, s)).copied().collect();
+    assert_eq!(asked.len(), 1, "one probe asked");
+    assert_eq!((asked[0].from, asked[0].path), (0, Path::Ordinary));
+    let answer = p.log.iter().find(|s| s.packet_type == LSTAT).expect("an answer");
+    assert_eq!((answer.from, answer.path), (1, Path::Premium));
+    // The mode never changed: no event, no switch.
+    assert!(p.data_paths[0].is_empty());
+    let (s, r) = (p.ends[0].latency_stats(1).unwrap(), p.ends[1].latency_stats(0).unwrap());
+    assert_eq!((s.confirmations, s.switches(), r.answers), (1, 0, 1), "{s:?} {r:?}");
+
+    // Messages every millisecond keep the path sampled: no more asking.
+    for i in 10..20 {
+        p.send(0, &msg(i, 100));
+        p.run_until(p.now + Duration::from_millis(1));
+    }
+    assert_eq!(p.ends[0].latency_stats(1).unwrap().confirmations, 1);
+    // Probes every 10 ms: a silence of 8 ms after one of them is longer
+    // than a sample lives, so the next message asks again.
+    let last_probe = p.log.iter().rev().find(|s| s.packet_type == PROBE).unwrap().at;
+    p.run_until(last_probe.max(p.now) + Duration::from_millis(8));
+    let quiet = p.log.iter().rev().find(|s| s.from == 0).unwrap().at;
+    assert!(p.now.since(quiet) > Duration::from_millis(5), "silent since {quiet:?}");
+    p.send(0, &msg(20, 100));
+    p.run_until(p.now + Duration::from_millis(2));
+    assert_eq!(p.ends[0].latency_stats(1).unwrap().confirmations, 2);
+    let last = p.log.iter().rev().find(|s| s.from == 0 && s.packet_type == DATA).unwrap();
+    assert_eq!(last.path, Path::Premium);
+    let expected: Vec<Vec<u8>> = (0..10).map(|i| msg(i, 1000)).chain((10..21).map(|i| msg(i, 100))).collect();
+    assert_eq!(p.received[1], expected, "all, in order, once");
+}
+
+#[test]
+fn a_burst_after_a_silence_does_not_meet_a_queue_that_built_up_unseen() {
+    // From 12 ms the ordinary path holds a queue of 1 ms (above TM), after
+    // the probe of 10 ms saw it quiet. A burst at 14 ms: with the paper's
+    // engine it goes on the ordinary path until the receiver, seeing its
+    // first packets late, switches it; with samples that age, the probe
+    // that asks sees the queue and none of the burst takes the ordinary path.
+    let run = |cfg: LatencyConfig| {
+        let mut p = Pair::new(config(0, cfg.clone()), config(1, cfg));
+        p.delay =
+            Box::new(|_, path, t| if path == Path::Ordinary && t >= ms(12) { Duration::from_millis(1) } else { BASE });
+        p.send(0, b"start probing");
+        p.run_until(ms(14));
+        let before = p.log.len();
+        for i in 0..20 {
+            p.send(0, &msg(i, 1000));
+        }
+        p.run_until(ms(30));
+        let ordinary =
+            p.log[before..].iter().filter(|s| s.from == 0 && s.packet_type == DATA && s.path == Path::Ordinary).count();
+        assert_eq!(p.received[1].len(), 21, "every message arrives");
+        assert_eq!(p.ends[0].mode(1), Mode::HighLatency);
+        ordinary
+    };
+    assert!(run(latency_config()) >= 10, "the paper's engine sends the burst into the queue");
+    assert_eq!(run(short_lived_config()), 0, "none of the burst on the congested path");
+}
+
+#[test]
+fn in_high_latency_mode_probes_follow_the_data_and_bring_it_back_soon() {
+    // The ordinary path is congested (1 ms) from 5 ms to 50 ms. Messages
+    // every millisecond: in high-latency mode the probes leave every 5 ms
+    // (the sample lifetime) instead of every 10, and the data returns to
+    // the ordinary path within about 5 ms of the queue draining.
+    let run =
+        |cfg: LatencyConfig| {
+            let mut p = Pair::new(config(0, cfg.clone()), config(1, cfg));
+            p.delay = Box::new(|_, path, t| {
+                if path == Path::Ordinary && t >= ms(5) && t < ms(50) {
+                    Duration::from_millis(1)
+                } else {
+                    BASE
+                }
+            });
+            let mut back = None;
+            let mut i = 0;
+            while p.now < ms(100) {
+                p.send(0, &msg(i, 200));
+                i += 1;
+                p.run_until(p.now + Duration::from_millis(1));
+                if back.is_none() && p.now > ms(50) && p.ends[0].mode(1) == Mode::LowLatency {
+                    back = Some(p.now);
+                }
+            }
+            p.run_until(p.now + Duration::from_millis(20));
+            assert_eq!(p.received[1].len(), i, "every message arrives");
+            let probes = p.log.iter().filter(|s| s.packet_type == PROBE && s.at >= ms(10) && s.at < ms(50)).count();
+            (probes, back.unwrap())
+        };
+    let (paper_probes, paper_back) = run(latency_config());
+    let (probes, back) = run(short_lived_config());
+    assert!(paper_probes <= 4, "{paper_probes}");
+    assert!(probes >= 7, "{probes}");
+    assert!(back <= ms(57), "back at {back:?}");
+    assert!(back < paper_back || paper_back <= ms(57), "{back:?} against {paper_back:?}");
+}
+
+#[test]
+fn a_hole_left_by_the_slower_premium_path_is_not_prodded_at_every_arrival() {
+    // The premium path paces packets 300 us apart (a rate-limited class);
+    // the ordinary path is quick. A burst after a silence starts on
+    // premium and moves to the ordinary path at the answer: ordinary
+    // packets overtake premium ones still on their way. The receiver's
+    // prods wait for the premium path's pace instead of asking at every
+    // premium arrival (and the sender answering each).
+    let mut p = Pair::new(config(0, short_lived_config()), config(1, short_lived_config()));
+    let next_free = std::cell::Cell::new(Time::ZERO);
+    p.delay = Box::new(move |from, path, t| {
+        if from == 0 && path == Path::Premium {
+            let leave = next_free.get().max(t);
+            next_free.set(leave + Duration::from_micros(300));
+            leave.since(t) + BASE
+        } else {
+            BASE
+        }
+    });
+    // Premium packets earlier in the run teach the receiver their pace.
+    p.send(0, b"start");
+    p.run_until(ms(1));
+    // Bursts 8 ms after a probe (probes every 10 ms): longer than a sample
+    // lives. A message every 40 us.
+    for _ in 0..4 {
+        p.run_until(p.now + Duration::from_millis(12));
+        let last_probe = p.log.iter().rev().find(|s| s.packet_type == PROBE).unwrap().at;
+        p.run_until(last_probe + Duration::from_millis(8));
+        for i in 0..30 {
+            p.send(0, &msg(i, 1000));
+            p.run_until(p.now + Duration::from_micros(40));
+        }
+    }
+    p.run_until(p.now + Duration::from_millis(20));
+    assert_eq!(p.ends[0].latency_stats(1).unwrap().confirmations, 5);
+    assert_eq!(p.received[1].len(), 121);
+    let premium = p.log.iter().filter(|s| s.from == 0 && s.packet_type == DATA && s.path == Path::Premium).count();
+    assert!(premium >= 8, "some of each burst went premium: {premium}");
+    let prods = p.ends[1].channel_stats(0, 0).unwrap().prods_sent;
+    // One, in the first burst, before the receiver knew the pace (four
+    // without waiting for it).
+    assert!(prods <= 1, "{prods} prods for {premium} premium packets");
 }

@@ -870,6 +870,7 @@ impl Runtime {
                     switches_to_ordinary: l.switches_to_low,
                     probes_sent: l.probes_sent,
                     probes_lost: l.probes_lost,
+                    confirmations: l.confirmations,
                     clock_exchanges: l.clock_requests,
                     ack_bytes: c.feedback.acks,
                     prod_bytes: c.feedback.prods,

@@ -68,6 +68,11 @@ pub struct PeerReport {
     pub probes_sent: u64,
     /// The peer's probes this rank saw lost.
     pub probes_lost: u64,
+    /// Times this rank's data to the peer started on the premium path after
+    /// a silence, until the peer answered a probe (adaptive paths with
+    /// samples that age).
+    #[serde(default)]
+    pub confirmations: u64,
     pub clock_exchanges: u64,
     /// Feedback sent to the peer, bytes by kind.
     pub ack_bytes: u64,

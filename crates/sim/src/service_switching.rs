@@ -130,6 +130,14 @@ pub struct RunSpec {
     pub load: f64,
     pub duration: Duration,
     pub drain: Duration,
+    /// [`LatencyConfig::sample_lifetime`] of LME/ECE.
+    pub sample_lifetime: Option<Duration>,
+}
+
+/// bulkwire's sample lifetime with Table 2's values: a fifth of the
+/// monitoring interval, as [`LatencyConfig::from_base_latency`] sets it.
+pub fn default_sample_lifetime() -> Option<Duration> {
+    Some(LatencyConfig::table2().monitor_interval / 5)
 }
 
 /// Kb/s by class.
@@ -177,15 +185,17 @@ impl RunOutcome {
     }
 }
 
-/// The endpoint configuration of task `rank` in `mode`.
-pub fn task_config(seed: u64, rank: u32, mode: Mode) -> Config {
+/// The endpoint configuration of task `rank` in `mode`; `sample_lifetime`
+/// is LME/ECE's ([`LatencyConfig::sample_lifetime`]; `None` is the paper's
+/// engine).
+pub fn task_config(seed: u64, rank: u32, mode: Mode, sample_lifetime: Option<Duration>) -> Config {
     let key = JobKey::new(std::array::from_fn(|i| (seed as u8).wrapping_mul(7).wrapping_add(i as u8)));
     let mut c = Config::new(0x5e41_0000 ^ seed, key, rank, 2);
     c.max_datagram = TASK_MAX_DATAGRAM;
     c.initial_rtt = Duration::from_micros(100);
     if mode == Mode::Switching {
         // The LME/ECE with the paper's Table 2, clocks taken as perfect.
-        c.latency = Some(LatencyConfig::table2());
+        c.latency = Some(LatencyConfig { sample_lifetime, ..LatencyConfig::table2() });
     }
     c
 }
@@ -204,7 +214,9 @@ pub fn run(spec: &RunSpec) -> RunOutcome {
         .collect();
     let plan = Arc::new(Plan { ranks: 2, channels: 1, sends: vec![sends, Vec::new()] });
     let mut hosts: Vec<WorkloadHost> = (0..2)
-        .map(|rank| WorkloadHost::new(task_config(spec.seed, rank, spec.mode), plan.clone(), spec.seed))
+        .map(|rank| {
+            WorkloadHost::new(task_config(spec.seed, rank, spec.mode, spec.sample_lifetime), plan.clone(), spec.seed)
+        })
         .collect::<Result<_, _>>()
         .expect("valid task config");
     hosts[0].endpoint.set_probe_by_pace(1, 0, true);
@@ -304,14 +316,21 @@ pub struct Point {
 pub struct Report {
     pub seed: u64,
     pub lengths: Lengths,
+    pub sample_lifetime: Option<Duration>,
     pub network: AtmConfig,
     pub points: Vec<Point>,
 }
 
 impl Report {
-    /// Runs every (trace, ρ, mode, repetition); `progress` is called after
-    /// each run with a description of it.
-    pub fn measure(seed: u64, lengths: &Lengths, progress: &mut dyn FnMut(&str)) -> Report {
+    /// Runs every (trace, ρ, mode, repetition), LME/ECE with
+    /// `sample_lifetime`; `progress` is called after each run with a
+    /// description of it.
+    pub fn measure(
+        seed: u64,
+        lengths: &Lengths,
+        sample_lifetime: Option<Duration>,
+        progress: &mut dyn FnMut(&str),
+    ) -> Report {
         let mut points = Vec::new();
         for (t, &trace) in TraceKind::ALL.iter().enumerate() {
             for load in lengths.loads_for(trace) {
@@ -327,6 +346,7 @@ impl Report {
                             load,
                             duration: lengths.duration,
                             drain: lengths.drain,
+                            sample_lifetime,
                         };
                         outcomes[m].push(run(&spec));
                         progress(&format!("{} ρ={load:.2} {} #{}", trace.name(), mode.name(), rep + 1));
@@ -337,7 +357,13 @@ impl Report {
                 }
             }
         }
-        Report { seed, lengths: lengths.clone(), network: AtmConfig::paper(seed, 0.0, DataClass::ByPath), points }
+        Report {
+            seed,
+            lengths: lengths.clone(),
+            sample_lifetime,
+            network: AtmConfig::paper(seed, 0.0, DataClass::ByPath),
+            points,
+        }
     }
 
     pub fn point(&self, trace: TraceKind, mode: Mode, load: f64) -> Option<&Point> {
@@ -396,6 +422,7 @@ mod tests {
             load: 0.9,
             duration: Duration::from_millis(500),
             drain: Duration::from_secs(1),
+            sample_lifetime: default_sample_lifetime(),
         };
         let a = run(&spec);
         assert!(a.messages > 100);
