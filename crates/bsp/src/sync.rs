@@ -311,9 +311,9 @@ fn data_header(superstep: u64, last: u8) -> [u8; DATA_HEADER] {
 
 /// The most bytes that may follow a stream in its packet, so that its
 /// buffer can take them without growing: a barrier's message with its
-/// record header, in a job of `p` processes.
+/// record header, in a job of `p` processes, at its longest.
 pub(crate) fn shares_packet_with_stream(p: u32) -> usize {
-    bulkwire_wire::RECORD_HEADER_LEN + HEADER + 4 + Reduction::encoded_len(p)
+    bulkwire_wire::RECORD_HEADER_LEN + HEADER + 4 + Reduction::max_encoded_len(p)
 }
 
 /// A data message carrying a copy of `piece`.
