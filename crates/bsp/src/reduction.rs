@@ -1105,7 +1105,14 @@ mod tests {
                 let p = a.p;
                 let bytes = a.encode();
                 prop_assert!(bytes.len() <= Reduction::max_encoded_len(p));
-                prop_assert!(bytes.len() <= 7 + 8 * (2 * matrix_words(p) + p as usize) + CHECKS * 2 * 25);
+                // No part is longer than its dense words and its tag.
+                let checks = [a.ending, a.registrations, a.registrations_all, a.tagsize, a.eager_to_all];
+                let checks: usize = checks
+                    .iter()
+                    .flat_map(|e| [e.min, e.max])
+                    .map(|w| varint_len(w.value) + varint_len(u64::from(w.pid)) + varint_len(w.detail))
+                    .sum();
+                prop_assert!(bytes.len() <= 4 + 3 + 8 * (2 * matrix_words(p) + p as usize) + checks);
                 prop_assert_eq!(&Reduction::decode(&bytes, p).unwrap(), &a);
                 let mut merged = b.clone();
                 merged.merge_encoded(&bytes).unwrap();
