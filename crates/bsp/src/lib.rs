@@ -87,6 +87,7 @@ pub use pacing::parse_rate;
 pub use queue::{Message, Messages, Queue};
 pub use schedule::Order;
 pub use stats::{PacketStats, SuperstepProfile};
+pub use sync::empty_sync_message_len;
 
 use reduction::Barrier;
 use registry::{Area, Registry, Slot};

@@ -27,7 +27,7 @@ use rustc_hash::FxHashMap as HashMap;
 use crate::error::{BspError, Call, Reason};
 use crate::pacing::Pacer;
 use crate::reduction::{Barrier, Dissemination, Reduction};
-use crate::registry::Area;
+use crate::registry::{Area, Registry};
 use crate::repackaging::{self, Counts, OutStream, Record, DATA_HEADER};
 use crate::schedule;
 use crate::stats::SuperstepProfile;
@@ -311,9 +311,20 @@ fn data_header(superstep: u64, last: u8) -> [u8; DATA_HEADER] {
 
 /// The most bytes that may follow a stream in its packet, so that its
 /// buffer can take them without growing: a barrier's message with its
-/// record header, in a job of `p` processes.
+/// record header, in a job of `p` processes, at its longest.
 pub(crate) fn shares_packet_with_stream(p: u32) -> usize {
-    bulkwire_wire::RECORD_HEADER_LEN + HEADER + 4 + Reduction::encoded_len(p)
+    bulkwire_wire::RECORD_HEADER_LEN + HEADER + 4 + Reduction::max_encoded_len(p)
+}
+
+/// Bytes of a barrier message of an empty sync of `p` processes (no puts,
+/// messages or gets, no registrations, the tag size unchanged): its header
+/// and the reduction, as long as any process's in any round (the checks'
+/// process numbers take the most bytes at process p − 1).
+pub fn empty_sync_message_len(p: u32) -> usize {
+    let last = p.saturating_sub(1);
+    let reduction = Reduction::local(p.max(1), last, |_| false, 0, false, Registry::default().digest(), (0, 0))
+        .eager_to_all(last, false);
+    HEADER + 4 + reduction.encode().len()
 }
 
 /// A data message carrying a copy of `piece`.

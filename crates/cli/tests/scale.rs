@@ -168,12 +168,13 @@ fn sim_scale_rounds_grow_as_log_p_and_messages_as_k_per_round() {
             // An endpoint keeps a channel per rank: its fixed part grows with p.
             assert_eq!(num(r, "channels_count"), f64::from(p), "{r}");
         }
-        // The reduction grows as p², up to where it was asked for.
+        // The reduction of an empty sync, up to where it was asked for: a
+        // header and checks of some 100 bytes, whatever p.
         let reduction = sim_rows(rows, &format!("k={k}, reduction"));
         assert_eq!(reduction.iter().map(|r| r["procs"].as_u64().unwrap()).collect::<Vec<_>>(), [2, 4, 8, 16]);
         let bytes: Vec<f64> = reduction.iter().map(|r| num(r, "message_bytes")).collect();
-        assert!(bytes.windows(2).all(|w| w[1] > w[0]), "{bytes:?}");
-        assert!(bytes[3] - bytes[2] > 3.0 * (bytes[2] - bytes[1]), "quadratic: {bytes:?}");
+        assert!(bytes.windows(2).all(|w| w[1] >= w[0]), "{bytes:?}");
+        assert!(bytes[0] > 13.0 && bytes[3] < 128.0, "{bytes:?}");
     }
     let runtime = |p: u64| {
         let r = rows.iter().find(|r| r["procs"].as_u64() == Some(p)).unwrap();

@@ -7,9 +7,9 @@
 //! their CSV file and a PNG plot in `--out`.
 //!
 //! The barrier's messages are bsp's own (`reduction`: a header and the
-//! reduction, whose two p × p bit matrices make it grow as p²) or tokens
-//! of the same header alone (`token`: the pattern's cost without the
-//! matrices).
+//! reduction of an empty sync, whose two p × p bit matrices are empty and
+//! take a few bytes, beside its checks) or tokens of the same header alone
+//! (`token`: the pattern's cost without the reduction).
 //!
 //! Also the plots of `bulkwire bench scale`'s rows ([`plot_bench`]).
 
@@ -28,7 +28,7 @@ pub const TABLE: &str = "scale-sim";
 /// Which messages the barrier sends.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Messages {
-    /// bsp's: the header and the reduction (O(p²) bytes).
+    /// bsp's: the header and the reduction of an empty sync.
     Reduction,
     /// The header alone.
     Token,
@@ -53,11 +53,10 @@ pub struct Args {
     /// The barrier's messages: bsp's reduction, tokens, or both.
     #[arg(long, value_enum, default_value = "both")]
     pub messages: Messages,
-    /// Runs with bsp's reduction only up to this many processes: its
-    /// messages grow as p² (at 512 processes, 68 KiB each), and the
-    /// simulation with them (a minute at 512, more at 1,024).
-    #[arg(long, default_value_t = 256)]
-    pub reduction_up_to: u32,
+    /// Runs with bsp's reduction only up to this many processes (default:
+    /// all of them).
+    #[arg(long)]
+    pub reduction_up_to: Option<u32>,
     /// Where the CSV file and the PNG plot go.
     #[arg(long, default_value = "out/scale")]
     pub out: PathBuf,
@@ -78,7 +77,7 @@ impl Args {
                     continue;
                 }
                 for &p in &self.procs {
-                    if !reduction || p <= self.reduction_up_to {
+                    if !reduction || self.reduction_up_to.is_none_or(|most| p <= most) {
                         plan.push((p, k, reduction));
                     }
                 }
@@ -107,13 +106,11 @@ impl Args {
 /// (u64), then the round (u32) (`sync.rs`: `header`, `tell`).
 const HEADER: usize = 1 + 8 + 4;
 
-/// Bytes of bsp's barrier message for `p` processes: the header and the
-/// encoded reduction, two p × p bit matrices in 64-bit words, every
-/// process's outgoing bytes and five checks (as `Reduction::encoded_len`
-/// in `bsp/src/reduction.rs` counts them; bsp does not export it).
+/// Bytes of bsp's barrier message in an empty sync of `p` processes: the
+/// header and the encoded reduction, whose matrices and outgoing bytes,
+/// all empty, take a few bytes, and its five checks.
 pub fn reduction_message_len(p: u32) -> usize {
-    let words = (p as usize * p as usize).div_ceil(64);
-    HEADER + 4 + 8 * (2 * words + p as usize) + 5 * 2 * (8 + 4 + 8)
+    bulkwire_bsp::empty_sync_message_len(p)
 }
 
 /// The runtime's endpoint with `p` processes, as it is made (6 channels
@@ -373,11 +370,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_reduction_grows_as_the_square_of_p() {
-        // 64 processes: two matrices of 64 words, 64 byte counts.
-        assert_eq!(reduction_message_len(64), 13 + 4 + 8 * (2 * 64 + 64) + 200);
-        assert_eq!(reduction_message_len(2), 13 + 4 + 8 * (2 + 2) + 200);
-        assert!(reduction_message_len(1024) > 256 << 10);
+    fn the_reduction_of_an_empty_sync_stays_small() {
+        // The header, the number of processes, two bytes for each of the
+        // three empty vectors, and the checks.
+        let (small, large) = (reduction_message_len(2), reduction_message_len(1024));
+        assert!(small > HEADER + 4 + 6 && small < 128, "{small}");
+        assert!(large >= small && large <= small + 10, "{small} {large}");
         let (small, large) = (runtime_endpoint_bytes(64), runtime_endpoint_bytes(1024));
         assert!(large > 14 * small && large < 18 * small, "{small} {large}");
     }
