@@ -24,6 +24,62 @@ fn have(program: &str) -> bool {
 /// One test at a time on the test bed: they share its namespaces.
 static TEST_BED: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// The two-host test bed with the receiver behind a two-class port, held
+/// by one test and taken down when dropped.
+struct TestBed {
+    script: std::path::PathBuf,
+    _one: std::sync::MutexGuard<'static, ()>,
+}
+
+impl TestBed {
+    /// Brings it up, or says why it is skipped: it needs root, iproute2
+    /// and tc.
+    fn bottleneck() -> Option<TestBed> {
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/netns-testbed.sh");
+        if !root || !have("ip") || !have("tc") {
+            eprintln!("skipped: needs root, iproute2 and tc for the namespace test bed");
+            return None;
+        }
+        let one = TEST_BED.lock().unwrap_or_else(|e| e.into_inner());
+        let up = Command::new(&script).args(["bottleneck", "2", "100mbit"]).output().unwrap();
+        if !up.status.success() {
+            eprintln!("skipped: the test bed did not come up: {}", String::from_utf8_lossy(&up.stderr));
+            return None;
+        }
+        Some(TestBed { script, _one: one })
+    }
+
+    /// `test` of this binary as the two ranks of a job with adaptive paths
+    /// (`--verbose --stats`), with `env` besides thresholds far above a
+    /// busy host's scheduling delays and far below a congested queue's
+    /// 8 ms (TM 2 ms, Tm 1 ms): the tests check the switching, not the
+    /// calibration (tested in proto), on a loaded CI machine.
+    fn adaptive_job(&self, test: &str, env: &[(&str, &str)]) -> Output {
+        let root_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        Command::new(env!("CARGO_BIN_EXE_bulkwire"))
+            .args(["run", "-n", "2", "--hosts", "bwh0,bwh1", "--bind", "10.90.0.254", "--paths", "adaptive"])
+            .args(["--verbose", "--stats"])
+            .env("BULKWIRE_LATENCY_HIGH_US", "2000")
+            .env("BULKWIRE_LATENCY_LOW_US", "1000")
+            .envs(env.iter().copied())
+            .arg("--ssh")
+            .arg(root_dir.join("scripts/netns-exec"))
+            .arg(std::env::current_exe().unwrap())
+            .args(["--exact", test, "--nocapture", "--test-threads=1"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for TestBed {
+    fn drop(&mut self) {
+        let _ = Command::new(&self.script).args(["down", "2"]).status();
+    }
+}
+
 /// Adaptive paths on real packets (seed 000 §3): two hosts of the namespace
 /// test bed, the receiver behind a port whose best-effort class a UDP flood
 /// congests while the premium class stays free. Rank 0 streams messages to
@@ -71,19 +127,7 @@ fn adaptive_paths_leave_a_congested_ordinary_class_and_come_back() {
         world.finalize().unwrap();
         return;
     }
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let testbed = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/netns-testbed.sh");
-    if !root || !have("ip") || !have("tc") {
-        eprintln!("skipped: needs root, iproute2 and tc for the namespace test bed");
-        return;
-    }
-    let _one = TEST_BED.lock().unwrap_or_else(|e| e.into_inner());
-    let up = Command::new(&testbed).args(["bottleneck", "2", "100mbit"]).output().unwrap();
-    if !up.status.success() {
-        eprintln!("skipped: the test bed did not come up: {}", String::from_utf8_lossy(&up.stderr));
-        return;
-    }
+    let Some(bed) = TestBed::bottleneck() else { return };
     // 120 Mbit/s of 1,400-byte datagrams into the receiver's 100 Mbit/s
     // port, from 1.5 s to 5.5 s of the job.
     let flood = std::thread::spawn(|| {
@@ -101,24 +145,9 @@ fn adaptive_paths_leave_a_congested_ordinary_class_and_come_back() {
             }
         }
     });
-    let root_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let out = Command::new(env!("CARGO_BIN_EXE_bulkwire"))
-        .args(["run", "-n", "2", "--hosts", "bwh0,bwh1", "--bind", "10.90.0.254", "--paths", "adaptive", "--verbose"])
-        // Thresholds far above a busy host's scheduling delays and far below
-        // the congested queue's 8 ms, so that the test checks the switching
-        // and not the calibration (tested in proto) on a loaded CI machine.
-        .env("BULKWIRE_LATENCY_HIGH_US", "2000")
-        .env("BULKWIRE_LATENCY_LOW_US", "1000")
-        .arg("--ssh")
-        .arg(root_dir.join("scripts/netns-exec"))
-        .arg(std::env::current_exe().unwrap())
-        .args(["--exact", "adaptive_paths_leave_a_congested_ordinary_class_and_come_back", "--nocapture"])
-        .args(["--test-threads=1"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let out = bed.adaptive_job("adaptive_paths_leave_a_congested_ordinary_class_and_come_back", &[]);
     flood.join().unwrap();
-    let _ = Command::new(&testbed).args(["down", "2"]).status();
+    drop(bed);
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stderr.contains("bulkwire: adaptive paths: data on the premium path while"), "--verbose: {stderr}");
@@ -173,37 +202,12 @@ fn after_a_silence_a_burst_starts_on_premium_until_the_receiver_answers() {
         world.finalize().unwrap();
         return;
     }
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let testbed = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/netns-testbed.sh");
-    if !root || !have("ip") || !have("tc") {
-        eprintln!("skipped: needs root, iproute2 and tc for the namespace test bed");
-        return;
-    }
-    let _one = TEST_BED.lock().unwrap_or_else(|e| e.into_inner());
-    let up = Command::new(&testbed).args(["bottleneck", "2", "100mbit"]).output().unwrap();
-    if !up.status.success() {
-        eprintln!("skipped: the test bed did not come up: {}", String::from_utf8_lossy(&up.stderr));
-        return;
-    }
-    let root_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let out = Command::new(env!("CARGO_BIN_EXE_bulkwire"))
-        .args(["run", "-n", "2", "--hosts", "bwh0,bwh1", "--bind", "10.90.0.254", "--paths", "adaptive"])
-        .args(["--verbose", "--stats"])
-        // Thresholds set, so that the first bursts need no calibration, and
-        // far above a busy host's scheduling delays.
-        .env("BULKWIRE_LATENCY_HIGH_US", "2000")
-        .env("BULKWIRE_LATENCY_LOW_US", "1000")
-        .env("BULKWIRE_LATENCY_LIFETIME_MS", "2")
-        .arg("--ssh")
-        .arg(root_dir.join("scripts/netns-exec"))
-        .arg(std::env::current_exe().unwrap())
-        .args(["--exact", "after_a_silence_a_burst_starts_on_premium_until_the_receiver_answers", "--nocapture"])
-        .args(["--test-threads=1"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let _ = Command::new(&testbed).args(["down", "2"]).status();
+    let Some(bed) = TestBed::bottleneck() else { return };
+    let out = bed.adaptive_job(
+        "after_a_silence_a_burst_starts_on_premium_until_the_receiver_answers",
+        &[("BULKWIRE_LATENCY_LIFETIME_MS", "2")],
+    );
+    drop(bed);
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stderr.contains("starts on the premium path until a probe is answered"), "--verbose: {stderr}");
