@@ -440,7 +440,6 @@ impl PeerLink {
     /// Timers due at `now`; a lost probe may call for a decision.
     pub(crate) fn handle_timeout(&mut self, now: Time, cfg: &LatencyConfig) -> Option<Decision> {
         self.probes.handle_timeout(now);
-
         if let Some(sync) = &mut self.clock {
             sync.handle_timeout(now);
         }
