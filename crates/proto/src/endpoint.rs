@@ -18,6 +18,7 @@ use crate::pool::{BufferPool, RecvBudget};
 use crate::rate::{FeedbackMaker, Pacer, RateControl, RateStats};
 use crate::stats::{ChannelStats, EndpointStats, LatencyStats, PathStats};
 use crate::time::Time;
+use crate::timers::Timers;
 
 /// A datagram the caller must send: `len` bytes written at the start of the
 /// buffer given to [`Endpoint::poll_transmit`].
@@ -77,7 +78,8 @@ pub struct Footprint {
     pub channel_heap: usize,
     /// Per peer besides the channels: the latency links, the pacers, the
     /// Warp feedback state (one entry per rank, one per rank and channel),
-    /// the flags and lists indexed by channel.
+    /// the flags and lists indexed by channel, the timers' heap and
+    /// deadlines.
     pub peer_state: usize,
     /// Packet buffers on the pools' free lists, kept for reuse.
     pub free_buffers: usize,
@@ -101,6 +103,11 @@ pub struct Endpoint {
     /// every channel at every turn. Checked against a fresh scan in debug
     /// builds.
     timeout_cache: std::cell::Cell<Option<Option<Time>>>,
+    /// The deadlines of the channels (slot = channel index) and of the
+    /// latency links (slot = `channels.len()` + peer). Every mutation of a
+    /// channel or link marks its slot, so that `poll_timeout` and
+    /// `handle_timeout` look only at what changed.
+    timers: std::cell::RefCell<Timers>,
     accept: Accept,
     /// Indexed by `peer * channels + channel`; the slots of our own rank are unused.
     channels: Vec<Channel>,
@@ -160,6 +167,9 @@ impl Endpoint {
         );
         Ok(Endpoint {
             timeout_cache: std::cell::Cell::new(None),
+            timers: std::cell::RefCell::new(Timers::new(
+                count + if cfg.latency.is_some() { cfg.ranks as usize } else { 0 },
+            )),
             accept: Accept { job: cfg.job, destination: cfg.rank, ranks: cfg.ranks, channels: cfg.channels },
             channels,
             send_pool: BufferPool::new(cfg.send_buffers(), cfg.max_payload()),
@@ -246,13 +256,13 @@ impl Endpoint {
             return Ok(());
         }
         let index = self.index(to, channel);
-        if let Some(link) = self.links.get_mut(to as usize) {
+        if let Some(link) = self.link_mut(to) {
             // Monitoring starts with the first message: probes then run
             // ahead of every later burst, so the mode is known when it comes.
             link.activate();
         }
         self.pending_bytes += len;
-        self.channels[index].queue(data, headroom);
+        self.channel_mut(index).queue(data, headroom);
         self.mark_ready(index);
         Ok(())
     }
@@ -297,7 +307,7 @@ impl Endpoint {
         self.timeout_cache.set(None);
         if to < self.cfg.ranks && to != self.cfg.rank && channel < self.cfg.channels {
             let index = self.index(to, channel);
-            self.channels[index].end_phase();
+            self.channel_mut(index).end_phase();
         }
     }
 
@@ -312,7 +322,7 @@ impl Endpoint {
         self.timeout_cache.set(None);
         if peer < self.cfg.ranks && peer != self.cfg.rank && channel < self.cfg.channels {
             let index = self.index(peer, channel);
-            self.channels[index].awaiting(now);
+            self.channel_mut(index).awaiting(now);
         }
     }
 
@@ -324,7 +334,7 @@ impl Endpoint {
         self.timeout_cache.set(None);
         if peer < self.cfg.ranks && peer != self.cfg.rank && channel < self.cfg.channels {
             let index = self.index(peer, channel);
-            self.channels[index].receiver_driven = on;
+            self.channel_mut(index).receiver_driven = on;
         }
     }
 
@@ -339,7 +349,7 @@ impl Endpoint {
         self.timeout_cache.set(None);
         if peer < self.cfg.ranks && peer != self.cfg.rank && channel < self.cfg.channels {
             let index = self.index(peer, channel);
-            self.channels[index].probe_by_pace = on;
+            self.channel_mut(index).probe_by_pace = on;
         }
     }
 
@@ -349,7 +359,7 @@ impl Endpoint {
     pub fn request_acknowledgements(&mut self) {
         self.timeout_cache.set(None);
         for index in 0..self.channels.len() {
-            if self.channels[index].request_acknowledgement() {
+            if self.channel_mut(index).request_acknowledgement() {
                 self.mark_ready(index);
             }
         }
@@ -361,7 +371,7 @@ impl Endpoint {
         self.timeout_cache.set(None);
         self.check_send(peer, channel, 0).or_else(|e| if e == SendError::WouldBlock { Ok(()) } else { Err(e) })?;
         let index = self.index(peer, channel);
-        let ch = &mut self.channels[index];
+        let ch = self.channel_mut(index);
         if !ch.is_fresh() {
             return Err(SendError::InUse);
         }
@@ -374,7 +384,7 @@ impl Endpoint {
         self.timeout_cache.set(None);
         if peer < self.cfg.ranks && channel < self.cfg.channels {
             let index = self.index(peer, channel);
-            self.channels[index].colour = colour;
+            self.channel_mut(index).colour = colour;
         }
     }
 
@@ -385,7 +395,7 @@ impl Endpoint {
         self.timeout_cache.set(None);
         if peer < self.cfg.ranks && channel < self.cfg.channels {
             let index = self.index(peer, channel);
-            self.channels[index].premium = on;
+            self.channel_mut(index).premium = on;
         }
     }
 
@@ -493,6 +503,7 @@ impl Endpoint {
         if latency_on {
             match header.packet_type {
                 PacketType::Data if !header.flags.contains(Flags::PREMIUM) => {
+                    self.mark_link(header.source);
                     let cfg = self.cfg.latency.as_ref().expect("links exist only with a latency config");
                     if let Some(decision) = self.links[header.source as usize].on_data(now, header.timestamp, cfg) {
                         self.issue(header.source, decision);
@@ -500,7 +511,7 @@ impl Endpoint {
                 }
                 PacketType::Lstat => match LatencyStatus::read(packet.payload) {
                     Ok((status, ranges)) => {
-                        if let Some(mode) = self.links[header.source as usize].on_lstat(&status) {
+                        if let Some(mode) = self.link_mut(header.source).expect("latency is on").on_lstat(&status) {
                             let data_path = mode.data_path();
                             self.events.push_back(Event::ModeChanged { peer: header.source, data_path });
                         }
@@ -607,6 +618,7 @@ impl Endpoint {
     /// A probe or clock packet: it belongs to the peer, not to a channel.
     fn handle_link_packet(&mut self, now: Time, header: &Header, payload: &[u8]) {
         let peer = header.source;
+        self.mark_link(peer);
         let cfg = self.cfg.latency.as_ref().expect("links exist only with a latency config");
         let link = &mut self.links[peer as usize];
         if header.packet_type == PacketType::Probe {
@@ -635,7 +647,7 @@ impl Endpoint {
         let first = self.index(peer, 0);
         let mut carried = false;
         for index in first..first + self.cfg.channels as usize {
-            let ch = &mut self.channels[index];
+            let ch = self.channel_mut(index);
             if ch.failed || (carried && !ch.is_waiting()) {
                 continue;
             }
@@ -656,22 +668,39 @@ impl Endpoint {
                 self.mark_ready(index);
             }
         }
-        for index in 0..self.channels.len() {
-            if self.channels[index].poll_timeout().is_some_and(|t| t <= now) {
-                self.channels[index].handle_timeout(now);
-                self.mark_ready(index);
+        // The due channels, then the due links, as a scan in index order
+        // would find them.
+        let due = self.due_timers(now);
+        let channels = self.channels.len();
+        for &slot in &due {
+            if slot < channels {
+                self.channels[slot].handle_timeout(now);
+                self.mark_ready(slot);
+                continue;
             }
-        }
-        for peer in 0..self.links.len() as u32 {
-            let link = &mut self.links[peer as usize];
-            if link.poll_timeout().is_some_and(|t| t <= now) {
-                let cfg = self.cfg.latency.as_ref().expect("links exist only with a latency config");
-                if let Some(decision) = link.handle_timeout(now, cfg) {
-                    self.issue(peer, decision);
-                }
-                self.mark_link_ready(peer);
+            let peer = (slot - channels) as u32;
+            let cfg = self.cfg.latency.as_ref().expect("links exist only with a latency config");
+            if let Some(decision) = self.links[peer as usize].handle_timeout(now, cfg) {
+                self.issue(peer, decision);
             }
+            self.mark_link_ready(peer);
         }
+        #[cfg(debug_assertions)]
+        for slot in (0..channels + self.links.len()).filter(|s| due.binary_search(s).is_err()) {
+            debug_assert!(
+                self.slot_timeout(slot).is_none_or(|t| t > now),
+                "timer slot {slot} is due but was not handled: a mutation did not mark it"
+            );
+        }
+    }
+
+    /// Takes the timer slots due at `now` off the heap, in slot order,
+    /// after registering the deadlines of the slots that changed; they are
+    /// asked again at the next refresh.
+    fn due_timers(&mut self, now: Time) -> Vec<usize> {
+        let mut timers = self.timers.borrow_mut();
+        timers.refresh(|slot| self.slot_timeout(slot));
+        timers.take_due(now)
     }
 
     // ----- outputs ----------------------------------------------------------
@@ -722,6 +751,7 @@ impl Endpoint {
         }
         // Probes first: their timestamps should say when they left.
         while let Some(peer) = self.link_ready.pop_front() {
+            self.mark_link(peer);
             let link = &mut self.links[peer as usize];
             link.in_ready = false;
             if let Some((path, len)) = link.poll_transmit(now, peer, &self.cfg, buf) {
@@ -735,6 +765,9 @@ impl Endpoint {
         }
         while let Some(index) = self.ready.pop_front() {
             let peer = self.channels[index].peer as usize;
+            if !self.links.is_empty() {
+                self.mark_link(peer as u32);
+            }
             if let (Some(cfg), Some(link)) = (self.cfg.latency.as_ref(), self.links.get_mut(peer)) {
                 let ch = &self.channels[index];
                 if !ch.premium && ch.has_new_data() && link.before_data(now, cfg) {
@@ -811,18 +844,32 @@ impl Endpoint {
     }
 
     /// When `handle_timeout` should be called next.
+    /// Costs in proportion to the channels and links changed since the last
+    /// call (their deadlines go into a heap) and to the channels waiting for
+    /// their pacers, not to the number of channels.
     pub fn poll_timeout(&self) -> Option<Time> {
         if let Some(cached) = self.timeout_cache.get() {
             debug_assert_eq!(cached, self.compute_timeout(), "a stale timeout: a mutation did not clear the cache");
             return cached;
         }
-        let timeout = self.compute_timeout();
+        let timeout = {
+            let mut timers = self.timers.borrow_mut();
+            timers.refresh(|slot| self.slot_timeout(slot));
+            let paced = self.paced.iter().filter_map(|&i| self.pacers[self.channels[i].peer as usize].as_ref());
+            timers.next().into_iter().chain(paced.map(Pacer::next_send)).min()
+        };
+        debug_assert_eq!(
+            timeout,
+            self.compute_timeout(),
+            "the timer heap disagrees with a scan: a mutation did not mark its channel or link"
+        );
         self.timeout_cache.set(Some(timeout));
         timeout
     }
 
-    /// [`Endpoint::poll_timeout`] computed afresh: a scan of every channel,
-    /// pacer and latency link (O(peers × channels)).
+    /// [`Endpoint::poll_timeout`] by a scan of every channel, pacer and
+    /// latency link (O(peers × channels)): what debug builds check the
+    /// timer heap against.
     fn compute_timeout(&self) -> Option<Time> {
         let paced = self.paced.iter().filter_map(|&i| self.pacers[self.channels[i].peer as usize].as_ref());
         let channels = self.channels.iter().filter_map(Channel::poll_timeout).chain(paced.map(Pacer::next_send)).min();
@@ -908,7 +955,8 @@ impl Endpoint {
             + self.pacers.capacity() * size_of::<Option<Pacer>>()
             + self.feedback.heap_bytes()
             + self.feedback_due.capacity() * size_of::<(u32, WarpFeedback)>()
-            + self.feedback_sent.capacity() * size_of::<u64>();
+            + self.feedback_sent.capacity() * size_of::<u64>()
+            + self.timers.borrow().heap_bytes();
         let events = self.events.capacity() * size_of::<Event>()
             + self
                 .events
@@ -993,6 +1041,7 @@ impl Endpoint {
 
     /// A channel together with the endpoint resources it works with.
     fn split(&mut self, index: usize) -> (&mut Channel, Shared<'_>) {
+        self.timers.get_mut().mark(index);
         let peer = self.channels[index].peer as usize;
         let data_path = match self.cfg.premium_only || self.channels[index].premium {
             true => Path::Premium,
@@ -1017,10 +1066,38 @@ impl Endpoint {
 
     /// Closes a channel whose peer broke the protocol, and tells the application.
     fn fail(&mut self, index: usize, reason: &'static str) {
+        self.timers.get_mut().mark(index);
         let ch = &mut self.channels[index];
         ch.failed = true;
         self.protocol_violations += 1;
         self.events.push_back(Event::ProtocolViolation { peer: ch.peer, channel: ch.id, reason });
+    }
+
+    /// A channel to change: its timers are asked again before they are read.
+    fn channel_mut(&mut self, index: usize) -> &mut Channel {
+        self.timers.get_mut().mark(index);
+        &mut self.channels[index]
+    }
+
+    /// The latency link to `peer` (if latency is on), to change.
+    fn link_mut(&mut self, peer: u32) -> Option<&mut PeerLink> {
+        if (peer as usize) < self.links.len() {
+            self.mark_link(peer);
+        }
+        self.links.get_mut(peer as usize)
+    }
+
+    fn mark_link(&mut self, peer: u32) {
+        let slot = self.channels.len() + peer as usize;
+        self.timers.get_mut().mark(slot);
+    }
+
+    /// The deadline of a timer slot: a channel's, or a latency link's.
+    fn slot_timeout(&self, slot: usize) -> Option<Time> {
+        match self.channels.get(slot) {
+            Some(ch) => ch.poll_timeout(),
+            None => self.links[slot - self.channels.len()].poll_timeout(),
+        }
     }
 
     fn index(&self, peer: u32, channel: u16) -> usize {

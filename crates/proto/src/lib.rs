@@ -37,6 +37,7 @@ mod rate;
 mod rtt;
 mod stats;
 mod time;
+mod timers;
 mod warp;
 
 pub use channel::SharedPayload;
