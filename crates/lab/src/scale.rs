@@ -212,7 +212,7 @@ pub fn table(report: &Report) -> String {
             "sent KiB",
             "resent",
             "drops",
-            "scans",
+            "visits",
             "endp KiB",
             "new KiB",
             "rt KiB"
@@ -231,7 +231,7 @@ pub fn table(report: &Report) -> String {
                 opt(n("sync_sent_bytes").map(|b| b / 1024.0), 1),
                 opt(n("sync_retransmitted_packets"), 1),
                 opt(n("queue_drops_datagrams"), 0),
-                opt(n("sync_channel_scans_count"), 0),
+                opt(n("sync_channel_visits_count"), 0),
                 opt(n("endpoint_kib"), 0),
                 opt(n("endpoint_new_kib"), 0),
                 opt(n("runtime_endpoint_kib"), 0),
@@ -241,8 +241,8 @@ pub fn table(report: &Report) -> String {
     }
     let _ = writeln!(
         o,
-        "# per process and sync: messages, datagrams (data and control), bytes sent, packets resent, calls that \
-         look at every channel (scans); drops: at the switch, in all; endp: the endpoint at the end, new: as made, \
+        "# per process and sync: messages, datagrams (data and control), bytes sent, packets resent, deadlines of \
+         channels looked at by the endpoint's timers (visits); drops: at the switch, in all; endp: the endpoint at the end, new: as made, \
          rt: as the runtime makes it (six channels per pair)"
     );
     o

@@ -165,7 +165,7 @@ impl Endpoint {
             cfg.rate_control.as_ref().unwrap_or(&RateControl::default()),
             cfg.max_datagram,
         );
-        Ok(Endpoint {
+        let mut endpoint = Endpoint {
             timeout_cache: std::cell::Cell::new(None),
             timers: std::cell::RefCell::new(Timers::new(
                 count + if cfg.latency.is_some() { cfg.ranks as usize } else { 0 },
@@ -200,7 +200,14 @@ impl Endpoint {
             feedback_due: VecDeque::new(),
             feedback_sent: vec![0; cfg.ranks as usize],
             cfg,
-        })
+        };
+        let slots = endpoint.channels.len() + endpoint.links.len();
+        for slot in 0..slots {
+            if endpoint.slot_timeout(slot).is_some() {
+                endpoint.timers.get_mut().mark(slot);
+            }
+        }
+        Ok(endpoint)
     }
 
     pub fn config(&self) -> &Config {
@@ -877,6 +884,14 @@ impl Endpoint {
             return channels;
         }
         channels.into_iter().chain(self.links.iter().filter_map(PeerLink::poll_timeout)).min()
+    }
+
+    /// How many deadlines of channels and latency links the timers asked
+    /// since the endpoint was made: one per slot changed between two reads
+    /// of the timers, the work that [`Endpoint::poll_timeout`] and
+    /// [`Endpoint::handle_timeout`] do instead of a scan of every channel.
+    pub fn timer_visits(&self) -> u64 {
+        self.timers.borrow().asked
     }
 
     /// The next message or notice for the application.

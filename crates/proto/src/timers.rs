@@ -19,16 +19,19 @@ pub(crate) struct Timers {
     /// Slots to ask again, each once (`in_dirty`).
     dirty: Vec<usize>,
     in_dirty: Vec<bool>,
+    /// Deadlines asked since made: the timers' work.
+    pub(crate) asked: u64,
 }
 
 impl Timers {
-    /// `slots` slots, all dirty (their first deadlines are not known yet).
+    /// `slots` slots without deadlines: mark those that have one.
     pub(crate) fn new(slots: usize) -> Timers {
         Timers {
             heap: BinaryHeap::new(),
             registered: vec![None; slots],
-            dirty: (0..slots).collect(),
-            in_dirty: vec![true; slots],
+            dirty: Vec::new(),
+            in_dirty: vec![false; slots],
+            asked: 0,
         }
     }
 
@@ -44,6 +47,7 @@ impl Timers {
     pub(crate) fn refresh(&mut self, mut deadline: impl FnMut(usize) -> Option<Time>) {
         for slot in std::mem::take(&mut self.dirty) {
             self.in_dirty[slot] = false;
+            self.asked += 1;
             let at = deadline(slot);
             if at != self.registered[slot] {
                 self.registered[slot] = at;
@@ -112,6 +116,7 @@ mod tests {
     fn the_next_deadline_follows_changes_and_stale_entries_are_skipped() {
         let mut deadlines = vec![Some(at(30)), None, Some(at(10))];
         let mut t = Timers::new(3);
+        (0..3).for_each(|s| t.mark(s));
         t.refresh(|s| deadlines[s]);
         assert_eq!(t.next(), Some(at(10)));
         deadlines[2] = Some(at(50));
@@ -135,6 +140,7 @@ mod tests {
     fn a_deadline_that_comes_back_is_due_once() {
         let mut deadlines = vec![Some(at(10))];
         let mut t = Timers::new(1);
+        t.mark(0);
         t.refresh(|s| deadlines[s]);
         deadlines[0] = Some(at(20));
         t.mark(0);
