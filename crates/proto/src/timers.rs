@@ -114,7 +114,7 @@ mod tests {
 
     #[test]
     fn the_next_deadline_follows_changes_and_stale_entries_are_skipped() {
-        let mut deadlines = vec![Some(at(30)), None, Some(at(10))];
+        let mut deadlines = [Some(at(30)), None, Some(at(10))];
         let mut t = Timers::new(3);
         (0..3).for_each(|s| t.mark(s));
         t.refresh(|s| deadlines[s]);
@@ -138,7 +138,7 @@ mod tests {
 
     #[test]
     fn a_deadline_that_comes_back_is_due_once() {
-        let mut deadlines = vec![Some(at(10))];
+        let mut deadlines = [Some(at(10))];
         let mut t = Timers::new(1);
         t.mark(0);
         t.refresh(|s| deadlines[s]);
