@@ -143,12 +143,7 @@ impl ModeJudge {
             }
             _ => return None,
         };
-        self.requested = mode;
-        self.epoch = self.epoch.wrapping_add(1).max(1);
-        let decision = Decision { epoch: self.epoch, mode, reason, probe_timestamp, latency };
-        self.last = Some(decision);
-        self.issued_at = Some(now);
-        Some(decision)
+        Some(self.decide(now, mode, reason, probe_timestamp, latency))
     }
 
     /// An answer to a probe that asked for one: the mode the judge wants
@@ -159,9 +154,21 @@ impl ModeJudge {
             Mode::LowLatency => LstatReason::LatencyLow,
             Mode::HighLatency => LstatReason::LatencyHigh,
         };
+        self.decide(now, self.requested, reason, timestamp, latency)
+    }
+
+    /// Records a decision for `mode` under a new epoch, issued `now`.
+    fn decide(
+        &mut self,
+        now: Time,
+        mode: Mode,
+        reason: LstatReason,
+        probe_timestamp: u64,
+        latency: Duration,
+    ) -> Decision {
+        self.requested = mode;
         self.epoch = self.epoch.wrapping_add(1).max(1);
-        let decision =
-            Decision { epoch: self.epoch, mode: self.requested, reason, probe_timestamp: timestamp, latency };
+        let decision = Decision { epoch: self.epoch, mode, reason, probe_timestamp, latency };
         self.last = Some(decision);
         self.issued_at = Some(now);
         decision

@@ -510,7 +510,8 @@ impl Endpoint {
         if latency_on {
             match header.packet_type {
                 PacketType::Data if !header.flags.contains(Flags::PREMIUM) => {
-                    self.mark_link(header.source);
+                    // A sample moves no timer of the link (probes, loss
+                    // deadline, clock): its slot stays as it is.
                     let cfg = self.cfg.latency.as_ref().expect("links exist only with a latency config");
                     if let Some(decision) = self.links[header.source as usize].on_data(now, header.timestamp, cfg) {
                         self.issue(header.source, decision);
@@ -772,7 +773,10 @@ impl Endpoint {
         }
         while let Some(index) = self.ready.pop_front() {
             let peer = self.channels[index].peer as usize;
-            if !self.links.is_empty() {
+            // Samples that age move the link's next probe as data leaves
+            // (`before_data`, `sent`); without them its timers stay put.
+            let aging = self.cfg.latency.as_ref().is_some_and(|l| l.sample_lifetime.is_some());
+            if aging {
                 self.mark_link(peer as u32);
             }
             if let (Some(cfg), Some(link)) = (self.cfg.latency.as_ref(), self.links.get_mut(peer)) {
