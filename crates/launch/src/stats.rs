@@ -49,61 +49,82 @@ pub fn table(reports: &BTreeMap<u32, Vec<PeerReport>>) -> String {
             ]));
         }
     }
-    if reports.values().flatten().any(|p| p.shm_messages > 0) {
-        o.push_str(
-            "shared memory (peers on the rank's host): messages and MB, messages read by the peer from the \
-             rank's memory (one copy), wake-ups sent\n",
-        );
-        o.push_str(&format!("{:>6} {:>10} {:>9} {:>10} {:>9}\n", "to", "messages", "MB", "one copy", "wake-ups"));
-        for (rank, peers) in reports {
-            for p in peers.iter().filter(|p| p.shm_messages > 0) {
-                o.push_str(&format!(
-                    "{:>6} {:>10} {:>9.3} {:>10} {:>9}\n",
-                    format!("{rank}>{}", p.peer),
-                    p.shm_messages,
-                    p.shm_bytes as f64 / 1e6,
-                    p.shm_single_copy,
-                    p.shm_wakeups
-                ));
-            }
-        }
-    }
-    if reports.values().flatten().any(|p| p.best_effort_lost + p.best_effort_abandoned > 0) {
-        o.push_str(
-            "best-effort data from the peer, not resent: packets that never came (or came after a later one), \
-             messages dropped for a piece missing\n",
-        );
-        o.push_str(&format!("{:>6} {:>9} {:>9}\n", "from", "lost", "dropped"));
-        for (rank, peers) in reports {
-            for p in peers.iter().filter(|p| p.best_effort_lost + p.best_effort_abandoned > 0) {
-                o.push_str(&format!(
-                    "{:>6} {:>9} {:>9}\n",
-                    format!("{}>{rank}", p.peer),
-                    p.best_effort_lost,
-                    p.best_effort_abandoned
-                ));
-            }
-        }
-    }
+    section(
+        &mut o,
+        reports,
+        "shared memory (peers on the rank's host): messages and MB, messages read by the peer from the \
+         rank's memory (one copy), wake-ups sent",
+        &[("to", 6), ("messages", 10), ("MB", 9), ("one copy", 10), ("wake-ups", 9)],
+        |p| p.shm_messages > 0,
+        |p| {
+            let mb = format!("{:.3}", p.shm_bytes as f64 / 1e6);
+            vec![p.shm_messages.to_string(), mb, p.shm_single_copy.to_string(), p.shm_wakeups.to_string()]
+        },
+    );
+    section(
+        &mut o,
+        reports,
+        "segmentation offload (UDP GSO/GRO): datagrams to the peer that left in segmented sends, from the \
+         peer that came in coalesced reads",
+        &[("to", 6), ("segmented", 10), ("coalesced", 10)],
+        |p| p.offload_sent + p.offload_received > 0,
+        |p| vec![p.offload_sent.to_string(), p.offload_received.to_string()],
+    );
+    section(
+        &mut o,
+        reports,
+        "best-effort data from the peer, not resent: packets that never came (or came after a later one), \
+         messages dropped for a piece missing",
+        &[("from", 6), ("lost", 9), ("dropped", 9)],
+        |p| p.best_effort_lost + p.best_effort_abandoned > 0,
+        |p| vec![p.best_effort_lost.to_string(), p.best_effort_abandoned.to_string()],
+    );
     if warp {
-        o.push_str(
+        section(
+            &mut o,
+            reports,
             "Warp rate control: feedback kB the rank returned to the peer, feedback datagrams it got \
-             from the peer, datagrams to the peer that waited for the pacer\n",
+             from the peer, datagrams to the peer that waited for the pacer",
+            &[("to", 6), ("warp kB", 9), ("feedback", 9), ("paced", 9)],
+            |_| true,
+            |p| {
+                let kb = format!("{:.1}", p.warp_bytes as f64 / 1e3);
+                vec![kb, p.warp_feedback_received.to_string(), p.paced.to_string()]
+            },
         );
-        o.push_str(&format!("{:>6} {:>9} {:>9} {:>9}\n", "to", "warp kB", "feedback", "paced"));
-        for (rank, peers) in reports {
-            for p in peers {
-                o.push_str(&format!(
-                    "{:>6} {:>9.1} {:>9} {:>9}\n",
-                    format!("{rank}>{}", p.peer),
-                    p.warp_bytes as f64 / 1e3,
-                    p.warp_feedback_received,
-                    p.paced
-                ));
-            }
-        }
     }
     o
+}
+
+/// A section of the table, where any pair has what `shown` looks for: a
+/// title, a header of `columns` (name, width), and a line for each such
+/// pair: the pair, then `cells`. The first column names the pair as the
+/// first column's name says: `to` (rank>peer) or `from` (peer>rank).
+fn section(
+    o: &mut String,
+    reports: &BTreeMap<u32, Vec<PeerReport>>,
+    title: &str,
+    columns: &[(&str, usize)],
+    shown: impl Fn(&PeerReport) -> bool,
+    cells: impl Fn(&PeerReport) -> Vec<String>,
+) {
+    if !reports.values().flatten().any(&shown) {
+        return;
+    }
+    let line = |cells: Vec<String>| -> String {
+        let cells: Vec<String> = cells.iter().zip(columns).map(|(c, (_, w))| format!("{c:>w$}")).collect();
+        cells.join(" ") + "\n"
+    };
+    o.push_str(title);
+    o.push('\n');
+    o.push_str(&line(columns.iter().map(|(name, _)| name.to_string()).collect()));
+    let from = columns[0].0 == "from";
+    for (rank, peers) in reports {
+        for p in peers.iter().filter(|p| shown(p)) {
+            let pair = if from { format!("{}>{rank}", p.peer) } else { format!("{rank}>{}", p.peer) };
+            o.push_str(&line([vec![pair], cells(p)].concat()));
+        }
+    }
 }
 
 /// The statistics as rows: table `job`, a row per rank and peer.
@@ -143,6 +164,8 @@ pub fn json(reports: &BTreeMap<u32, Vec<PeerReport>>, ranks: u32) -> String {
                     .with("shm_bytes", p.shm_bytes)
                     .with("shm_single_copy_count", p.shm_single_copy)
                     .with("shm_wakeups_count", p.shm_wakeups)
+                    .with("segmented_packets", p.offload_sent)
+                    .with("coalesced_packets", p.offload_received)
                     .with("best_effort_lost_packets", p.best_effort_lost)
                     .with("best_effort_dropped_count", p.best_effort_abandoned)
             })

@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bulkwire_proto::{Config, Endpoint, Event, Path, RateControl, SendError, Strategy, Time};
-use bulkwire_wire::Coverage;
+use bulkwire_wire::{Coverage, Header};
 
 use crate::env::JobEnv;
 use crate::loss::LossInjector;
@@ -42,8 +42,21 @@ const IDLE_WAKE: Duration = Duration::from_millis(250);
 const READ_BATCH: usize = 64;
 /// Datagrams read per system call.
 const RECV_BATCH: usize = 16;
-/// Datagrams sent per system call, at most.
+/// Datagrams sent per system call: at least this many, and more of small
+/// datagrams, up to [`SEND_BATCH_BYTES`] of buffers ([`send_batch`]).
 const SEND_BATCH: usize = 16;
+/// Buffer bytes a send batch of small datagrams may take: 64 Ethernet-sized
+/// datagrams, which segmentation offload sends in two system calls' worth
+/// of trips through the stack.
+const SEND_BATCH_BYTES: usize = 512 << 10;
+/// A send batch for datagrams of up to `max_datagram` bytes.
+fn send_batch(max_datagram: usize, segmentation: bool) -> SendBatch {
+    let count = (SEND_BATCH_BYTES / max_datagram.max(1)).clamp(SEND_BATCH, SendBatch::MAX);
+    let mut batch = SendBatch::new(count, max_datagram);
+    batch.set_segmentation(segmentation);
+    batch
+}
+
 /// Datagram size on loopback: the largest UDP payload, rounded down to 1 KiB.
 const LOOPBACK_DATAGRAM: usize = 63 * 1024;
 /// How long the progress thread naps while the application spins.
@@ -115,6 +128,8 @@ pub struct Engine {
     start: Instant,
     rx: RecvBatch,
     tx: SendBatch,
+    /// Datagrams that came in coalesced reads, by the rank they name.
+    coalesced: Vec<u64>,
     /// The path that delivered the latest datagram.
     hot: Path,
     /// Messages taken from the endpoint and not yet matched by the application.
@@ -236,12 +251,28 @@ impl Engine {
                     if self.rx.datagram_mut(i).is_empty() {
                         continue;
                     }
+                    self.hot = path;
+                    moved = true;
+                    if let Some(size) = self.rx.segment_size(i) {
+                        // A run of datagrams the kernel delivered at once:
+                        // each handled where it lies.
+                        for datagram in self.rx.datagram_mut(i).chunks(size) {
+                            // Counted by the rank the datagram names.
+                            if let Some(n) =
+                                Header::named_source(datagram).and_then(|rank| self.coalesced.get_mut(rank as usize))
+                            {
+                                *n += 1;
+                            }
+                            if !self.loss.as_mut().is_some_and(|l| l.drops()) {
+                                self.endpoint.handle_datagram(now, datagram);
+                            }
+                        }
+                        continue;
+                    }
                     if self.loss.as_mut().is_some_and(|l| l.drops()) {
                         continue;
                     }
                     self.endpoint.handle_datagram_owned(now, self.rx.datagram_mut(i));
-                    self.hot = path;
-                    moved = true;
                 }
                 if n < self.rx.capacity() {
                     break;
@@ -414,7 +445,7 @@ impl Engine {
             while !self.tx.is_full() {
                 let Some((t, shared)) = self.endpoint.poll_transmit_shared(now, self.tx.next_buffer()) else { break };
                 let (ordinary, premium) = self.peers[t.to as usize];
-                self.tx.push(t.path, if t.path == Path::Premium { premium } else { ordinary }, t.len, shared);
+                self.tx.push(t.path, t.to, if t.path == Path::Premium { premium } else { ordinary }, t.len, shared);
             }
             if self.tx.is_empty() {
                 return sent;
@@ -683,6 +714,13 @@ impl Runtime {
                 None => "no shared memory; every peer over UDP".to_string(),
             };
             say(&format!("bulkwire: rank {}: {how}", env.rank));
+            let offload = match (sockets.segmentation, sockets.coalescing) {
+                (true, true) => "segmented sends and coalesced reads (UDP GSO and GRO)",
+                (true, false) => "segmented sends (UDP GSO), no coalesced reads",
+                (false, true) => "coalesced reads (UDP GRO), no segmented sends",
+                (false, false) => "no segmentation offload",
+            };
+            say(&format!("bulkwire: rank {}: UDP datagrams of up to {} B, {offload}", env.rank, config.max_datagram));
         }
         if verbose && env.rank == 0 {
             eprintln!("bulkwire: {}", paths.describe());
@@ -704,17 +742,23 @@ impl Runtime {
         // SAFETY: `wake` is a fresh, valid descriptor owned by nobody else.
         let wake = unsafe { OwnedFd::from_raw_fd(wake) };
         control.reader.get_ref().set_read_timeout(Some(Duration::from_secs(1)))?;
+        let (segmentation, coalescing) = (sockets.segmentation, sockets.coalescing);
         let engine = Engine {
             endpoint,
             sockets,
             peers,
             start: Instant::now(),
-            rx: RecvBatch::new(RECV_BATCH),
-            tx: SendBatch::new(SEND_BATCH, max_datagram),
+            rx: {
+                let mut rx = RecvBatch::new(RECV_BATCH);
+                rx.set_coalescing(coalescing);
+                rx
+            },
+            tx: send_batch(max_datagram, segmentation),
             hot: Path::Ordinary,
             inbox: VecDeque::new(),
             inbox_bytes: 0,
             finished: vec![false; env.size as usize],
+            coalesced: vec![0; env.size as usize],
             failure: None,
             loss: LossInjector::from_env(env.rank)?,
             wake_at: None,
@@ -884,6 +928,8 @@ impl Runtime {
                     shm_bytes: m.bytes_sent,
                     shm_single_copy: m.single_copy,
                     shm_wakeups: m.wakeups_sent,
+                    offload_sent: e.tx.segmented(peer),
+                    offload_received: e.coalesced.get(peer as usize).copied().unwrap_or(0),
                     best_effort_lost: c.skipped,
                     best_effort_abandoned: c.messages_abandoned,
                 }

@@ -100,6 +100,13 @@ pub struct PeerReport {
     pub shm_single_copy: u64,
     #[serde(default)]
     pub shm_wakeups: u64,
+    /// Over UDP with segmentation offload: datagrams to the peer that left
+    /// in segmented sends (GSO), and datagrams from the peer that came in
+    /// coalesced reads (GRO).
+    #[serde(default)]
+    pub offload_sent: u64,
+    #[serde(default)]
+    pub offload_received: u64,
     /// Best-effort data from the peer (posts of groups in best-effort
     /// mode): packets that never came (lost, or came after a later one),
     /// and messages dropped for a piece missing.

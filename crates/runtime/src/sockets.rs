@@ -1,6 +1,7 @@
 //! One UDP socket per path class.
 
 use std::io;
+use std::mem::MaybeUninit;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 
@@ -21,11 +22,21 @@ pub struct SocketOptions {
     /// the premium socket is bound to its address, so that premium
     /// datagrams take that network.
     pub premium_iface: Option<String>,
+    /// Segmentation offload (`BULKWIRE_GSO`, on by default): runs of
+    /// equal datagrams to one peer leave in one send (UDP GSO) and arrive
+    /// in one read (UDP GRO), where the kernel has them.
+    pub offload: bool,
 }
 
 impl Default for SocketOptions {
     fn default() -> Self {
-        SocketOptions { premium_dscp: 46, premium_priority: 6, buffer_bytes: 4 << 20, premium_iface: None }
+        SocketOptions {
+            premium_dscp: 46,
+            premium_priority: 6,
+            buffer_bytes: 4 << 20,
+            premium_iface: None,
+            offload: true,
+        }
     }
 }
 
@@ -52,6 +63,16 @@ impl SocketOptions {
             }
             o.premium_iface = Some(name.to_string());
         }
+        if let Ok(v) = std::env::var("BULKWIRE_GSO") {
+            o.offload = match v.trim() {
+                "1" | "on" => true,
+                "0" | "off" => false,
+                _ => {
+                    let why = format!("BULKWIRE_GSO={v:?}: 1 or on, 0 or off");
+                    return Err(io::Error::new(io::ErrorKind::InvalidInput, why));
+                }
+            };
+        }
         Ok(o)
     }
 }
@@ -69,6 +90,10 @@ pub struct PathSockets {
     pub premium_unavailable: Option<String>,
     /// The premium socket is bound to another interface than the ordinary one.
     pub premium_elsewhere: bool,
+    /// The kernel segments a send of several datagrams (UDP_SEGMENT, Linux 4.18).
+    pub segmentation: bool,
+    /// The kernel may deliver a run of datagrams in one read (UDP_GRO, Linux 5.0).
+    pub coalescing: bool,
 }
 
 impl PathSockets {
@@ -91,7 +116,20 @@ impl PathSockets {
         // Marks matter less on a network of its own; a mark refused there
         // leaves the path distinct all the same.
         let unmarked = mark(&premium, premium_ip, options).err().filter(|_| !premium_elsewhere);
-        Ok(PathSockets { ordinary, premium, premium_unavailable: missing.or(unmarked), premium_elsewhere })
+        let segmentation = options.offload && segmentation_supported(&ordinary) && segmentation_supported(&premium);
+        // Both sockets or neither: what either delivers is read alike.
+        let coalescing = options.offload && set_coalescing(&ordinary, true) && set_coalescing(&premium, true);
+        if !coalescing {
+            set_coalescing(&ordinary, false);
+        }
+        Ok(PathSockets {
+            ordinary,
+            premium,
+            premium_unavailable: missing.or(unmarked),
+            premium_elsewhere,
+            segmentation,
+            coalescing,
+        })
     }
 
     pub fn socket(&self, path: Path) -> &UdpSocket {
@@ -118,7 +156,9 @@ impl PathSockets {
 /// small datagrams costs one system call, not one each. A datagram's
 /// buffer may be taken away ([`RecvBatch::datagram_mut`]): it is replaced
 /// before the next read, by a buffer given back ([`RecvBatch::recycle`])
-/// when there is one.
+/// when there is one. With coalescing on ([`RecvBatch::set_coalescing`],
+/// the sockets' `UDP_GRO`), a buffer may hold a run of datagrams of one
+/// sender laid end to end ([`RecvBatch::segment_size`]).
 #[derive(Debug)]
 pub struct RecvBatch {
     /// Each as long as the datagram last read into it.
@@ -126,10 +166,18 @@ pub struct RecvBatch {
     /// Buffers given back, the last one first: it is the likeliest still
     /// in the cache (measured: see `RecvBatch::recycle`).
     spare: Vec<Vec<u8>>,
+    coalescing: bool,
+    /// The size of the datagrams in each buffer of the last read, where
+    /// it holds more than one.
+    segments: [usize; RecvBatch::MAX],
 }
 
 /// Room for any datagram UDP allows.
 const DATAGRAM_ROOM: usize = 65_536;
+
+/// Room for the one control message a read may bring (`UDP_GRO`'s segment
+/// size), in words so that it is aligned as the kernel's headers are.
+const CONTROL_WORDS: usize = 4;
 
 impl RecvBatch {
     /// Most datagrams one read takes.
@@ -138,7 +186,18 @@ impl RecvBatch {
     /// Room for `count` (at most [`RecvBatch::MAX`]) datagrams of any size UDP allows.
     pub fn new(count: usize) -> RecvBatch {
         let count = count.clamp(1, Self::MAX);
-        RecvBatch { buffers: (0..count).map(|_| Vec::with_capacity(DATAGRAM_ROOM)).collect(), spare: Vec::new() }
+        RecvBatch {
+            buffers: (0..count).map(|_| Vec::with_capacity(DATAGRAM_ROOM)).collect(),
+            spare: Vec::new(),
+            coalescing: false,
+            segments: [0; Self::MAX],
+        }
+    }
+
+    /// Reads the segment size the kernel gives with a run of datagrams
+    /// (the sockets read from must have `UDP_GRO` on: [`PathSockets::coalescing`]).
+    pub fn set_coalescing(&mut self, on: bool) {
+        self.coalescing = on;
     }
 
     /// Takes back a buffer that held a datagram taken away, once its
@@ -163,14 +222,18 @@ impl RecvBatch {
     }
 
     /// Reads what `socket` holds, up to the capacity, without waiting;
-    /// returns how many datagrams were read (an error when none was).
+    /// returns how many buffers were filled (an error when none was).
     pub fn recv(&mut self, socket: &UdpSocket) -> io::Result<usize> {
         // On the stack: this runs on every turn of a spinning wait.
         let mut iovecs = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; Self::MAX];
+        // Only the kernel writes these, and only with coalescing on.
+        let mut controls = [const { MaybeUninit::<[u64; CONTROL_WORDS]>::uninit() }; Self::MAX];
         // SAFETY: an all-zero mmsghdr is a valid empty header.
         let mut headers: [libc::mmsghdr; Self::MAX] = unsafe { std::mem::zeroed() };
         let count = self.buffers.len();
-        for ((h, iov), b) in headers.iter_mut().zip(iovecs.iter_mut()).zip(self.buffers.iter_mut()) {
+        for (((h, iov), b), control) in
+            headers.iter_mut().zip(iovecs.iter_mut()).zip(self.buffers.iter_mut()).zip(controls.iter_mut())
+        {
             b.clear();
             if b.capacity() < DATAGRAM_ROOM {
                 // Taken away with its datagram (or new): one given back, or
@@ -180,9 +243,14 @@ impl RecvBatch {
             *iov = libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.capacity() };
             h.msg_hdr.msg_iov = iov;
             h.msg_hdr.msg_iovlen = 1;
+            if self.coalescing {
+                h.msg_hdr.msg_control = control.as_mut_ptr().cast();
+                h.msg_hdr.msg_controllen = std::mem::size_of_val(control);
+            }
         }
         // SAFETY: every header points to one iovec over a live buffer's
-        // capacity; the kernel writes at most that much into each.
+        // capacity, and with coalescing to a live control buffer of the
+        // stated length; the kernel writes at most that much into each.
         let n = unsafe {
             libc::recvmmsg(
                 socket.as_raw_fd(),
@@ -196,10 +264,11 @@ impl RecvBatch {
             return Err(io::Error::last_os_error());
         }
         let n = n as usize;
-        for (b, h) in self.buffers.iter_mut().zip(&headers[..n]) {
+        for ((b, h), segment) in self.buffers.iter_mut().zip(&headers[..n]).zip(self.segments.iter_mut()) {
             // SAFETY: the kernel wrote msg_len bytes (at most the capacity)
             // at the start of this buffer.
             unsafe { b.set_len((h.msg_len as usize).min(b.capacity())) };
+            *segment = if self.coalescing { segment_size(&h.msg_hdr).filter(|&s| s < b.len()).unwrap_or(0) } else { 0 };
         }
         Ok(n)
     }
@@ -210,25 +279,61 @@ impl RecvBatch {
         &self.buffers[i]
     }
 
-    /// The `i`th datagram of the last read, in a buffer the caller may take.
+    /// The `i`th buffer of the last read, which the caller may take: one
+    /// datagram, or with [`RecvBatch::segment_size`] a run of them.
     pub fn datagram_mut(&mut self, i: usize) -> &mut Vec<u8> {
         &mut self.buffers[i]
     }
+
+    /// Where the `i`th buffer of the last read holds several datagrams:
+    /// the size of each but the last (which may be shorter).
+    pub fn segment_size(&self, i: usize) -> Option<usize> {
+        Some(self.segments[i]).filter(|&s| s > 0)
+    }
+}
+
+/// The segment size in a read's control messages (`UDP_GRO`), if any.
+fn segment_size(header: &libc::msghdr) -> Option<usize> {
+    if header.msg_control.is_null() || header.msg_controllen == 0 {
+        return None;
+    }
+    // SAFETY: the kernel filled `msg_controllen` bytes of the control
+    // buffer with whole control messages; the CMSG macros stay within it.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(header);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_UDP && (*cmsg).cmsg_type == libc::UDP_GRO {
+                let size = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>());
+                return usize::try_from(size).ok().filter(|&s| s > 0);
+            }
+            cmsg = libc::CMSG_NXTHDR(header, cmsg);
+        }
+    }
+    None
 }
 
 /// Datagrams waiting to go out, sent with one sendmmsg(2) per run of the
-/// same path: a burst costs one system call, not one per datagram.
+/// same path: a burst costs one system call, not one per datagram. With
+/// segmentation on ([`SendBatch::set_segmentation`]), consecutive
+/// datagrams to one peer of one size (the last may be shorter) go as one
+/// message that the kernel cuts into them (UDP GSO): one trip through the
+/// network stack for the run instead of one per datagram.
 #[derive(Debug)]
 pub struct SendBatch {
     buffers: Vec<Vec<u8>>,
     /// The datagram in each of the first buffers.
     queued: Vec<Queued>,
+    segmentation: bool,
+    /// Datagrams sent in segmented sends, by the rank they went to.
+    segmented: Vec<u64>,
 }
 
 #[derive(Debug)]
 struct Queued {
     path: Path,
+    rank: u32,
     to: socket2::SockAddr,
+    dest: SocketAddr,
     /// Bytes written in the buffer.
     len: usize,
     /// A payload that goes between the buffer's header and its MAC
@@ -237,14 +342,48 @@ struct Queued {
     shared: Option<SharedPayload>,
 }
 
+impl Queued {
+    /// The datagram's length on the wire.
+    fn wire_len(&self) -> usize {
+        match &self.shared {
+            None => self.len,
+            Some(payload) => HEADER_LEN + payload.len() + MAC_LEN,
+        }
+    }
+}
+
+/// Most datagrams the kernel cuts one send into (`UDP_MAX_SEGMENTS` of
+/// Linux 4.18; later kernels take more).
+const MAX_SEGMENTS: usize = 64;
+
+/// Most bytes one segmented send carries: the largest UDP payload over IPv4.
+const MAX_SEGMENTED_BYTES: usize = 65_507;
+
 impl SendBatch {
     /// Most datagrams one send takes.
-    pub const MAX: usize = 16;
+    pub const MAX: usize = 64;
 
     /// Room for `count` (at most [`SendBatch::MAX`]) datagrams of `max_datagram` bytes.
     pub fn new(count: usize, max_datagram: usize) -> SendBatch {
         let count = count.clamp(1, Self::MAX);
-        SendBatch { buffers: vec![vec![0; max_datagram]; count], queued: Vec::with_capacity(count) }
+        SendBatch {
+            buffers: vec![vec![0; max_datagram]; count],
+            queued: Vec::with_capacity(count),
+            segmentation: false,
+            segmented: Vec::new(),
+        }
+    }
+
+    /// Sends runs of datagrams as one segmented message (the kernel must
+    /// have UDP GSO: [`PathSockets::segmentation`]). Where a send is
+    /// refused for it, segmentation turns itself off.
+    pub fn set_segmentation(&mut self, on: bool) {
+        self.segmentation = on;
+    }
+
+    /// Datagrams to `rank` that went in segmented sends so far.
+    pub fn segmented(&self, rank: u32) -> u64 {
+        self.segmented.get(rank as usize).copied().unwrap_or(0)
     }
 
     pub fn is_full(&self) -> bool {
@@ -263,9 +402,10 @@ impl SendBatch {
     /// Queues the datagram just written into [`SendBatch::next_buffer`]:
     /// `len` bytes, or with a `shared` payload the header before it and the
     /// MAC after it.
-    pub fn push(&mut self, path: Path, to: SocketAddr, len: usize, shared: Option<SharedPayload>) {
+    /// `rank` names the peer at `to`, for the counts.
+    pub fn push(&mut self, path: Path, rank: u32, to: SocketAddr, len: usize, shared: Option<SharedPayload>) {
         debug_assert!(shared.is_none() || len == OVERHEAD);
-        self.queued.push(Queued { path, to: to.into(), len, shared });
+        self.queued.push(Queued { path, rank, to: to.into(), dest: to, len, shared });
     }
 
     /// Sends the datagrams at the front that share a path. Returns how many
@@ -273,48 +413,141 @@ impl SendBatch {
     /// first datagram is dropped (the protocol recovers it) and the error
     /// returned.
     pub fn send(&mut self, sockets: &PathSockets) -> io::Result<usize> {
+        loop {
+            match self.send_once(sockets) {
+                // A segmented send refused (a route whose MTU is smaller
+                // than a datagram, a device without checksum offload):
+                // the same datagrams again, one by one.
+                Err(Refused::Segmented) => self.segmentation = false,
+                Err(Refused::Other(error)) => return Err(error),
+                Ok(n) => return Ok(n),
+            }
+        }
+    }
+
+    fn send_once(&mut self, sockets: &PathSockets) -> Result<usize, Refused> {
         let Some(path) = self.queued.first().map(|q| q.path) else { return Ok(0) };
         let run = self.queued.iter().take_while(|q| q.path == path).count();
-        // On the stack: this runs for every message sent. Up to three parts
-        // a datagram: header, shared payload, MAC.
-        let mut iovecs = [[libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 3]; Self::MAX];
-        // SAFETY: an all-zero mmsghdr is a valid empty header.
-        let mut headers: [libc::mmsghdr; Self::MAX] = unsafe { std::mem::zeroed() };
-        for (i, (q, iov)) in self.queued[..run].iter().zip(iovecs.iter_mut()).enumerate() {
-            let buf = self.buffers[i].as_mut_ptr();
-            let parts = match &q.shared {
-                None => {
-                    iov[0] = libc::iovec { iov_base: buf.cast(), iov_len: q.len };
-                    1
+        // On the stack, and left uninitialised but for what is used: this
+        // runs for every message sent (a small message's send fills one
+        // header and one iovec of 9 KiB). Up to three parts a datagram:
+        // header, shared payload, MAC.
+        let mut iovecs = [const { MaybeUninit::<libc::iovec>::uninit() }; 3 * Self::MAX];
+        let mut controls = [const { MaybeUninit::<[u64; CONTROL_WORDS]>::uninit() }; Self::MAX];
+        let mut headers = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; Self::MAX];
+        // All writes go through these pointers, each to an element not
+        // yet written: `parts` < 3 × datagrams and `messages` ≤ datagrams,
+        // and a batch holds at most `MAX` datagrams.
+        let iov = iovecs.as_mut_ptr().cast::<libc::iovec>();
+        let ctl = controls.as_mut_ptr().cast::<[u64; CONTROL_WORDS]>();
+        let hdr = headers.as_mut_ptr().cast::<libc::mmsghdr>();
+        debug_assert!(run <= Self::MAX);
+        // Datagrams in each message.
+        let mut counts = [0usize; Self::MAX];
+        let (mut messages, mut i, mut parts) = (0, 0, 0);
+        while i < run {
+            let first = &self.queued[i];
+            let size = first.wire_len();
+            let mut end = i + 1;
+            let mut bytes = size;
+            if self.segmentation {
+                // Every datagram but the last of a run is `size` long.
+                while end < run
+                    && end - i < MAX_SEGMENTS
+                    && self.queued[end].dest == first.dest
+                    && self.queued[end - 1].wire_len() == size
+                    && self.queued[end].wire_len() <= size
+                    && bytes + self.queued[end].wire_len() <= MAX_SEGMENTED_BYTES
+                {
+                    bytes += self.queued[end].wire_len();
+                    end += 1;
                 }
-                Some(payload) => {
-                    iov[0] = libc::iovec { iov_base: buf.cast(), iov_len: HEADER_LEN };
-                    // The kernel only reads through this pointer.
-                    iov[1] = libc::iovec { iov_base: payload.as_ptr() as *mut libc::c_void, iov_len: payload.len() };
-                    // SAFETY: the MAC lies within the buffer, behind the header.
-                    iov[2] = libc::iovec { iov_base: unsafe { buf.add(HEADER_LEN) }.cast(), iov_len: MAC_LEN };
-                    3
+            }
+            let from = parts;
+            for (q, buffer) in self.queued[i..end].iter().zip(&mut self.buffers[i..end]) {
+                let buf = buffer.as_mut_ptr();
+                // SAFETY: within the arrays (above); the MAC lies within
+                // the buffer, behind the header; the kernel only reads
+                // through the shared payload's pointer.
+                unsafe {
+                    match &q.shared {
+                        None => {
+                            iov.add(parts).write(libc::iovec { iov_base: buf.cast(), iov_len: q.len });
+                            parts += 1;
+                        }
+                        Some(payload) => {
+                            iov.add(parts).write(libc::iovec { iov_base: buf.cast(), iov_len: HEADER_LEN });
+                            let shared = payload.as_ptr() as *mut libc::c_void;
+                            iov.add(parts + 1).write(libc::iovec { iov_base: shared, iov_len: payload.len() });
+                            let mac = buf.add(HEADER_LEN).cast();
+                            iov.add(parts + 2).write(libc::iovec { iov_base: mac, iov_len: MAC_LEN });
+                            parts += 3;
+                        }
+                    }
                 }
-            };
-            headers[i].msg_hdr.msg_iov = iov.as_mut_ptr();
-            headers[i].msg_hdr.msg_iovlen = parts;
-            headers[i].msg_hdr.msg_name = q.to.as_ptr() as *mut libc::c_void;
-            headers[i].msg_hdr.msg_namelen = q.to.len();
+            }
+            // SAFETY: an all-zero mmsghdr is a valid empty header.
+            let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            let h = &mut m.msg_hdr;
+            // SAFETY: within the array (above).
+            h.msg_iov = unsafe { iov.add(from) };
+            h.msg_iovlen = parts - from;
+            h.msg_name = first.to.as_ptr() as *mut libc::c_void;
+            h.msg_namelen = first.to.len();
+            if end - i > 1 {
+                // SAFETY: within the array (above); CMSG_SPACE of a u16
+                // fits `CONTROL_WORDS` words; the control buffer is then
+                // live, aligned, zeroed and as long as `msg_controllen`,
+                // room for one control message of a u16.
+                unsafe {
+                    let control = ctl.add(messages);
+                    control.write([0; CONTROL_WORDS]);
+                    h.msg_control = control.cast();
+                    h.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) as usize;
+                    debug_assert!(h.msg_controllen <= std::mem::size_of::<[u64; CONTROL_WORDS]>());
+                    let cmsg = libc::CMSG_FIRSTHDR(h);
+                    (*cmsg).cmsg_level = libc::SOL_UDP;
+                    (*cmsg).cmsg_type = libc::UDP_SEGMENT;
+                    (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as usize;
+                    std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u16>(), size as u16);
+                }
+            }
+            // SAFETY: within the array (above).
+            unsafe { hdr.add(messages).write(m) };
+            counts[messages] = end - i;
+            messages += 1;
+            i = end;
         }
-        // SAFETY: each header names a live address and iovecs over live
-        // buffers of the stated lengths (the shared payloads are held by
-        // `self.queued`), for the duration of the call.
-        let n =
-            unsafe { libc::sendmmsg(sockets.socket(path).as_raw_fd(), headers.as_mut_ptr(), run as libc::c_uint, 0) };
+        // SAFETY: the first `messages` headers are written; each names a
+        // live address and iovecs (written) over live buffers of the stated
+        // lengths (the shared payloads are held by `self.queued`), and a
+        // live control buffer where it has one, for the duration of the call.
+        let n = unsafe { libc::sendmmsg(sockets.socket(path).as_raw_fd(), hdr, messages as libc::c_uint, 0) };
         if n < 0 {
             let error = io::Error::last_os_error();
-            if error.kind() != io::ErrorKind::WouldBlock {
-                self.consume(1);
+            if error.kind() == io::ErrorKind::WouldBlock {
+                return Err(Refused::Other(error));
             }
-            return Err(error);
+            if counts[0] > 1 && matches!(error.raw_os_error(), Some(libc::EINVAL | libc::EIO | libc::EMSGSIZE)) {
+                return Err(Refused::Segmented);
+            }
+            self.consume(1);
+            return Err(Refused::Other(error));
         }
-        self.consume(n as usize);
-        Ok(n as usize)
+        let sent = counts[..n as usize].iter().sum();
+        let mut at = 0;
+        for &count in &counts[..n as usize] {
+            if count > 1 {
+                let rank = self.queued[at].rank as usize;
+                if self.segmented.len() <= rank {
+                    self.segmented.resize(rank + 1, 0);
+                }
+                self.segmented[rank] += count as u64;
+            }
+            at += count;
+        }
+        self.consume(sent);
+        Ok(sent)
     }
 
     fn consume(&mut self, n: usize) {
@@ -322,6 +555,40 @@ impl SendBatch {
         // The sent datagrams' buffers move to the back, ready for reuse.
         self.buffers.rotate_left(n);
     }
+}
+
+/// Why a send failed.
+enum Refused {
+    /// A segmented send, which the same datagrams may take one by one.
+    Segmented,
+    Other(io::Error),
+}
+
+/// Whether the kernel segments sends on `socket` (it knows `UDP_SEGMENT`).
+fn segmentation_supported(socket: &UdpSocket) -> bool {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `value` and `len` are live and `len` is `value`'s size.
+    let got = unsafe {
+        libc::getsockopt(socket.as_raw_fd(), libc::SOL_UDP, libc::UDP_SEGMENT, (&raw mut value).cast(), &mut len)
+    };
+    got == 0
+}
+
+/// Turns `UDP_GRO` on or off; whether the kernel took it.
+fn set_coalescing(socket: &UdpSocket, on: bool) -> bool {
+    let value = libc::c_int::from(on);
+    // SAFETY: `value` is live for the call and its size is given.
+    let set = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_UDP,
+            libc::UDP_GRO,
+            (&raw const value).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    set == 0
 }
 
 /// The MTU of the interface that has address `ip`, if it can be found.
@@ -517,7 +784,7 @@ mod tests {
         let mut batch = SendBatch::new(4, 1000);
         for (i, path) in [Path::Ordinary, Path::Ordinary, Path::Premium, Path::Ordinary].into_iter().enumerate() {
             batch.next_buffer()[..10].fill(i as u8);
-            batch.push(path, to, 10, None);
+            batch.push(path, 1, to, 10, None);
         }
         assert!(batch.is_full());
         assert_eq!(batch.send(&sockets).unwrap(), 2);
@@ -532,6 +799,115 @@ mod tests {
         }
     }
 
+    /// Queues datagram `i` of `lens` (filled with `i`) to `to`.
+    fn queue(batch: &mut SendBatch, lens: &[usize], to: SocketAddr) {
+        for (i, &len) in lens.iter().enumerate() {
+            batch.next_buffer()[..len].fill(i as u8);
+            batch.push(Path::Ordinary, 1, to, len, None);
+        }
+    }
+
+    #[test]
+    fn runs_of_equal_datagrams_leave_in_segmented_sends_and_arrive_as_sent() {
+        let (sockets, rx, to) = sockets_and_receiver();
+        assert!(sockets.segmentation, "this kernel has UDP GSO (Linux 4.18 and later)");
+        let mut batch = SendBatch::new(16, 1000);
+        batch.set_segmentation(true);
+        // A run of five and a shorter last one; a datagram after a short
+        // one starts a run of its own; another destination too.
+        let lens = [300, 300, 300, 300, 300, 40, 300, 300];
+        queue(&mut batch, &lens, to);
+        let other = UdpSocket::bind("127.0.0.1:0").unwrap();
+        other.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+        batch.next_buffer()[..20].fill(9);
+        batch.push(Path::Ordinary, 2, other.local_addr().unwrap(), 20, None);
+        assert_eq!(batch.send(&sockets).unwrap(), 9);
+        assert!(batch.is_empty());
+        assert_eq!((batch.segmented(1), batch.segmented(2)), (8, 0));
+        let mut buf = [0u8; 2000];
+        for (i, &len) in lens.iter().enumerate() {
+            let n = rx.recv(&mut buf).unwrap();
+            assert_eq!(&buf[..n], &vec![i as u8; len][..], "datagram {i}, whole and in order");
+        }
+        let n = other.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], &[9; 20]);
+    }
+
+    #[test]
+    fn a_coalesced_read_is_split_into_the_datagrams_sent() {
+        let (sockets, _, _) = sockets_and_receiver();
+        let receiver = PathSockets::bind("127.0.0.1".parse().unwrap(), &SocketOptions::default()).unwrap();
+        assert!(receiver.coalescing, "this kernel has UDP GRO (Linux 5.0 and later)");
+        let mut batch = SendBatch::new(16, 1000);
+        batch.set_segmentation(true);
+        let lens = [200, 200, 200, 200, 50];
+        queue(&mut batch, &lens, receiver.ordinary.local_addr().unwrap());
+        assert_eq!(batch.send(&sockets).unwrap(), 5);
+        let mut reads = RecvBatch::new(4);
+        reads.set_coalescing(true);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let mut got = Vec::new();
+        let mut buffers = 0;
+        while got.len() < lens.len() && std::time::Instant::now() < deadline {
+            let Ok(n) = reads.recv(&receiver.ordinary) else { continue };
+            for i in 0..n {
+                buffers += 1;
+                match reads.segment_size(i) {
+                    Some(size) => got.extend(reads.datagram(i).chunks(size).map(<[u8]>::to_vec)),
+                    None => got.push(reads.datagram(i).to_vec()),
+                }
+            }
+        }
+        let sent: Vec<Vec<u8>> = lens.iter().enumerate().map(|(i, &len)| vec![i as u8; len]).collect();
+        assert_eq!(got, sent);
+        assert_eq!(buffers, 1, "the run came in one read, as one buffer");
+        // Without coalescing the same run comes datagram by datagram.
+        let mut plain = RecvBatch::new(8);
+        let (_, rx, to) = sockets_and_receiver();
+        queue(&mut batch, &lens, to);
+        assert_eq!(batch.send(&sockets).unwrap(), 5);
+        let mut got = Vec::new();
+        while got.len() < lens.len() && std::time::Instant::now() < deadline {
+            let Ok(n) = plain.recv(&rx) else { continue };
+            for i in 0..n {
+                assert_eq!(plain.segment_size(i), None);
+                got.push(plain.datagram(i).to_vec());
+            }
+        }
+        assert_eq!(got, sent);
+    }
+
+    #[test]
+    fn a_segmented_send_the_kernel_refuses_goes_datagram_by_datagram() {
+        let (sockets, rx, to) = sockets_and_receiver();
+        // The kernel refuses to segment for a socket that sends without
+        // UDP checksums.
+        let on: libc::c_int = 1;
+        // SAFETY: `on` is live for the call and its size is given.
+        let set = unsafe {
+            libc::setsockopt(
+                sockets.ordinary.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_NO_CHECK,
+                (&raw const on).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(set, 0);
+        let mut batch = SendBatch::new(16, 1000);
+        batch.set_segmentation(true);
+        let lens = [100, 100, 100];
+        queue(&mut batch, &lens, to);
+        assert_eq!(batch.send(&sockets).unwrap(), 3);
+        assert!(!batch.segmentation, "segmentation turned itself off");
+        assert_eq!(batch.segmented(1), 0);
+        let mut buf = [0u8; 2000];
+        for (i, &len) in lens.iter().enumerate() {
+            let n = rx.recv(&mut buf).unwrap();
+            assert_eq!(&buf[..n], &vec![i as u8; len][..]);
+        }
+    }
+
     #[test]
     fn a_shared_payload_goes_between_header_and_mac() {
         let (sockets, rx, to) = sockets_and_receiver();
@@ -540,9 +916,9 @@ mod tests {
         let head = batch.next_buffer();
         head[..HEADER_LEN].fill(1);
         head[HEADER_LEN..OVERHEAD].fill(2);
-        batch.push(Path::Ordinary, to, OVERHEAD, Some(payload.clone()));
+        batch.push(Path::Ordinary, 1, to, OVERHEAD, Some(payload.clone()));
         batch.next_buffer()[..5].fill(3);
-        batch.push(Path::Ordinary, to, 5, None);
+        batch.push(Path::Ordinary, 1, to, 5, None);
         assert_eq!(std::sync::Arc::strong_count(&payload), 2);
         assert_eq!(batch.send(&sockets).unwrap(), 2);
         assert_eq!(std::sync::Arc::strong_count(&payload), 1, "the batch let go of the payload it sent");
