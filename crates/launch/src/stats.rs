@@ -64,11 +64,12 @@ pub fn table(reports: &BTreeMap<u32, Vec<PeerReport>>) -> String {
     section(
         &mut o,
         reports,
-        "segmentation offload (UDP GSO/GRO): datagrams to the peer that left in segmented sends, from the \
-         peer that came in coalesced reads",
-        &[("to", 6), ("segmented", 10), ("coalesced", 10)],
-        |p| p.offload_sent + p.offload_received > 0,
-        |p| vec![p.offload_sent.to_string(), p.offload_received.to_string()],
+        "UDP reads and sends: datagrams to the peer that left in segmented sends (GSO); from the peer, \
+         datagrams that came in coalesced reads (GRO), and data datagrams read straight into the buffer of \
+         the message they continue",
+        &[("to", 6), ("segmented", 10), ("coalesced", 10), ("in place", 10)],
+        |p| p.offload_sent + p.offload_received + p.read_in_place > 0,
+        |p| vec![p.offload_sent.to_string(), p.offload_received.to_string(), p.read_in_place.to_string()],
     );
     section(
         &mut o,
@@ -166,6 +167,7 @@ pub fn json(reports: &BTreeMap<u32, Vec<PeerReport>>, ranks: u32) -> String {
                     .with("shm_wakeups_count", p.shm_wakeups)
                     .with("segmented_packets", p.offload_sent)
                     .with("coalesced_packets", p.offload_received)
+                    .with("read_in_place_packets", p.read_in_place)
                     .with("best_effort_lost_packets", p.best_effort_lost)
                     .with("best_effort_dropped_count", p.best_effort_abandoned)
             })

@@ -4,11 +4,11 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use bulkwire_wire::{
-    decode, seal, Accept, ClockSyncPayload, DecodeError, Flags, Header, LatencyStatus, PacketType, ProbePayload,
-    WarpFeedback, HEADER_LEN, MAC_LEN, OVERHEAD, RECORD_HEADER_LEN,
+    decode, decode_split, read_record_header, seal, Accept, ClockSyncPayload, DecodeError, Flags, Header,
+    LatencyStatus, PacketType, ProbePayload, WarpFeedback, HEADER_LEN, MAC_LEN, OVERHEAD, RECORD_HEADER_LEN,
 };
 
-use crate::channel::{Channel, InPlace, SendRate, Shared, SharedPayload};
+use crate::channel::{Channel, InPlace, Payload, SendRate, Shared, SharedPayload};
 use crate::clock::ClockEstimate;
 use crate::config::{Config, ConfigError, Strategy};
 use crate::ece::{Decision, Mode, PeerLink};
@@ -144,7 +144,65 @@ pub struct Endpoint {
     feedback: FeedbackMaker,
     feedback_due: VecDeque<(u32, WarpFeedback)>,
     feedback_sent: Vec<u64>,
+    /// The channel whose message in reassembly grew last: where
+    /// [`Endpoint::landing`] looks first.
+    landing_hint: Option<usize>,
 }
+
+/// Where the data of the next datagrams of a message in reassembly may be
+/// read straight to ([`Endpoint::landing`]): slot `i` is the place of the
+/// `i`th next datagram's data, were they to come in order, each full.
+#[derive(Clone, Copy, Debug)]
+pub struct Landing {
+    index: usize,
+    peer: u32,
+    channel: u16,
+    seq: u64,
+    /// Bytes of the message held, and the whole.
+    offset: usize,
+    total: usize,
+    /// Data bytes of a full datagram.
+    chunk: usize,
+    slots: usize,
+    /// Where byte `offset` of the message goes.
+    base: *mut u8,
+}
+
+impl Landing {
+    /// Bytes of a datagram before its data: its header and record header.
+    pub const HEAD: usize = HEADER_LEN + RECORD_HEADER_LEN;
+
+    /// How many places there are (at least one).
+    pub fn slots(&self) -> usize {
+        self.slots
+    }
+
+    /// The place of slot `i` (below [`Landing::slots`]): where its data
+    /// would go and its length.
+    pub fn region(&self, i: usize) -> (*mut u8, usize) {
+        assert!(i < self.slots, "slot {i} of {}", self.slots);
+        let start = i * self.chunk;
+        let len = self.chunk.min(self.total - self.offset - start);
+        (self.base.wrapping_add(start), len)
+    }
+}
+
+/// What became of a datagram read into a [`Landing`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Landed {
+    /// Its data was where it belonged, and it was handled there.
+    InPlace,
+    /// Not for this place (another packet, or not whole in it): the caller
+    /// puts it together and hands it over as any datagram. Nothing changed.
+    Elsewhere,
+    /// Handled, and the channel failed: the landing's places may be gone,
+    /// and the datagrams read into its later slots are dropped.
+    Ended,
+}
+
+/// Data of at least this many bytes a datagram makes reading in place
+/// worth its bookkeeping (loopback's datagrams, not Ethernet's).
+pub const LANDING_MIN_CHUNK: usize = 8 << 10;
 
 impl Endpoint {
     pub fn new(cfg: Config) -> Result<Endpoint, ConfigError> {
@@ -199,6 +257,7 @@ impl Endpoint {
             feedback,
             feedback_due: VecDeque::new(),
             feedback_sent: vec![0; cfg.ranks as usize],
+            landing_hint: None,
             cfg,
         };
         let slots = endpoint.channels.len() + endpoint.links.len();
@@ -478,7 +537,95 @@ impl Endpoint {
                 return None;
             }
         };
-        let header = packet.header;
+        self.handle_decoded(now, packet.header, Payload::Bytes(packet.payload), in_place)
+    }
+
+    /// Where the data of the next datagrams of a message in reassembly
+    /// would go, were they to come in order and full (at most `slots` of
+    /// them): for a caller that reads datagrams straight there, saving the
+    /// copy of reassembly ([`Endpoint::handle_landed`]). `None` when no
+    /// message is in reassembly, or datagrams carry less than
+    /// [`LANDING_MIN_CHUNK`] of data.
+    ///
+    /// The places are valid until the next call on this endpoint other
+    /// than [`Endpoint::handle_landed`] with this landing.
+    pub fn landing(&mut self, slots: usize) -> Option<Landing> {
+        let chunk = self.cfg.max_payload().checked_sub(RECORD_HEADER_LEN)?.min(u16::MAX as usize);
+        let index = self.landing_hint?;
+        if chunk < LANDING_MIN_CHUNK || slots == 0 {
+            return None;
+        }
+        let ch = &mut self.channels[index];
+        let (peer, channel) = (ch.peer, ch.id);
+        let Some((seq, offset, total, base)) = ch.reassembling() else {
+            self.landing_hint = None;
+            return None;
+        };
+        let slots = slots.min((total - offset).div_ceil(chunk));
+        Some(Landing { index, peer, channel, seq, offset, total, chunk, slots, base })
+    }
+
+    /// A datagram read into slot `slot` of `landing`: its first
+    /// [`Landing::HEAD`] bytes in `head`, the next `data_len` bytes in the
+    /// slot's region, the rest (`tail`) after. Handled where its data lies
+    /// if it is the datagram the slot waited for, whole (its data fills
+    /// the region and its MAC is `tail`), on a channel whose state has
+    /// not moved since; otherwise left alone ([`Landed::Elsewhere`]).
+    ///
+    /// # Safety
+    ///
+    /// `landing` came from [`Endpoint::landing`] on this endpoint, with no
+    /// call on it since but `handle_landed` with this landing, for slots
+    /// in order, and none of them [`Landed::Ended`]; the first `data_len`
+    /// bytes of the slot's region were written (by the read).
+    pub unsafe fn handle_landed(
+        &mut self,
+        now: Time,
+        landing: &Landing,
+        slot: usize,
+        head: &[u8],
+        data_len: usize,
+        tail: &[u8],
+    ) -> Landed {
+        let (place, room) = landing.region(slot);
+        if head.len() != Landing::HEAD || data_len != room || tail.len() != MAC_LEN {
+            return Landed::Elsewhere;
+        }
+        // SAFETY: the caller says the read wrote these bytes, within the
+        // message's buffer (the region), which nothing else touches now.
+        let data = unsafe { std::slice::from_raw_parts(place.cast_const(), data_len) };
+        let Ok(header) = decode_split(head, data, tail, &self.cfg.key, &self.accept) else {
+            // Counted when the caller hands it over whole.
+            return Landed::Elsewhere;
+        };
+        let record: &[u8; RECORD_HEADER_LEN] = head[HEADER_LEN..].try_into().expect("length checked");
+        let (message_len, offset, len) = read_record_header(record);
+        let expected = landing.offset + slot * landing.chunk;
+        if header.packet_type != PacketType::Data
+            || header.flags.contains(Flags::BEST_EFFORT)
+            || (header.source, header.channel) != (landing.peer, landing.channel)
+            || header.sequence != landing.seq + slot as u64
+            || len as usize != data_len
+            || offset as usize != expected
+            || !self.channels[landing.index].lands(header.sequence, message_len, offset, data_len)
+        {
+            return Landed::Elsewhere;
+        }
+        self.timeout_cache.set(None);
+        let payload = Payload::Landed { message_len, offset, len: data_len };
+        self.handle_decoded(now, header, payload, false);
+        match self.channels[landing.index].failed {
+            true => Landed::Ended,
+            false => Landed::InPlace,
+        }
+    }
+
+    /// Handles a decoded packet.
+    fn handle_decoded(&mut self, now: Time, header: Header, payload: Payload<'_>, in_place: bool) -> Option<InPlace> {
+        let bytes = match payload {
+            Payload::Bytes(bytes) => bytes,
+            Payload::Landed { .. } => &[],
+        };
         let latency_on = !self.links.is_empty();
         match header.packet_type {
             PacketType::Data if header.flags.contains(Flags::RATE_CONTROLLED) => {
@@ -490,12 +637,12 @@ impl Endpoint {
             }
             PacketType::Data | PacketType::Ack | PacketType::Prod => {}
             PacketType::Warp => {
-                self.handle_warp(now, header.source, packet.payload);
+                self.handle_warp(now, header.source, bytes);
                 return None;
             }
             PacketType::Lstat if latency_on => {}
             PacketType::Probe | PacketType::ClockSync if latency_on => {
-                self.handle_link_packet(now, &header, packet.payload);
+                self.handle_link_packet(now, &header, bytes);
                 return None;
             }
             // Status frames of other designs, or latency engine packets while
@@ -517,7 +664,7 @@ impl Endpoint {
                         self.issue(header.source, decision);
                     }
                 }
-                PacketType::Lstat => match LatencyStatus::read(packet.payload) {
+                PacketType::Lstat => match LatencyStatus::read(bytes) {
                     Ok((status, ranges)) => {
                         if let Some(mode) = self.link_mut(header.source).expect("latency is on").on_lstat(&status) {
                             let data_path = mode.data_path();
@@ -539,7 +686,7 @@ impl Endpoint {
         sh.in_place = in_place;
         let handled = match lstat {
             Some((status, ranges)) => ch.handle_lstat(now, &header, &status, ranges, &mut sh),
-            None => ch.handle_packet(now, &header, packet.payload, &mut sh),
+            None => ch.handle_packet(now, &header, payload, &mut sh),
         };
         // A message left in place was delivered, whatever came after it.
         let claimed = sh.claimed;
@@ -556,6 +703,9 @@ impl Endpoint {
             }
         }
         self.mark_ready(index);
+        if header.packet_type == PacketType::Data && self.channels[index].reassembling().is_some() {
+            self.landing_hint = Some(index);
+        }
         claimed
     }
 

@@ -44,7 +44,7 @@ pub use channel::SharedPayload;
 pub use clock::ClockEstimate;
 pub use config::{Config, ConfigError, LatencyConfig, Strategy};
 pub use ece::Mode;
-pub use endpoint::{Endpoint, Footprint, Memory, SendError, Transmit};
+pub use endpoint::{Endpoint, Footprint, Landed, Landing, Memory, SendError, Transmit, LANDING_MIN_CHUNK};
 pub use event::Event;
 pub use path::Path;
 pub use rate::{RateControl, RateStats};

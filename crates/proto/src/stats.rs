@@ -9,6 +9,9 @@ pub struct ChannelStats {
     pub data_sent: u64,
     /// Data packets accepted (in order or held out of order).
     pub data_received: u64,
+    /// Of those, packets whose data was read straight into the buffer of
+    /// the message it continues ([`crate::Endpoint::handle_landed`]).
+    pub read_in_place: u64,
     /// Data packets sent again.
     pub retransmissions: u64,
     pub explicit_acks_sent: u64,
@@ -93,6 +96,7 @@ impl ChannelStats {
     pub fn add(&mut self, o: &ChannelStats) {
         self.data_sent += o.data_sent;
         self.data_received += o.data_received;
+        self.read_in_place += o.read_in_place;
         self.retransmissions += o.retransmissions;
         self.explicit_acks_sent += o.explicit_acks_sent;
         self.explicit_acks_received += o.explicit_acks_received;

@@ -9,7 +9,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use bulkwire_proto::{Config, Endpoint, Event, Path, RateControl, SendError, Strategy, Time};
+use bulkwire_proto::{Config, Endpoint, Event, Landed, Landing, Path, RateControl, SendError, Strategy, Time};
 use bulkwire_wire::{Coverage, Header};
 
 use crate::env::JobEnv;
@@ -130,6 +130,9 @@ pub struct Engine {
     tx: SendBatch,
     /// Datagrams that came in coalesced reads, by the rank they name.
     coalesced: Vec<u64>,
+    /// Large messages' datagrams are read straight into the message's
+    /// buffer (`BULKWIRE_DIRECT_READ`, on by default).
+    direct_read: bool,
     /// The path that delivered the latest datagram.
     hot: Path,
     /// Messages taken from the endpoint and not yet matched by the application.
@@ -237,15 +240,68 @@ impl Engine {
         }
     }
 
+    /// Hands the `n` datagrams of a landing read to the endpoint: in place
+    /// while each is the one its slot waited for, then the rest put
+    /// together, all before any is handled as a whole (handling one may
+    /// write where the later ones were read to). Returns how many are done
+    /// with (the rest are whole in their buffers).
+    fn handle_landed(&mut self, now: Time, landing: &Landing, n: usize) -> usize {
+        let mut k = 0;
+        while k < n {
+            if self.rx.segment_size(k).is_some() {
+                break;
+            }
+            let (head, data, tail) = self.rx.landed(k);
+            // SAFETY: the landing is the one just read into, with no call
+            // on the endpoint since but this, for slots in order; the read
+            // wrote `data` bytes of slot k's region.
+            match unsafe { self.endpoint.handle_landed(now, landing, k, head, data, tail) } {
+                Landed::InPlace => k += 1,
+                Landed::Elsewhere => break,
+                // Its channel failed: the regions may be gone, and the
+                // datagrams read to them with them (the job stops).
+                Landed::Ended => return n,
+            }
+        }
+        for j in k..n {
+            // SAFETY: as above; nothing was freed since the read.
+            unsafe { self.rx.gather(j, landing) };
+        }
+        k
+    }
+
     fn progress_paths(&mut self, paths: &[Path]) -> bool {
         let now = self.now();
         let mut moved = false;
         for &path in paths {
             for _ in 0..READ_BATCH / self.rx.capacity() {
+                // The next datagrams of a large message in reassembly are
+                // read straight into its buffer where they come in order
+                // (not where loss is injected: a dropped one would leave
+                // the rest out of place).
+                let landing = match self.direct_read && self.loss.is_none() {
+                    true => self.endpoint.landing(self.rx.capacity()),
+                    false => None,
+                };
+                let socket = self.sockets.socket(path);
+                let read = match &landing {
+                    // SAFETY: the endpoint lends the landing's regions until
+                    // its next call but `handle_landed`.
+                    Some(landing) => unsafe { self.rx.recv_landing(socket, landing) },
+                    None => self.rx.recv(socket),
+                };
                 // Would block, or an ICMP error for an earlier send: the
                 // protocol recovers from both.
-                let Ok(n) = self.rx.recv(self.sockets.socket(path)) else { break };
-                for i in 0..n {
+                let Ok(n) = read else { break };
+                let mut first = 0;
+                if let Some(landing) = &landing {
+                    first = self.handle_landed(now, landing, n);
+                    if first > 0 {
+                        self.hot = path;
+                        moved = true;
+                    }
+                }
+                for i in first..n {
                     // An empty datagram is a wake-up from a peer on this
                     // host (see `shm`): it carries nothing.
                     if self.rx.datagram_mut(i).is_empty() {
@@ -743,6 +799,14 @@ impl Runtime {
         let wake = unsafe { OwnedFd::from_raw_fd(wake) };
         control.reader.get_ref().set_read_timeout(Some(Duration::from_secs(1)))?;
         let (segmentation, coalescing) = (sockets.segmentation, sockets.coalescing);
+        let direct_read = match std::env::var("BULKWIRE_DIRECT_READ").as_deref().map(str::trim) {
+            Err(_) | Ok("1" | "on") => true,
+            Ok("0" | "off") => false,
+            Ok(other) => {
+                let why = format!("BULKWIRE_DIRECT_READ={other:?}: 1 or on, 0 or off");
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, why).into());
+            }
+        };
         let engine = Engine {
             endpoint,
             sockets,
@@ -759,6 +823,7 @@ impl Runtime {
             inbox_bytes: 0,
             finished: vec![false; env.size as usize],
             coalesced: vec![0; env.size as usize],
+            direct_read,
             failure: None,
             loss: LossInjector::from_env(env.rank)?,
             wake_at: None,
@@ -930,6 +995,7 @@ impl Runtime {
                     shm_wakeups: m.wakeups_sent,
                     offload_sent: e.tx.segmented(peer),
                     offload_received: e.coalesced.get(peer as usize).copied().unwrap_or(0),
+                    read_in_place: c.read_in_place,
                     best_effort_lost: c.skipped,
                     best_effort_abandoned: c.messages_abandoned,
                 }

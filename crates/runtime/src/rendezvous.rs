@@ -107,6 +107,10 @@ pub struct PeerReport {
     pub offload_sent: u64,
     #[serde(default)]
     pub offload_received: u64,
+    /// Data datagrams from the peer read straight into the buffer of the
+    /// message they continue.
+    #[serde(default)]
+    pub read_in_place: u64,
     /// Best-effort data from the peer (posts of groups in best-effort
     /// mode): packets that never came (lost, or came after a later one),
     /// and messages dropped for a piece missing.

@@ -5,7 +5,7 @@ use std::mem::MaybeUninit;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 
-use bulkwire_proto::{Path, SharedPayload};
+use bulkwire_proto::{Landing, Path, SharedPayload};
 use bulkwire_wire::{HEADER_LEN, MAC_LEN, OVERHEAD};
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -170,6 +170,11 @@ pub struct RecvBatch {
     /// The size of the datagrams in each buffer of the last read, where
     /// it holds more than one.
     segments: [usize; RecvBatch::MAX],
+    /// The last read was a landing read: the datagrams' lengths and their
+    /// slots' region sizes.
+    landing: bool,
+    lengths: [usize; RecvBatch::MAX],
+    regions: [usize; RecvBatch::MAX],
 }
 
 /// Room for any datagram UDP allows.
@@ -191,6 +196,9 @@ impl RecvBatch {
             spare: Vec::new(),
             coalescing: false,
             segments: [0; Self::MAX],
+            landing: false,
+            lengths: [0; Self::MAX],
+            regions: [0; Self::MAX],
         }
     }
 
@@ -224,15 +232,39 @@ impl RecvBatch {
     /// Reads what `socket` holds, up to the capacity, without waiting;
     /// returns how many buffers were filled (an error when none was).
     pub fn recv(&mut self, socket: &UdpSocket) -> io::Result<usize> {
+        self.read(socket, None)
+    }
+
+    /// [`RecvBatch::recv`] of at most `landing`'s slots, each datagram read
+    /// in three pieces: its first [`Landing::HEAD`] bytes into its buffer,
+    /// the next into the slot's region (in the buffer of the message in
+    /// reassembly), the rest behind, in its buffer where it would follow
+    /// the region were that region in it. See [`RecvBatch::landed`] and
+    /// [`RecvBatch::gather`].
+    ///
+    /// # Safety
+    ///
+    /// `landing`'s regions are valid for writes (the endpoint lends them
+    /// until its next call other than `handle_landed`).
+    pub unsafe fn recv_landing(&mut self, socket: &UdpSocket, landing: &Landing) -> io::Result<usize> {
+        self.read(socket, Some(landing))
+    }
+
+    fn read(&mut self, socket: &UdpSocket, landing: Option<&Landing>) -> io::Result<usize> {
         // On the stack: this runs on every turn of a spinning wait.
-        let mut iovecs = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; Self::MAX];
+        let mut iovecs = [[libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 3]; Self::MAX];
         // Only the kernel writes these, and only with coalescing on.
         let mut controls = [const { MaybeUninit::<[u64; CONTROL_WORDS]>::uninit() }; Self::MAX];
         // SAFETY: an all-zero mmsghdr is a valid empty header.
         let mut headers: [libc::mmsghdr; Self::MAX] = unsafe { std::mem::zeroed() };
-        let count = self.buffers.len();
-        for (((h, iov), b), control) in
-            headers.iter_mut().zip(iovecs.iter_mut()).zip(self.buffers.iter_mut()).zip(controls.iter_mut())
+        let count = landing.map_or(self.buffers.len(), |l| l.slots().min(self.buffers.len()));
+        for (k, (((h, iov), b), control)) in headers
+            .iter_mut()
+            .zip(iovecs.iter_mut())
+            .zip(self.buffers.iter_mut())
+            .zip(controls.iter_mut())
+            .take(count)
+            .enumerate()
         {
             b.clear();
             if b.capacity() < DATAGRAM_ROOM {
@@ -240,17 +272,37 @@ impl RecvBatch {
                 // a fresh one, not cleared, since the kernel writes it.
                 *b = self.spare.pop().unwrap_or_else(|| Vec::with_capacity(DATAGRAM_ROOM));
             }
-            *iov = libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.capacity() };
-            h.msg_hdr.msg_iov = iov;
-            h.msg_hdr.msg_iovlen = 1;
+            let base = b.as_mut_ptr();
+            match landing {
+                None => {
+                    iov[0] = libc::iovec { iov_base: base.cast(), iov_len: b.capacity() };
+                    h.msg_hdr.msg_iovlen = 1;
+                }
+                Some(landing) => {
+                    let (place, room) = landing.region(k);
+                    self.regions[k] = room;
+                    // Room for any datagram: the head, the region, and the
+                    // buffer's room from where the region would end in it.
+                    let behind = Landing::HEAD + room;
+                    iov[0] = libc::iovec { iov_base: base.cast(), iov_len: Landing::HEAD };
+                    iov[1] = libc::iovec { iov_base: place.cast(), iov_len: room };
+                    // SAFETY: `behind` is within the capacity (a region is
+                    // at most a datagram's data).
+                    let rest = unsafe { base.add(behind) };
+                    iov[2] = libc::iovec { iov_base: rest.cast(), iov_len: b.capacity() - behind };
+                    h.msg_hdr.msg_iovlen = 3;
+                }
+            }
+            h.msg_hdr.msg_iov = iov.as_mut_ptr();
             if self.coalescing {
                 h.msg_hdr.msg_control = control.as_mut_ptr().cast();
                 h.msg_hdr.msg_controllen = std::mem::size_of_val(control);
             }
         }
-        // SAFETY: every header points to one iovec over a live buffer's
-        // capacity, and with coalescing to a live control buffer of the
-        // stated length; the kernel writes at most that much into each.
+        // SAFETY: every header points to iovecs over a live buffer's
+        // capacity or (the caller says) a region lent for writes, and with
+        // coalescing to a live control buffer of the stated length; the
+        // kernel writes at most that much into each.
         let n = unsafe {
             libc::recvmmsg(
                 socket.as_raw_fd(),
@@ -260,17 +312,71 @@ impl RecvBatch {
                 std::ptr::null_mut(),
             )
         };
+        self.landing = false;
         if n < 0 {
             return Err(io::Error::last_os_error());
         }
         let n = n as usize;
-        for ((b, h), segment) in self.buffers.iter_mut().zip(&headers[..n]).zip(self.segments.iter_mut()) {
-            // SAFETY: the kernel wrote msg_len bytes (at most the capacity)
-            // at the start of this buffer.
-            unsafe { b.set_len((h.msg_len as usize).min(b.capacity())) };
-            *segment = if self.coalescing { segment_size(&h.msg_hdr).filter(|&s| s < b.len()).unwrap_or(0) } else { 0 };
+        for (k, ((b, h), segment)) in
+            self.buffers.iter_mut().zip(&headers[..n]).zip(self.segments.iter_mut()).enumerate()
+        {
+            let len = h.msg_len as usize;
+            match landing {
+                // SAFETY: the kernel wrote msg_len bytes (at most the
+                // capacity) at the start of this buffer.
+                None => unsafe { b.set_len(len.min(b.capacity())) },
+                // Put together by `gather` if need be.
+                Some(_) => self.lengths[k] = len,
+            }
+            let whole = if landing.is_some() { len } else { b.len() };
+            *segment = if self.coalescing { segment_size(&h.msg_hdr).filter(|&s| s < whole).unwrap_or(0) } else { 0 };
         }
+        self.landing = landing.is_some();
         Ok(n)
+    }
+
+    /// A datagram of the last read, which was [`RecvBatch::recv_landing`]:
+    /// its first bytes (up to [`Landing::HEAD`]), how many bytes of the
+    /// slot's region it filled, and its bytes after the region.
+    pub fn landed(&self, k: usize) -> (&[u8], usize, &[u8]) {
+        debug_assert!(self.landing);
+        let (len, room) = (self.lengths[k], self.regions[k]);
+        let head = len.min(Landing::HEAD);
+        let data = (len - head).min(room);
+        let behind = Landing::HEAD + room;
+        let tail = len - head - data;
+        let b = &self.buffers[k];
+        // SAFETY: the kernel wrote the head at the start of the buffer and
+        // `tail` bytes at `behind`, within its capacity.
+        unsafe {
+            (
+                std::slice::from_raw_parts(b.as_ptr(), head),
+                data,
+                std::slice::from_raw_parts(b.as_ptr().add(behind), tail),
+            )
+        }
+    }
+
+    /// Puts the `k`th datagram of the last read, a landing read, together
+    /// in its buffer: [`RecvBatch::datagram_mut`] then gives it whole.
+    ///
+    /// # Safety
+    ///
+    /// `landing` is the one read into, and its regions are still valid
+    /// (nothing the endpoint lent them for was freed since).
+    pub unsafe fn gather(&mut self, k: usize, landing: &Landing) {
+        debug_assert!(self.landing);
+        let (head, data, tail) = self.landed(k);
+        let (head, tail) = (head.len(), tail.len());
+        let b = &mut self.buffers[k];
+        let (place, _) = landing.region(k);
+        // SAFETY: the region held `data` bytes the kernel wrote; they move
+        // to just behind the head, within the capacity, and the tail (if
+        // any, only when the region was filled) lies right behind them.
+        unsafe {
+            std::ptr::copy_nonoverlapping(place.cast_const(), b.as_mut_ptr().add(head), data);
+            b.set_len(head + data + tail);
+        }
     }
 
     /// The `i`th datagram of the last read.

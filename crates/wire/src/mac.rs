@@ -109,10 +109,18 @@ impl JobKey {
     /// [`JobKey::datagram_tag`] of the datagram whose header is `header`
     /// and whose payload, kept elsewhere, is `payload`.
     pub fn datagram_tag_split(&self, header: &[u8], payload: &[u8]) -> [u8; MAC_LEN] {
+        self.datagram_tag_parts(header, &[payload])
+    }
+
+    /// [`JobKey::datagram_tag`] of the datagram whose header is `header`
+    /// and whose payload lies in `parts`, one after the other.
+    pub fn datagram_tag_parts(&self, header: &[u8], parts: &[&[u8]]) -> [u8; MAC_LEN] {
         let mut hasher = blake3::Hasher::new_keyed(&self.datagram_key);
         hasher.update(header);
         if self.coverage == Coverage::Datagram {
-            hasher.update(payload);
+            for part in parts {
+                hasher.update(part);
+            }
         }
         let mut tag = [0u8; MAC_LEN];
         tag.copy_from_slice(&hasher.finalize().as_bytes()[..MAC_LEN]);
@@ -122,6 +130,12 @@ impl JobKey {
     /// Constant-time check of a datagram's `tag`.
     pub fn verify_datagram(&self, body: &[u8], tag: &[u8]) -> bool {
         self.datagram_tag(body).ct_eq(tag).into()
+    }
+
+    /// [`JobKey::verify_datagram`] of a datagram whose header is `header`
+    /// and whose payload lies in `parts`.
+    pub fn verify_datagram_parts(&self, header: &[u8], parts: &[&[u8]], tag: &[u8]) -> bool {
+        self.datagram_tag_parts(header, parts).ct_eq(tag).into()
     }
 }
 

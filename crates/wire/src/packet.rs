@@ -118,13 +118,47 @@ fn check_room(payload_len: usize, out_len: usize) -> Result<usize, EncodeError> 
 /// is trusted further.
 pub fn decode<'a>(datagram: &'a [u8], key: &JobKey, accept: &Accept) -> Result<Packet<'a>, DecodeError> {
     let len = datagram.len();
+    let head = first_checks(datagram, len, accept)?;
+    let body = HEADER_LEN + (len - OVERHEAD);
+    if !key.verify_datagram(&datagram[..body], &datagram[body..]) {
+        return Err(DecodeError::BadMac);
+    }
+    let header = last_checks(head, len - OVERHEAD, accept)?;
+    Ok(Packet { header, payload: &datagram[HEADER_LEN..body] })
+}
+
+/// [`decode`] of a datagram read in three pieces: `head` (the header and
+/// the payload's first bytes), `rest` (the rest of the payload) and `mac`.
+/// Returns the header; the payload is `head[HEADER_LEN..]` then `rest`.
+pub fn decode_split(
+    head: &[u8],
+    rest: &[u8],
+    mac: &[u8],
+    key: &JobKey,
+    accept: &Accept,
+) -> Result<Header, DecodeError> {
+    let len = head.len() + rest.len() + mac.len();
+    if head.len() < HEADER_LEN || mac.len() != MAC_LEN {
+        // Only a whole header before and a MAC after make a datagram here.
+        return Err(DecodeError::Truncated(len));
+    }
+    let header = first_checks(head, len, accept)?;
+    if !key.verify_datagram_parts(header, &[&head[HEADER_LEN..], rest], mac) {
+        return Err(DecodeError::BadMac);
+    }
+    last_checks(header, len - OVERHEAD, accept)
+}
+
+/// The checks of a datagram of `len` bytes that come before its MAC
+/// (length, version, job, declared payload length); its header.
+fn first_checks<'a>(start: &'a [u8], len: usize, accept: &Accept) -> Result<&'a [u8; HEADER_LEN], DecodeError> {
     if len > MAX_DATAGRAM {
         return Err(DecodeError::Oversized(len));
     }
-    if len < OVERHEAD {
+    if len < OVERHEAD || start.len() < HEADER_LEN {
         return Err(DecodeError::Truncated(len));
     }
-    let head: &[u8; HEADER_LEN] = datagram[..HEADER_LEN].try_into().expect("length checked");
+    let head: &[u8; HEADER_LEN] = start[..HEADER_LEN].try_into().expect("length checked");
     if head[0] != VERSION {
         return Err(DecodeError::UnsupportedVersion(head[0]));
     }
@@ -136,10 +170,11 @@ pub fn decode<'a>(datagram: &'a [u8], key: &JobKey, accept: &Accept) -> Result<P
     if OVERHEAD + payload_len != len {
         return Err(DecodeError::LengthMismatch { declared: payload_len, actual: len - OVERHEAD });
     }
-    let body = HEADER_LEN + payload_len;
-    if !key.verify_datagram(&datagram[..body], &datagram[body..]) {
-        return Err(DecodeError::BadMac);
-    }
+    Ok(head)
+}
+
+/// The checks after the MAC: the fields, trusted now, make sense.
+fn last_checks(head: &[u8; HEADER_LEN], payload_len: usize, accept: &Accept) -> Result<Header, DecodeError> {
     let packet_type = PacketType::from_u8(head[1]).ok_or(DecodeError::UnknownType(head[1]))?;
     let flag_bits = u16_at(head, 2);
     let flags = Flags::from_bits(flag_bits).ok_or(DecodeError::UnknownFlags(flag_bits))?;
@@ -151,7 +186,7 @@ pub fn decode<'a>(datagram: &'a [u8], key: &JobKey, accept: &Accept) -> Result<P
         flags,
         channel: u16_at(head, 4),
         colour: head[6],
-        job,
+        job: u64_at(head, 8),
         source: u32_at(head, 16),
         destination: u32_at(head, 20),
         sequence: u64_at(head, 24),
@@ -170,7 +205,7 @@ pub fn decode<'a>(datagram: &'a [u8], key: &JobKey, accept: &Accept) -> Result<P
     if header.end_of_hole < header.ack {
         return Err(DecodeError::MalformedPayload("end of hole below acknowledgement"));
     }
-    Ok(Packet { header, payload: &datagram[HEADER_LEN..body] })
+    Ok(header)
 }
 
 /// Counts of rejected datagrams, one per [`DecodeError`] kind.

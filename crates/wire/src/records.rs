@@ -121,6 +121,13 @@ impl<'a> RecordWriter<'a> {
     }
 }
 
+/// A record's header read back: `(message_len, offset, len)`.
+pub fn read_record_header(h: &[u8; RECORD_HEADER_LEN]) -> (u32, u32, u16) {
+    let message_len = u32::from_be_bytes([h[0], h[1], h[2], h[3]]);
+    let offset = u32::from_be_bytes([h[4], h[5], h[6], h[7]]);
+    (message_len, offset, u16::from_be_bytes([h[8], h[9]]))
+}
+
 /// The header of a record of `len` bytes at `offset` of a message of
 /// `message_len` bytes: for a record whose bytes are already in place
 /// behind room left for it.

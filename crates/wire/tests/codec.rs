@@ -238,3 +238,39 @@ fn a_split_datagram_is_the_one_encode_writes() {
     let big = vec![0; MAX_PAYLOAD + 1];
     assert!(seal_split(&h, &big, &key(), &mut [0u8; OVERHEAD]).is_err());
 }
+
+proptest! {
+    /// A datagram read in three pieces (header and the payload's start, the
+    /// rest of the payload, the MAC) decodes as the whole does, under
+    /// either coverage; a flipped bit anywhere, or pieces cut elsewhere
+    /// than before the MAC, are rejected as the whole would be.
+    #[test]
+    fn a_datagram_in_pieces_decodes_as_the_whole(
+        payload in prop::collection::vec(any::<u8>(), 0..3000),
+        cut in any::<prop::sample::Index>(),
+        flip in any::<prop::sample::Index>(),
+        header_only: bool,
+    ) {
+        let key = if header_only { key().covering(Coverage::Header) } else { key() };
+        let mut h = header(PacketType::Data);
+        h.sequence = 5;
+        let mut whole = vec![0; OVERHEAD + payload.len()];
+        let n = encode(&h, &payload, &key, &mut whole).unwrap();
+        whole.truncate(n);
+        let at = HEADER_LEN + cut.index(payload.len() + 1);
+        let mac_at = n - MAC_LEN;
+        let (head, rest, mac) = (&whole[..at], &whole[at..mac_at], &whole[mac_at..]);
+        let split = decode_split(head, rest, mac, &key, &accept()).unwrap();
+        prop_assert_eq!(split, decode(&whole, &key, &accept()).unwrap().header);
+        // A bit flipped where the MAC covers it.
+        let covered = if header_only { HEADER_LEN } else { mac_at };
+        let mut bad = whole.clone();
+        bad[flip.index(covered)] ^= 1;
+        let whole_says = decode(&bad, &key, &accept()).map(|p| p.header);
+        let split_says = decode_split(&bad[..at], &bad[at..mac_at], &bad[mac_at..], &key, &accept());
+        prop_assert_eq!(split_says.is_err(), true);
+        prop_assert_eq!(whole_says.is_err(), true);
+        // The MAC cut short: not a datagram of this kind.
+        prop_assert!(decode_split(head, rest, &mac[1..], &key, &accept()).is_err());
+    }
+}

@@ -1,0 +1,226 @@
+//! Data read straight into the buffer of the message it continues
+//! ([`Endpoint::landing`], [`Endpoint::handle_landed`]): one receiver takes
+//! every datagram as a whole, another as the runtime's reads would leave
+//! them when aimed at a landing (header, data in the message's buffer, the
+//! rest), for the same stream with losses, duplicates, reordering,
+//! corruption and two channels interleaved. Both deliver the same
+//! messages, and the second reads data in place.
+
+use std::time::Duration;
+
+use bulkwire_proto::{Config, Endpoint, Event, Landed, Landing, Time};
+use bulkwire_wire::{Coverage, JobKey};
+use proptest::prelude::*;
+
+const JOB: u64 = 91;
+const DATAGRAM: usize = 20_000;
+
+fn config(rank: u32, coverage: Coverage) -> Config {
+    let mut c = Config::new(JOB, JobKey::new([5; 32]).covering(coverage), rank, 2);
+    c.channels = 2;
+    c.max_datagram = DATAGRAM;
+    c.initial_rtt = Duration::from_micros(100);
+    c
+}
+
+/// A message of `len` bytes that says which it is.
+fn message(n: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 7 + n * 13) as u8 ^ (i >> 8) as u8).collect()
+}
+
+/// Messages, by channel.
+type ByChannel = [Vec<Vec<u8>>; 2];
+
+/// Messages delivered, by channel.
+fn drain(b: &mut Endpoint, got: &mut ByChannel) {
+    while let Some(event) = b.poll_event() {
+        if let Event::Message { channel, data, start, .. } = event {
+            got[channel as usize].push(data[start..].to_vec());
+        }
+    }
+}
+
+/// Hands `batch` to `b` as the runtime does with a landing: each datagram
+/// scattered as a read would scatter it, then handled in place or put
+/// together again. Returns how many were handled in place.
+fn feed_landing(b: &mut Endpoint, now: Time, batch: &[Vec<u8>], slots: usize) -> usize {
+    let mut in_place = 0;
+    let mut i = 0;
+    while i < batch.len() {
+        let Some(landing) = b.landing(slots) else {
+            b.handle_datagram(now, &batch[i]);
+            i += 1;
+            continue;
+        };
+        let n = landing.slots().min(batch.len() - i);
+        // What the read does: the header and record header, then the
+        // region, then the rest.
+        let pieces: Vec<(Vec<u8>, usize, Vec<u8>)> = (0..n)
+            .map(|k| {
+                let d = &batch[i + k];
+                let (place, room) = landing.region(k);
+                let head = d.len().min(Landing::HEAD);
+                let data = (d.len() - head).min(room);
+                // SAFETY: the region lies in the spare room of the message's
+                // buffer, which the endpoint lends until the next call.
+                unsafe { std::ptr::copy_nonoverlapping(d[head..].as_ptr(), place, data) };
+                (d[..head].to_vec(), data, d[head + data..].to_vec())
+            })
+            .collect();
+        let mut k = 0;
+        while k < n {
+            let (head, data, tail) = &pieces[k];
+            // SAFETY: the landing is fresh, slots go in order, and the read
+            // above wrote `data` bytes of the region.
+            match unsafe { b.handle_landed(now, &landing, k, head, *data, tail) } {
+                Landed::InPlace => {
+                    in_place += 1;
+                    k += 1;
+                }
+                Landed::Elsewhere => break,
+                Landed::Ended => panic!("no channel fails here"),
+            }
+        }
+        // The rest put together before any is handled.
+        let rest: Vec<Vec<u8>> = (k..n)
+            .map(|k| {
+                let (head, data, tail) = &pieces[k];
+                let (place, _) = landing.region(k);
+                // SAFETY: written above, and nothing freed the buffer.
+                let region = unsafe { std::slice::from_raw_parts(place.cast_const(), *data) };
+                [&head[..], region, &tail[..]].concat()
+            })
+            .collect();
+        for d in &rest {
+            b.handle_datagram(now, d);
+        }
+        i += n;
+    }
+    in_place
+}
+
+#[derive(Clone, Debug)]
+enum Fault {
+    None,
+    Drop,
+    Duplicate,
+    SwapWithNext,
+    Flip(usize),
+}
+
+fn fault() -> impl Strategy<Value = Fault> {
+    prop_oneof![
+        12 => Just(Fault::None),
+        1 => Just(Fault::Drop),
+        1 => Just(Fault::Duplicate),
+        1 => Just(Fault::SwapWithNext),
+        1 => any::<usize>().prop_map(Fault::Flip),
+    ]
+}
+
+fn run(sizes: &[(u16, usize)], faults: &[Fault], slots: usize, coverage: Coverage) -> usize {
+    let mut a = Endpoint::new(config(0, coverage)).unwrap();
+    let mut whole = Endpoint::new(config(1, coverage)).unwrap();
+    let mut landed = Endpoint::new(config(1, coverage)).unwrap();
+    let mut want: ByChannel = Default::default();
+    for (n, &(channel, len)) in sizes.iter().enumerate() {
+        let m = message(n, len);
+        a.send(1, channel, &m).unwrap();
+        want[channel as usize].push(m);
+    }
+    let (mut got_whole, mut got_landed): (ByChannel, ByChannel) = Default::default();
+    let mut now = Time::ZERO;
+    let mut in_place = 0;
+    let mut f = 0;
+    let mut buf = vec![0u8; 65_536];
+    for _round in 0..2_000 {
+        let mut batch = Vec::new();
+        while let Some(t) = a.poll_transmit(now, &mut buf) {
+            batch.push(buf[..t.len].to_vec());
+            if batch.len() == 24 {
+                break;
+            }
+        }
+        // The network's faults, the same for both receivers.
+        let mut out: Vec<Vec<u8>> = Vec::new();
+        let mut j = 0;
+        while j < batch.len() {
+            let fault = faults.get(f).cloned().unwrap_or(Fault::None);
+            f += 1;
+            match fault {
+                Fault::None => out.push(batch[j].clone()),
+                Fault::Drop => {}
+                Fault::Duplicate => out.extend([batch[j].clone(), batch[j].clone()]),
+                Fault::SwapWithNext if j + 1 < batch.len() => {
+                    out.extend([batch[j + 1].clone(), batch[j].clone()]);
+                    j += 1;
+                }
+                Fault::SwapWithNext => out.push(batch[j].clone()),
+                Fault::Flip(at) => {
+                    let mut d = batch[j].clone();
+                    // Under header coverage only the header is authenticated
+                    // (loopback): flip there, as nothing else could.
+                    let span = if coverage == Coverage::Header { 60 } else { d.len() };
+                    d[at % span] ^= 0x10;
+                    out.push(d);
+                }
+            }
+            j += 1;
+        }
+        for d in &out {
+            whole.handle_datagram(now, d);
+        }
+        in_place += feed_landing(&mut landed, now, &out, slots);
+        drain(&mut whole, &mut got_whole);
+        drain(&mut landed, &mut got_landed);
+        // The whole-datagram receiver answers; the other's answers would be
+        // the same and are dropped.
+        while let Some(t) = whole.poll_transmit(now, &mut buf) {
+            a.handle_datagram(now, &buf[..t.len]);
+        }
+        while landed.poll_transmit(now, &mut buf).is_some() {}
+        if got_whole == want && got_landed == want {
+            break;
+        }
+        now = now + Duration::from_millis(1);
+        for e in [&mut a, &mut whole, &mut landed] {
+            if e.poll_timeout().is_some_and(|t| t <= now) {
+                e.handle_timeout(now);
+            }
+        }
+    }
+    assert_eq!(got_whole, want, "every message, in order, to the receiver of whole datagrams");
+    assert_eq!(got_landed, want, "the same to the receiver that reads in place");
+    assert_eq!(landed.stats().rejected, whole.stats().rejected, "the same datagrams rejected");
+    in_place
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn reading_in_place_delivers_what_whole_datagrams_deliver(
+        sizes in prop::collection::vec((0u16..2, prop_oneof![1usize..3000, 3000usize..200_000]), 1..12),
+        faults in prop::collection::vec(fault(), 0..400),
+        slots in 1usize..6,
+        header_only: bool,
+    ) {
+        let coverage = if header_only { Coverage::Header } else { Coverage::Datagram };
+        run(&sizes, &faults, slots, coverage);
+    }
+}
+
+#[test]
+fn a_large_message_is_read_in_place_but_for_its_first_datagram() {
+    // 500,000 bytes in datagrams of 19,914 bytes of data: 26 datagrams,
+    // the first of which opens the message (a resent one may come between).
+    let in_place = run(&[(0, 500_000)], &[], 16, Coverage::Datagram);
+    assert!((23..=25).contains(&in_place), "{in_place}");
+    // With a message on the other channel interleaved (packet by packet),
+    // and losses: a datagram of the other channel ends a landing (the rest
+    // of its slots are put together and handled as they came), as does a
+    // hole until it is filled; some still land.
+    let faults = [Fault::None, Fault::None, Fault::Drop, Fault::None, Fault::SwapWithNext, Fault::Duplicate];
+    let in_place = run(&[(0, 300_000), (1, 100_000), (0, 300_000)], &faults, 4, Coverage::Header);
+    assert!(in_place > 0, "{in_place}");
+}
