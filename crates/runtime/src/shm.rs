@@ -17,8 +17,11 @@
 //! first piece gives the whole length), and for large messages a
 //! descriptor that the receiver reads straight from the sender's memory
 //! with `process_vm_readv(2)` (one copy) and answers with a record that
-//! lets the sender free the buffer. Where the kernel refuses that (a ptrace
-//! policy), the message goes through the ring in pieces.
+//! lets the sender free the buffer, or tells the layer above that lent its
+//! own buffer ([`Shm::lend`]; a few bytes of the message's end, a tag,
+//! travel in the descriptor) that the buffer is its own again. Where the
+//! kernel refuses that (a ptrace policy), the message goes through the
+//! ring in pieces.
 //!
 //! No reliability machinery runs here: nothing is lost between processes
 //! of one host. A record becomes visible to its reader only once it is
@@ -38,7 +41,7 @@
 //! futex cannot be among them; an eventfd would have to be passed between
 //! processes. The socket is already in that poll.)
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
@@ -126,7 +129,12 @@ const PROBE: u64 = 0x6277_7072_6f62_6521;
 /// sender's pages, up to about that size (ping-pong through 2 MiB rings,
 /// same run: 64 KiB 5.9 against 18.9 us, 1 MiB 78 against 125 us; 4 MiB
 /// 770 against 620 us).
-const LARGE_FROM: usize = 256 << 10;
+pub(crate) const LARGE_FROM: usize = 256 << 10;
+/// Bytes a large-message record may carry after the address and length:
+/// the end of the message, inline. A layer that frames its messages with a
+/// trailer (a tag) lends the caller's data as it is and sends the trailer
+/// here, rather than copying the data to append it.
+pub(crate) const SUFFIX_MAX: usize = 64;
 
 /// Settings of the path, from the environment.
 #[derive(Clone, Debug)]
@@ -301,9 +309,22 @@ struct Out {
     start: usize,
     /// Bytes of the message written so far.
     sent: usize,
+    /// A message in memory this process does not own ([`Shm::lend`]):
+    /// `data[start..]` is then only its inline end.
+    loan: Option<Loan>,
 }
 
-/// A large message's buffer, kept until its reader says it has read it.
+/// Where a lent message lies, and the token its reader answers with.
+#[derive(Clone, Copy)]
+struct Loan {
+    addr: u64,
+    len: usize,
+    token: u64,
+}
+
+/// A large message's buffer, kept until its reader says it has read it
+/// (empty for a message lent from memory the layer above holds: its bytes
+/// count against no budget here).
 struct Lent {
     to: u32,
     len: usize,
@@ -344,6 +365,9 @@ pub(crate) struct Shm {
     rescan: bool,
     /// Buffers of large messages, kept until their receivers read them.
     lent: HashMap<u64, Lent>,
+    /// Tokens of messages lent from the layer above's memory
+    /// ([`Shm::lend`]) that their readers have not answered yet.
+    loans: HashSet<u64>,
     next_token: u64,
     cma: bool,
     pub stats: Vec<ShmStats>,
@@ -434,6 +458,7 @@ impl Shm {
             last_doorbell: 0,
             rescan: false,
             lent: HashMap::new(),
+            loans: HashSet::new(),
             next_token: 1,
             cma: options.cma,
             stats: vec![ShmStats::default(); size as usize],
@@ -486,7 +511,7 @@ impl Shm {
         let out = Ring { base: HEADER + self.me as usize * (CONTROL + ring), size: ring };
         let inbound = Ring { base: HEADER + rank as usize * (CONTROL + self.own.ring), size: self.own.ring };
         let probe = theirs.u64(H_PROBE).load(Ordering::Relaxed);
-        let cma_from = self.cma && read_remote(pid, probe, 8).is_ok_and(|b| b == PROBE.to_ne_bytes());
+        let cma_from = self.cma && read_remote(pid, probe, 8, &[]).is_ok_and(|b| b == PROBE.to_ne_bytes());
         // The two rings between this pair, present at both ends before use.
         self.own.region.populate(inbound.base, CONTROL + inbound.size);
         theirs.populate(out.base, CONTROL + out.size);
@@ -537,8 +562,51 @@ impl Shm {
         stats.bytes_sent += len as u64;
         let peer = self.peers[to as usize].as_mut().expect("a local peer");
         peer.queued += len;
-        peer.queue.push_back(Out { channel, data, start, sent: 0 });
+        peer.queue.push_back(Out { channel, data, start, sent: 0, loan: None });
         self.push(to);
+    }
+
+    /// Whether a message of `len` bytes to `to` goes by descriptor, read by
+    /// `to` from this process's memory (a local peer that said it can): one
+    /// [`Shm::lend`] takes.
+    pub fn lends(&self, to: u32, len: usize) -> bool {
+        let Some(peer) = self.peers.get(to as usize).and_then(Option::as_ref) else { return false };
+        len >= LARGE_FROM.max(peer.w.out.size) && self.single_copy_to(to)
+    }
+
+    /// Queues for `to` a message of the `len` bytes at `addr` in this
+    /// process's memory followed by `suffix` (at most [`SUFFIX_MAX`] bytes),
+    /// without copying them: `to` reads them from there
+    /// ([`Shm::lends`] must hold). Returns the token that
+    /// [`Shm::returned`] answers for. What `to` receives is what that memory
+    /// holds when it reads it: the caller leaves it unchanged until then.
+    pub fn lend(&mut self, to: u32, channel: u16, addr: u64, len: usize, suffix: &[u8]) -> u64 {
+        assert!(suffix.len() <= SUFFIX_MAX, "a suffix of {} bytes", suffix.len());
+        let token = self.next_token;
+        self.next_token += 1;
+        self.loans.insert(token);
+        let stats = &mut self.stats[to as usize];
+        stats.messages_sent += 1;
+        stats.bytes_sent += (len + suffix.len()) as u64;
+        let peer = self.peers[to as usize].as_mut().expect("a local peer");
+        let loan = Some(Loan { addr, len, token });
+        peer.queue.push_back(Out { channel, data: suffix.to_vec(), start: 0, sent: 0, loan });
+        self.push(to);
+        token
+    }
+
+    /// Whether the reader of the message lent with `token` has read it (or
+    /// it was never lent): its memory is then the caller's again.
+    pub fn returned(&self, token: u64) -> bool {
+        !self.loans.contains(&token)
+    }
+
+    /// Whether the process of `rank`, a local peer, still exists.
+    pub fn peer_alive(&self, rank: u32) -> bool {
+        let Some(peer) = self.peers.get(rank as usize).and_then(Option::as_ref) else { return false };
+        // SAFETY: signal 0 only checks that the process exists.
+        let r = unsafe { libc::kill(peer.pid, 0) };
+        r == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
     }
 
     /// Writes what waits for `to`: acknowledgements of large messages
@@ -556,6 +624,21 @@ impl Shm {
         let single_copy = peer.w.theirs.u32(peer.w.out.base + C_CMA).load(Ordering::Acquire) == 1;
         let max_piece = peer.w.out.size / 4 - RECORD;
         while let Some(out) = peer.queue.front_mut() {
+            if let Some(loan) = out.loan {
+                let suffix = &out.data[out.start..];
+                let mut payload = [0u8; 16 + SUFFIX_MAX];
+                payload[..8].copy_from_slice(&loan.addr.to_le_bytes());
+                payload[8..16].copy_from_slice(&(loan.len as u64).to_le_bytes());
+                payload[16..16 + suffix.len()].copy_from_slice(suffix);
+                if !peer.w.write(LARGE, 0, out.channel, loan.token, &payload[..16 + suffix.len()]) {
+                    break;
+                }
+                self.stats[to as usize].single_copy += 1;
+                peer.queue.pop_front();
+                self.lent.insert(loan.token, Lent { to, len: 0, _data: Vec::new() });
+                wrote = true;
+                continue;
+            }
             let len = out.data.len() - out.start;
             if out.sent == 0 && len >= LARGE_FROM.max(peer.w.out.size) && single_copy {
                 let token = self.next_token;
@@ -707,15 +790,16 @@ impl Shm {
                         }
                     }
                     LARGE => {
-                        if len != 16 || peer.partial.is_some() {
+                        if !(16..=16 + SUFFIX_MAX).contains(&len) || peer.partial.is_some() {
                             return bad("a malformed large-message record");
                         }
                         let addr = u64::from_le_bytes(payload[..8].try_into().expect("8 bytes"));
-                        let total = u64::from_le_bytes(payload[8..].try_into().expect("8 bytes")) as usize;
-                        if total > max_message {
+                        let total = u64::from_le_bytes(payload[8..16].try_into().expect("8 bytes")) as usize;
+                        let suffix = &payload[16..];
+                        if total > max_message.saturating_sub(suffix.len()) {
                             return bad("a message longer than the largest allowed");
                         }
-                        let data = read_remote(peer.pid, addr, total).map_err(|e| match e.raw_os_error() {
+                        let data = read_remote(peer.pid, addr, total, suffix).map_err(|e| match e.raw_os_error() {
                             Some(libc::ESRCH) => format!("rank {from} is gone (its process ended mid-message)"),
                             _ => format!("rank {from}: reading a message from its memory failed: {e}"),
                         })?;
@@ -728,6 +812,7 @@ impl Shm {
                         Some(lent) if lent.to == from => {
                             peer.lent -= lent.len;
                             self.lent.remove(&extra);
+                            self.loans.remove(&extra);
                         }
                         _ => return bad("an acknowledgement of no message"),
                     },
@@ -904,14 +989,17 @@ impl Writer {
     }
 }
 
-/// Reads `len` bytes at `addr` in process `pid` (one copy, by the kernel).
-fn read_remote(pid: i32, addr: u64, len: usize) -> io::Result<Vec<u8>> {
+/// Reads `len` bytes at `addr` in process `pid` (one copy, by the kernel),
+/// then appends `suffix`.
+fn read_remote(pid: i32, addr: u64, len: usize, suffix: &[u8]) -> io::Result<Vec<u8>> {
     // Not zeroed first: the kernel writes every byte before it is read (a
     // memset of the whole message would be a second pass over it).
-    let mut data: Vec<u8> = Vec::with_capacity(len);
+    let mut data: Vec<u8> = Vec::with_capacity(len + suffix.len());
     read_remote_raw(pid, addr, data.spare_capacity_mut().as_mut_ptr().cast(), len)?;
-    // SAFETY: the kernel wrote all `len` bytes.
+    // SAFETY: the kernel wrote all `len` bytes (read_remote_raw returns Ok
+    // only once it has), within the capacity reserved above.
     unsafe { data.set_len(len) };
+    data.extend_from_slice(suffix);
     Ok(data)
 }
 
@@ -1003,6 +1091,28 @@ mod tests {
         }
         assert!(a.is_idle());
         assert!(a.stats[1].single_copy >= 2);
+    }
+
+    #[test]
+    fn a_lent_message_is_read_from_the_lender_s_memory_with_its_suffix() {
+        let (mut a, mut b) = pair(64 << 10);
+        let data: Vec<u8> = (0..300usize << 10).map(|k| (k * 13) as u8).collect();
+        assert!(a.lends(1, data.len()) && !a.lends(1, 100 << 10) && !a.lends(0, data.len()));
+        // Queued behind a message sent before it, whose order it keeps.
+        a.send(1, 0, vec![1, 2, 3], 0);
+        let token = a.lend(1, 2, data.as_ptr() as u64, data.len(), b"tail");
+        assert!(!a.returned(token) && !a.is_idle());
+        let got = drain(&mut b);
+        assert_eq!(got.len(), 2);
+        assert_eq!((got[0].channel, &got[0].data[..]), (0, &[1u8, 2, 3][..]));
+        assert_eq!(got[1].channel, 2);
+        assert_eq!(got[1].data.len(), data.len() + 4);
+        assert!(got[1].data[..data.len()] == data[..] && &got[1].data[data.len()..] == b"tail");
+        assert!(!a.returned(token), "lent until the reader's answer is read");
+        drain(&mut a);
+        assert!(a.returned(token) && a.is_idle());
+        assert_eq!(a.stats[1].single_copy, 1);
+        assert!(a.peer_alive(1));
     }
 
     #[test]
