@@ -50,7 +50,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bulkwire_proto::SendError;
-use bulkwire_runtime::{Engine, Inbound, Loan, ProgressHook, Runtime, RuntimeError, LEND_FROM};
+use bulkwire_runtime::{Engine, Inbound, Loan, ProgressHook, Runtime, RuntimeError, Transport, LEND_FROM};
 
 /// Channel of application messages.
 const USER: u16 = 0;
@@ -319,6 +319,8 @@ pub struct World {
     small_max: usize,
     /// Bytes of data in a piece of a large message.
     piece: usize,
+    /// By rank: reached through shared memory.
+    shm_peers: Vec<bool>,
 }
 
 impl World {
@@ -357,7 +359,11 @@ impl World {
             m.busy.store(!m.large.idle(), Ordering::Relaxed);
             true
         })));
-        Ok(World { rt, matching, small_max: max - TAG_LEN, piece: PIECE_BYTES.min(max - TRAILER) })
+        let shm_peers = rt.with(|e| {
+            let ranks = e.endpoint.config().ranks;
+            Ok((0..ranks).map(|p| e.transport(p) == Transport::Shm).collect())
+        })?;
+        Ok(World { rt, matching, small_max: max - TAG_LEN, piece: PIECE_BYTES.min(max - TRAILER), shm_peers })
     }
 
     pub fn rank(&self) -> u32 {
@@ -465,6 +471,16 @@ impl World {
         }
         if data.len() > self.small_max || tag == MARK {
             return self.isend_large(to, tag, data);
+        }
+        if self.shm_peers[to as usize] {
+            // Written into the peer's ring straight from `data` as far as it
+            // has room, the rest copied: one copy fewer than framing it first.
+            let sent = self.rt.with(|e| Ok(e.send_parts(to, USER, data, &tag.to_le_bytes())))?;
+            match sent {
+                Ok(()) => return Ok(Request { state: RequestState::Done(Some(Completion::Sent)) }),
+                Err(SendError::WouldBlock) => {}
+                Err(err) => return Err(self.send_error(err, data.len())),
+            }
         }
         let mut framed = Vec::with_capacity(data.len() + TAG_LEN);
         framed.extend_from_slice(data);

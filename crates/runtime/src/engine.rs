@@ -438,6 +438,30 @@ impl Engine {
         Ok(false)
     }
 
+    /// Sends `data` followed by `suffix` to `to` on `channel` as one
+    /// message. To a peer on this host, what its ring has room for is
+    /// written straight from them and only the rest copied (a message sent
+    /// by descriptor, or behind others, is copied whole); to any other, the
+    /// two are copied into one buffer for the endpoint. Errors as
+    /// [`Engine::check_send`], before anything is sent.
+    pub fn send_parts(&mut self, to: u32, channel: u16, data: &[u8], suffix: &[u8]) -> Result<(), SendError> {
+        let len = data.len() + suffix.len();
+        self.check_send(to, channel, len)?;
+        match self.shm.as_mut() {
+            Some(shm) if shm.is_local(to) => {
+                shm.send_parts(to, channel, data, suffix);
+                self.send_wakeups();
+                Ok(())
+            }
+            _ => {
+                let mut whole = Vec::with_capacity(len);
+                whole.extend_from_slice(data);
+                whole.extend_from_slice(suffix);
+                self.endpoint.send_owned(to, channel, whole)
+            }
+        }
+    }
+
     /// Sends `data` to `to` on `channel`: through shared memory to a peer
     /// on this host, else by the endpoint ([`Endpoint::send_owned`]).
     pub fn send_owned(&mut self, to: u32, channel: u16, data: Vec<u8>) -> Result<(), SendError> {

@@ -309,6 +309,9 @@ struct Out {
     start: usize,
     /// Bytes of the message written so far.
     sent: usize,
+    /// Bytes at the message's start that were written before it was queued
+    /// ([`Shm::send_parts`]), and are not in `data`.
+    base: usize,
     /// A message in memory this process does not own ([`Shm::lend`]):
     /// `data[start..]` is then only its inline end.
     loan: Option<Loan>,
@@ -554,6 +557,65 @@ impl Shm {
         Ok(())
     }
 
+    /// Sends `data` then `suffix` to `to` (a local peer) as one message:
+    /// what the ring has room for now is written straight from them, and
+    /// only the rest is copied, to wait in the queue. (Behind a queue, or
+    /// where the message goes by descriptor, it is copied whole.)
+    pub fn send_parts(&mut self, to: u32, channel: u16, data: &[u8], suffix: &[u8]) {
+        let len = data.len() + suffix.len();
+        let peer = self.peers[to as usize].as_ref().expect("a local peer");
+        let by_descriptor = len >= LARGE_FROM.max(peer.w.out.size) && self.single_copy_to(to);
+        if !peer.queue.is_empty() || by_descriptor {
+            let mut whole = Vec::with_capacity(len);
+            whole.extend_from_slice(data);
+            whole.extend_from_slice(suffix);
+            return self.send(to, channel, whole, 0);
+        }
+        let stats = &mut self.stats[to as usize];
+        stats.messages_sent += 1;
+        stats.bytes_sent += len as u64;
+        let peer = self.peers[to as usize].as_mut().expect("a local peer");
+        let max_piece = peer.w.out.size / 4 - RECORD;
+        // The bytes `at..at + n` of `data` then `suffix`, as two slices.
+        let parts = |at: usize, n: usize| {
+            let d = &data[at.min(data.len())..(at + n).min(data.len())];
+            let s = &suffix[at.saturating_sub(data.len())..(at + n).saturating_sub(data.len())];
+            (d, s)
+        };
+        let mut sent = 0;
+        let mut wrote = false;
+        loop {
+            let piece = (len - sent).min(max_piece);
+            let mut flags = 0;
+            if sent == 0 {
+                flags |= FIRST;
+            }
+            if sent + piece == len {
+                flags |= LAST;
+            }
+            let (d, s) = parts(sent, piece);
+            if !peer.w.write_parts(DATA, flags, channel, len as u64, d, s) {
+                break;
+            }
+            wrote = true;
+            sent += piece;
+            if sent == len {
+                break;
+            }
+        }
+        if sent < len || !wrote {
+            let (d, s) = parts(sent, len - sent);
+            let mut rest = Vec::with_capacity(len - sent);
+            rest.extend_from_slice(d);
+            rest.extend_from_slice(s);
+            peer.queued += rest.len();
+            peer.queue.push_back(Out { channel, data: rest, start: 0, sent, base: sent, loan: None });
+        }
+        if wrote {
+            self.publish(to);
+        }
+    }
+
     /// Queues `data[start..]` for `to` (a local peer) and writes what fits.
     pub fn send(&mut self, to: u32, channel: u16, data: Vec<u8>, start: usize) {
         let len = data.len() - start;
@@ -562,7 +624,7 @@ impl Shm {
         stats.bytes_sent += len as u64;
         let peer = self.peers[to as usize].as_mut().expect("a local peer");
         peer.queued += len;
-        peer.queue.push_back(Out { channel, data, start, sent: 0, loan: None });
+        peer.queue.push_back(Out { channel, data, start, sent: 0, base: 0, loan: None });
         self.push(to);
     }
 
@@ -590,7 +652,7 @@ impl Shm {
         stats.bytes_sent += (len + suffix.len()) as u64;
         let peer = self.peers[to as usize].as_mut().expect("a local peer");
         let loan = Some(Loan { addr, len, token });
-        peer.queue.push_back(Out { channel, data: suffix.to_vec(), start: 0, sent: 0, loan });
+        peer.queue.push_back(Out { channel, data: suffix.to_vec(), start: 0, sent: 0, base: 0, loan });
         self.push(to);
         token
     }
@@ -639,7 +701,8 @@ impl Shm {
                 wrote = true;
                 continue;
             }
-            let len = out.data.len() - out.start;
+            let held = out.data.len() - out.start;
+            let len = out.base + held;
             if out.sent == 0 && len >= LARGE_FROM.max(peer.w.out.size) && single_copy {
                 let token = self.next_token;
                 let addr = out.data[out.start..].as_ptr() as u64;
@@ -666,27 +729,34 @@ impl Shm {
             if out.sent + piece == len {
                 flags |= LAST;
             }
-            let from = out.start + out.sent;
+            let from = out.start + out.sent - out.base;
             if !peer.w.write(DATA, flags, out.channel, len as u64, &out.data[from..from + piece]) {
                 break;
             }
             wrote = true;
             out.sent += piece;
             if out.sent == len {
-                peer.queued -= len;
+                peer.queued -= held;
                 peer.queue.pop_front();
             }
         }
         if wrote {
-            peer.w.theirs.u64(peer.w.out.base + C_TAIL).store(peer.w.tail, Ordering::Release);
-            // The doorbell, then the sleep flag: sequentially consistent with
-            // the reader's flag, then doorbell (see `may_sleep`).
-            peer.w.theirs.u64(H_DOORBELL).fetch_add(1, Ordering::SeqCst);
-            let sleeping = peer.w.theirs.u32(H_SLEEPING);
-            if sleeping.load(Ordering::SeqCst) != 0 && sleeping.swap(0, Ordering::SeqCst) != 0 {
-                self.stats[to as usize].wakeups_sent += 1;
-                self.wake.push(peer.wake_to);
-            }
+            self.publish(to);
+        }
+    }
+
+    /// Makes what was written into `to`'s ring visible to it, and wakes it
+    /// if it sleeps.
+    fn publish(&mut self, to: u32) {
+        let peer = self.peers[to as usize].as_mut().expect("a local peer");
+        peer.w.theirs.u64(peer.w.out.base + C_TAIL).store(peer.w.tail, Ordering::Release);
+        // The doorbell, then the sleep flag: sequentially consistent with
+        // the reader's flag, then doorbell (see `may_sleep`).
+        peer.w.theirs.u64(H_DOORBELL).fetch_add(1, Ordering::SeqCst);
+        let sleeping = peer.w.theirs.u32(H_SLEEPING);
+        if sleeping.load(Ordering::SeqCst) != 0 && sleeping.swap(0, Ordering::SeqCst) != 0 {
+            self.stats[to as usize].wakeups_sent += 1;
+            self.wake.push(peer.wake_to);
         }
     }
 
@@ -939,7 +1009,13 @@ impl Writer {
     /// ring's end where it does not fit before it). The tail is published
     /// by the caller.
     fn write(&mut self, kind: u8, flags: u8, channel: u16, extra: u64, payload: &[u8]) -> bool {
-        let size = RECORD + align(payload.len());
+        self.write_parts(kind, flags, channel, extra, payload, &[])
+    }
+
+    /// [`Writer::write`] of a record whose payload is `a` then `b`.
+    fn write_parts(&mut self, kind: u8, flags: u8, channel: u16, extra: u64, a: &[u8], b: &[u8]) -> bool {
+        let len = a.len() + b.len();
+        let size = RECORD + align(len);
         let ring = self.out;
         let at = (self.tail as usize) & (ring.size - 1);
         let to_end = ring.size - at;
@@ -966,11 +1042,13 @@ impl Writer {
             self.tail = self.tail.wrapping_add(to_end as u64);
         }
         let at = (self.tail as usize) & (ring.size - 1);
-        self.put_header(base + at, payload.len() as u32, kind, flags, channel, extra);
-        // SAFETY: the record lies within the ring (room checked above), which
-        // only this process writes.
+        self.put_header(base + at, len as u32, kind, flags, channel, extra);
+        // SAFETY: the record, `a` then `b`, lies within the ring (room checked
+        // above), which only this process writes.
         unsafe {
-            std::ptr::copy_nonoverlapping(payload.as_ptr(), self.theirs.ptr.add(base + at + RECORD), payload.len());
+            let to = self.theirs.ptr.add(base + at + RECORD);
+            std::ptr::copy_nonoverlapping(a.as_ptr(), to, a.len());
+            std::ptr::copy_nonoverlapping(b.as_ptr(), to.add(a.len()), b.len());
         }
         self.tail = self.tail.wrapping_add(size as u64);
         true
@@ -1113,6 +1191,33 @@ mod tests {
         assert!(a.returned(token) && a.is_idle());
         assert_eq!(a.stats[1].single_copy, 1);
         assert!(a.peer_alive(1));
+    }
+
+    #[test]
+    fn parts_go_straight_into_the_ring_and_what_finds_no_room_waits_copied() {
+        let (mut a, mut b) = pair(64 << 10);
+        // Empty, a few bytes, several pieces, then more than the ring has
+        // room left for (its rest waits, copied), and one behind it.
+        let sizes = [0usize, 5, 40 << 10, 100 << 10, 3];
+        let mut expected = Vec::new();
+        for (i, &n) in sizes.iter().enumerate() {
+            let data: Vec<u8> = (0..n).map(|k| (k * 7 + i) as u8).collect();
+            let suffix = [i as u8; 4];
+            expected.push((i as u16, [&data[..], &suffix[..]].concat()));
+            a.send_parts(1, i as u16, &data, &suffix);
+        }
+        assert!(!a.is_idle(), "the ring cannot hold all of it at once");
+        let mut got = Vec::new();
+        for _ in 0..1000 {
+            got.extend(drain(&mut b).into_iter().map(|m| (m.channel, m.data)));
+            a.flush();
+            if got.len() == sizes.len() {
+                break;
+            }
+        }
+        assert_eq!(got, expected);
+        assert!(a.is_idle());
+        assert_eq!(a.stats[1].messages_sent, 5);
     }
 
     #[test]
