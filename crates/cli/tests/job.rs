@@ -155,7 +155,9 @@ fn a_rank_killed_mid_message_stops_the_job_cleanly() {
         let world = World::init().unwrap();
         if world.rank() == 1 {
             // 8 MiB into a 2 MiB ring: most of it waits in this process.
-            world.send(0, 4, &vec![7u8; 8 << 20]).unwrap();
+            // Sent by `isend`, which copies it (a blocking send would lend
+            // the caller's buffer and return only once rank 0 has read it).
+            let _queued = world.isend(0, 4, &vec![7u8; 8 << 20]).unwrap();
             // SAFETY: raising a signal in our own process.
             unsafe { libc::raise(libc::SIGKILL) };
         }
@@ -176,6 +178,89 @@ fn a_rank_killed_mid_message_stops_the_job_cleanly() {
         assert!(!stderr.contains("panicked"), "{stderr}");
         assert!(took < Duration::from_secs(5), "took {took:?}");
     }
+}
+
+/// Two ranks that send each other a large message by a blocking send
+/// before either receives: both sends lend the caller's buffer through
+/// shared memory (the peer reads it from there) and return once the peer
+/// has read it, which each does while it waits in its own send. At the
+/// ring's size, at 4 MiB and at the largest message sent whole; with the
+/// default ring and one of 64 KiB (lent from 256 KiB); every byte checked.
+#[test]
+fn blocking_sends_of_large_messages_to_each_other_before_receiving() {
+    let sizes = |ring: usize| [ring.max(256 << 10), 4 << 20, (16 << 20) - 4];
+    if is_rank() {
+        let world = World::init().unwrap();
+        let (rank, peer) = (world.rank(), 1 - world.rank());
+        let ring = std::env::var("BULKWIRE_SHM_RING").map_or(2 << 20, |v| v.parse().unwrap());
+        for (round, len) in sizes(ring).into_iter().enumerate() {
+            let tag = round as i32;
+            let data = pattern(seed_of(rank, tag), len);
+            world.send(peer, tag, &data).unwrap();
+            drop(data);
+            let (status, got) = world.recv(Source::Rank(peer), Tag::Is(tag)).unwrap();
+            assert_eq!((status.source, status.tag, status.len, got.len()), (peer, tag, len, len));
+            if let Some(at) = first_difference(seed_of(peer, tag), len, &got) {
+                panic!("rank {rank}: {len} bytes from rank {peer} differ at byte {at}");
+            }
+        }
+        let lent = world.runtime().shm_stats().single_copy;
+        println!("crossed ok rank {rank} read from memory {lent}");
+        world.finalize().unwrap();
+        return;
+    }
+    for ring in ["65536", "2097152"] {
+        let test = "blocking_sends_of_large_messages_to_each_other_before_receiving";
+        let (out, took) = launch_with_env(2, test, &[], &[("BULKWIRE_SHM_RING", ring)]);
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "ring {ring}\n{stdout}\n{stderr}");
+        for r in 0..2 {
+            assert!(
+                stdout.contains(&format!("crossed ok rank {r} read from memory 3")),
+                "ring {ring}\n{stdout}\n{stderr}"
+            );
+        }
+        assert!(took < Duration::from_secs(20), "ring {ring}: took {took:?}");
+    }
+}
+
+fn seed_of(rank: u32, tag: i32) -> u64 {
+    (u64::from(rank) << 32) | tag as u64
+}
+
+/// A rank killed while a peer's blocking send lends it a message (which it
+/// is to read from the sender's memory, and never does: it dies holding
+/// its engine): the sender does not wait for an answer that cannot come;
+/// the job stops within 5 seconds and names the killed rank.
+#[test]
+fn a_rank_killed_before_it_reads_a_lent_message_stops_the_job() {
+    if is_rank() {
+        let world = World::init().unwrap();
+        world.barrier().unwrap();
+        if world.rank() == 1 {
+            // Holding the engine, nothing reads the ring: the message stays
+            // lent until this process is gone.
+            let _ = world.runtime().with(|_| {
+                std::thread::sleep(Duration::from_millis(300));
+                // SAFETY: raising a signal in our own process.
+                unsafe { libc::raise(libc::SIGKILL) };
+                Ok(())
+            });
+        }
+        match world.send(1, 4, &vec![7u8; 4 << 20]) {
+            Ok(()) => println!("rank 0: sent"),
+            Err(e) => println!("rank 0: {e}"),
+        }
+        std::thread::sleep(Duration::from_secs(60));
+        return;
+    }
+    let (out, took) = launch(2, "a_rank_killed_before_it_reads_a_lent_message_stops_the_job", &[]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(128 + 9), "{stdout}\n{stderr}");
+    assert!(stderr.contains("rank 1") && stderr.contains("SIGKILL"), "{stderr}");
+    assert!(!stdout.contains("rank 0: sent"), "a message nobody read was not sent\n{stdout}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(took < Duration::from_secs(5), "took {took:?}");
 }
 
 #[test]

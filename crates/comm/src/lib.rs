@@ -16,7 +16,14 @@
 //!
 //! Messages are matched by source and tag in the order receives are posted,
 //! and between two ranks they are never overtaken (MPI's rules). A send
-//! copies its data and completes as soon as the data is queued.
+//! copies its data and completes as soon as the data is queued; but a
+//! blocking send of a message at least as long as the shared-memory ring
+//! (2 MiB with two processes on a host; at least 256 KiB) to a peer on
+//! this host that can read this process's memory lends the caller's
+//! buffer instead: the peer's runtime reads it from there into the buffer
+//! its receive returns, one copy in all, and the send completes once it
+//! has (the peer reads what comes whether or not a receive is posted, so
+//! two ranks that send to each other before they receive both complete).
 //!
 //! A message of any length up to [`LARGEST_MESSAGE`] can be sent. One that
 //! the runtime carries whole (its largest message less the tag: 16 MiB
@@ -43,7 +50,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bulkwire_proto::SendError;
-use bulkwire_runtime::{Engine, Inbound, ProgressHook, Runtime, RuntimeError};
+use bulkwire_runtime::{Engine, Inbound, Loan, ProgressHook, Runtime, RuntimeError, Transport, LEND_FROM};
 
 /// Channel of application messages.
 const USER: u16 = 0;
@@ -312,6 +319,8 @@ pub struct World {
     small_max: usize,
     /// Bytes of data in a piece of a large message.
     piece: usize,
+    /// By rank: reached through shared memory.
+    shm_peers: Vec<bool>,
 }
 
 impl World {
@@ -350,7 +359,11 @@ impl World {
             m.busy.store(!m.large.idle(), Ordering::Relaxed);
             true
         })));
-        Ok(World { rt, matching, small_max: max - TAG_LEN, piece: PIECE_BYTES.min(max - TRAILER) })
+        let shm_peers = rt.with(|e| {
+            let ranks = e.endpoint.config().ranks;
+            Ok((0..ranks).map(|p| e.transport(p) == Transport::Shm).collect())
+        })?;
+        Ok(World { rt, matching, small_max: max - TAG_LEN, piece: PIECE_BYTES.min(max - TRAILER), shm_peers })
     }
 
     pub fn rank(&self) -> u32 {
@@ -385,13 +398,70 @@ impl World {
     // ----- sends -----------------------------------------------------------
 
     /// Sends `data` to `to` with `tag`; returns once the data is queued (a
+    /// message lent to a peer on this host: once the peer has read it; a
     /// large message: once its receiver has matched it and its last piece
-    /// is queued).
+    /// is queued, or read where its pieces are lent).
     pub fn send(&self, to: u32, tag: i32, data: &[u8]) -> Result<(), CommError> {
         if data.len() > self.small_max || tag == MARK {
             return self.send_large(to, tag, data);
         }
+        if data.len() >= LEND_FROM && self.send_lent(to, tag, data)? {
+            return Ok(());
+        }
         self.wait(self.isend(to, tag, data)?).map(|_| ())
+    }
+
+    /// A blocking send of a message at least as long as the ring to a peer
+    /// on this host that reads this process's memory: the peer reads it
+    /// from `data` itself, into the buffer its receive returns (the one copy
+    /// of the message), and the tag after it from the record. The send
+    /// returns once the peer has read it, so the borrow of `data` outlives
+    /// every read of it; meanwhile the wait keeps the engine going (the
+    /// peer's answer, and its own messages, which it reads as they come,
+    /// matched or not: two ranks that send to each other before they
+    /// receive both finish their sends). `false` where the message is not
+    /// lent (sent otherwise).
+    fn send_lent(&self, to: u32, tag: i32, data: &[u8]) -> Result<bool, CommError> {
+        if to >= self.size() {
+            return Err(CommError::NoSuchRank { to, size: self.size() });
+        }
+        let loan = self
+            .rt
+            .with(|e| Ok(e.lend(to, USER, data, &tag.to_le_bytes())))?
+            .map_err(|err| self.send_error(err, data.len()))?;
+        let Some(loan) = loan else { return Ok(false) };
+        self.await_loans(&[loan])?;
+        Ok(true)
+    }
+
+    /// Waits until the readers of `loans` have read them. No interrupt ends
+    /// the wait (the caller's memory is still to be read); a stop of the job
+    /// does, and the end of a reader's process is an error.
+    fn await_loans(&self, loans: &[Loan]) -> Result<(), CommError> {
+        let mut gone = None;
+        let mut next = 0;
+        let reading = loans.iter().map(Loan::read_time).sum();
+        self.rt.wait_uninterruptible(reading, |e| {
+            while next < loans.len() {
+                match e.loan_returned(&loans[next]) {
+                    Ok(true) => next += 1,
+                    Ok(false) => {
+                        // What else is under way moves on meanwhile.
+                        advance(&mut self.matching(), e);
+                        return Ok(None);
+                    }
+                    Err(why) => {
+                        gone = Some(why);
+                        return Ok(Some(()));
+                    }
+                }
+            }
+            Ok(Some(()))
+        })?;
+        match gone {
+            Some(why) => Err(CommError::NotReceived { to: loans[next].to(), why }),
+            None => Ok(()),
+        }
     }
 
     /// Starts a send.
@@ -401,6 +471,16 @@ impl World {
         }
         if data.len() > self.small_max || tag == MARK {
             return self.isend_large(to, tag, data);
+        }
+        if self.shm_peers[to as usize] {
+            // Written into the peer's ring straight from `data` as far as it
+            // has room, the rest copied: one copy fewer than framing it first.
+            let sent = self.rt.with(|e| Ok(e.send_parts(to, USER, data, &tag.to_le_bytes())))?;
+            match sent {
+                Ok(()) => return Ok(Request { state: RequestState::Done(Some(Completion::Sent)) }),
+                Err(SendError::WouldBlock) => {}
+                Err(err) => return Err(self.send_error(err, data.len())),
+            }
         }
         let mut framed = Vec::with_capacity(data.len() + TAG_LEN);
         framed.extend_from_slice(data);
@@ -457,12 +537,13 @@ impl World {
         Ok(Request { state: RequestState::Large { id } })
     }
 
-    /// [`World::send`] of a large message: each piece is copied from `data`
-    /// as it goes.
+    /// [`World::send`] of a large message: each piece is lent (see
+    /// [`World::send_lent`]) or copied from `data` as it goes.
     fn send_large(&self, to: u32, tag: i32, data: &[u8]) -> Result<(), CommError> {
         let id = self.start_large(to, tag, data.len(), |_| Body::Borrowed { sent: 0 })?;
         let piece = self.piece;
         let mut failure = None;
+        let mut loans = Vec::new();
         let result = self.rt.wait(|e| {
             let mut m = self.matching();
             advance(&mut m, e);
@@ -477,6 +558,18 @@ impl World {
             let Body::Borrowed { sent } = &mut m.large.outs[i].body else { unreachable!("a blocking send borrows") };
             while *sent < data.len() {
                 let end = data.len().min(*sent + piece);
+                if e.lends(to, end - *sent) {
+                    let trailer = framed(&[], id, *sent as u64, tag, PIECE);
+                    match e.lend(to, USER, &data[*sent..end], &trailer) {
+                        Ok(loan) => loans.extend(loan),
+                        Err(other) => {
+                            failure = Some(self.send_error(other, data.len()));
+                            return Ok(Some(()));
+                        }
+                    }
+                    *sent = end;
+                    continue;
+                }
                 match e.check_send(to, USER, end - *sent + TRAILER) {
                     Ok(()) => {}
                     Err(SendError::WouldBlock) => return Ok(None),
@@ -496,10 +589,13 @@ impl World {
             m.large.sent.remove(&id);
             Ok(Some(()))
         });
-        let err = match (result, failure) {
-            (Ok(()), None) => return Ok(()),
-            (Ok(()), Some(err)) => err,
-            (Err(err), _) => err.into(),
+        // The pieces lent are read before the data is the caller's again.
+        let lent = self.await_loans(&loans);
+        let err = match (result, failure, lent) {
+            (Ok(()), None, Ok(())) => return Ok(()),
+            (Ok(()), None, Err(err)) => return Err(err),
+            (Ok(()), Some(err), _) => err,
+            (Err(err), _, _) => err.into(),
         };
         // The data is the caller's again: what was not sent of it never
         // will be, and a receiver that was told of it hears so.

@@ -83,6 +83,9 @@ const POLL_NAP: Duration = Duration::from_millis(1);
 /// 8 processes over 2 cores, cost more than the yields: an empty BSP sync
 /// took 350-410 us blocking and 170-220 us spinning).
 const COLLECTIVE_SPIN: Duration = Duration::from_millis(1);
+/// The longest a wait spins when told how long what it waits for takes
+/// ([`Runtime::wait_uninterruptible`]).
+const LONGEST_SPIN: Duration = Duration::from_millis(10);
 /// The longest an application thread blocks in poll(2) before it looks at
 /// the engine again (a stop ordered meanwhile, a state changed by others).
 const POLL_AT_MOST: Duration = Duration::from_millis(20);
@@ -106,6 +109,51 @@ pub enum RuntimeError {
     #[error("interrupted while waiting")]
     Interrupted,
 }
+
+/// A message lent to a peer on this host ([`Engine::lend`]), until it says
+/// it has read it ([`Engine::loan_returned`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Loan {
+    to: u32,
+    token: u64,
+    len: usize,
+    since: Time,
+}
+
+impl Loan {
+    /// The peer the message was lent to.
+    pub fn to(&self) -> u32 {
+        self.to
+    }
+
+    /// About how long its reader takes to read it, at most (at 2 GB/s):
+    /// how long its lender's wait should spin.
+    pub fn read_time(&self) -> Duration {
+        Duration::from_nanos((self.len as u64).saturating_mul(1_000) / LOAN_READ_RATE)
+    }
+}
+
+/// The rate, bytes a microsecond (2 GB/s), at which a lender expects its
+/// reader to read a lent message at the least, so that its wait spins
+/// through the read rather than sleeping in the middle of it
+/// ([`Loan::read_time`]). A peer reads 4 MiB in 350 us to 1.5 ms on a
+/// 2-core machine, by the load; a lender that slept after the usual spin
+/// (250 us) needed a wake-up datagram in every round trip of 4 MiB, and
+/// the reader's answer waited for the scheduler (4 MiB ping-pong, blocks
+/// of 20 round trips alternating in one job, two runs: median half round
+/// trip 590-610 us sleeping after 250 us, 420-430 us spinning 3 ms).
+const LOAN_READ_RATE: u64 = 2_000;
+
+/// The most bytes [`Engine::lend`] sends after the lent data.
+pub const LEND_SUFFIX_MAX: usize = crate::shm::SUFFIX_MAX;
+/// The shortest message [`Engine::lend`] lends, with any ring: a layer
+/// need not ask about shorter ones.
+pub const LEND_FROM: usize = crate::shm::LARGE_FROM;
+
+/// How long a loan is out before its lender also checks, at every look,
+/// that the reader's process still exists (the launcher stops the job when
+/// a process dies, but a lender need not wait for that to know).
+const LOAN_CHECK_AFTER: Duration = Duration::from_millis(10);
 
 /// A message taken from the endpoint, waiting to be matched: `data[start..]`
 /// (`start` is 0 unless the channel takes messages in place, see
@@ -419,6 +467,86 @@ impl Engine {
             Some(libc::ESRCH) => format!("process {peer} has exited"),
             _ => format!("reading process {peer}'s memory: {e}"),
         })
+    }
+
+    /// Whether a message of `len` bytes to `to` would be lent
+    /// ([`Engine::lend`]) rather than copied: `to` runs on this host, reads
+    /// this process's memory, and the message is at least as long as its
+    /// ring (below that two copies through the ring, in the caches, are
+    /// faster than one read from another process's memory).
+    pub fn lends(&self, to: u32, len: usize) -> bool {
+        self.shm.as_ref().is_some_and(|s| s.lends(to, len))
+    }
+
+    /// Sends `data` followed by `suffix` (at most [`LEND_SUFFIX_MAX`] bytes;
+    /// a layer's trailer) to `to` on `channel` without copying `data`: `to`
+    /// reads it from this process's memory into the buffer it delivers, one
+    /// copy in all. `None` (nothing sent) where [`Engine::lends`] does not
+    /// hold: send a copy instead.
+    ///
+    /// What `to` receives is what `data`'s memory holds when `to` reads it:
+    /// the caller leaves it where it is and unchanged until
+    /// [`Engine::loan_returned`] says it was read, keeping the engine's
+    /// progress going meanwhile (the reader's answer comes through it).
+    pub fn lend(&mut self, to: u32, channel: u16, data: &[u8], suffix: &[u8]) -> Result<Option<Loan>, SendError> {
+        if !self.lends(to, data.len()) {
+            return Ok(None);
+        }
+        let cfg = self.endpoint.config();
+        if channel >= cfg.channels {
+            return Err(SendError::NoSuchChannel { channel, channels: cfg.channels });
+        }
+        let len = data.len() + suffix.len();
+        if len > cfg.max_message_size {
+            return Err(SendError::TooLarge { len, max: cfg.max_message_size });
+        }
+        if suffix.len() > LEND_SUFFIX_MAX {
+            return Err(SendError::TooLarge { len: suffix.len(), max: LEND_SUFFIX_MAX });
+        }
+        let since = self.now();
+        let shm = self.shm.as_mut().expect("lends");
+        let token = shm.lend(to, channel, data.as_ptr() as u64, data.len(), suffix);
+        self.send_wakeups();
+        Ok(Some(Loan { to, token, len, since }))
+    }
+
+    /// Whether the reader of `loan` has read the message: `Ok(true)` once it
+    /// said so (the memory is the lender's again), an error once its
+    /// process has ended without saying so (looked at after the loan has
+    /// been out 10 ms).
+    pub fn loan_returned(&self, loan: &Loan) -> Result<bool, String> {
+        let shm = self.shm.as_ref().expect("a loan was made");
+        if shm.returned(loan.token) {
+            return Ok(true);
+        }
+        if self.now().since(loan.since) >= LOAN_CHECK_AFTER && !shm.peer_alive(loan.to) {
+            return Err(format!("rank {} ended before it read the message", loan.to));
+        }
+        Ok(false)
+    }
+
+    /// Sends `data` followed by `suffix` to `to` on `channel` as one
+    /// message. To a peer on this host, what its ring has room for is
+    /// written straight from them and only the rest copied (a message sent
+    /// by descriptor, or behind others, is copied whole); to any other, the
+    /// two are copied into one buffer for the endpoint. Errors as
+    /// [`Engine::check_send`], before anything is sent.
+    pub fn send_parts(&mut self, to: u32, channel: u16, data: &[u8], suffix: &[u8]) -> Result<(), SendError> {
+        let len = data.len() + suffix.len();
+        self.check_send(to, channel, len)?;
+        match self.shm.as_mut() {
+            Some(shm) if shm.is_local(to) => {
+                shm.send_parts(to, channel, data, suffix);
+                self.send_wakeups();
+                Ok(())
+            }
+            _ => {
+                let mut whole = Vec::with_capacity(len);
+                whole.extend_from_slice(data);
+                whole.extend_from_slice(suffix);
+                self.endpoint.send_owned(to, channel, whole)
+            }
+        }
     }
 
     /// Sends `data` to `to` on `channel`: through shared memory to a peer
@@ -893,9 +1021,9 @@ impl Runtime {
         let _ = self.inner.interrupt.set(flag);
     }
 
-    fn check(&self, e: &Engine) -> Result<(), RuntimeError> {
+    fn check(&self, e: &Engine, interruptible: bool) -> Result<(), RuntimeError> {
         check(e)?;
-        match self.inner.interrupt.get() {
+        match self.inner.interrupt.get().filter(|_| interruptible) {
             Some(flag) if flag.load(Ordering::Relaxed) => Err(RuntimeError::Interrupted),
             _ => Ok(()),
         }
@@ -1084,7 +1212,26 @@ impl Runtime {
     /// Waits until `f` returns `Some`: first spinning on the sockets, then
     /// sleeping while the progress thread works.
     pub fn wait<R>(&self, f: impl FnMut(&mut Engine) -> Result<Option<R>, RuntimeError>) -> Result<R, RuntimeError> {
-        self.wait_spinning(self.inner.spin, false, false, f)
+        self.wait_spinning(self.inner.spin, false, false, true, f)
+    }
+
+    /// [`Runtime::wait`] that the flag of [`Runtime::set_interrupt`] does
+    /// not end: for a wait that must not leave before `f` says so, as a
+    /// send whose reader is still to read the caller's memory (only a stop
+    /// of the job ends it otherwise). Where the wait spins at all (every
+    /// process of the job here has a core), it spins for `spin` at least
+    /// (at most 10 ms), the time the work it waits for is
+    /// expected to take ([`Loan::read_time`]).
+    pub fn wait_uninterruptible<R>(
+        &self,
+        spin: Duration,
+        f: impl FnMut(&mut Engine) -> Result<Option<R>, RuntimeError>,
+    ) -> Result<R, RuntimeError> {
+        let spin = match self.inner.spin.is_zero() {
+            true => Duration::ZERO,
+            false => self.inner.spin.max(spin.min(LONGEST_SPIN)),
+        };
+        self.wait_spinning(spin, false, false, false, f)
     }
 
     /// [`Runtime::wait`] for a collective operation, in which every process
@@ -1094,7 +1241,7 @@ impl Runtime {
         &self,
         f: impl FnMut(&mut Engine) -> Result<Option<R>, RuntimeError>,
     ) -> Result<R, RuntimeError> {
-        self.wait_spinning(self.inner.spin.max(COLLECTIVE_SPIN), true, false, f)
+        self.wait_spinning(self.inner.spin.max(COLLECTIVE_SPIN), true, false, true, f)
     }
 
     /// [`Runtime::wait_collective`] for a layer whose messages come on both
@@ -1108,7 +1255,7 @@ impl Runtime {
         &self,
         f: impl FnMut(&mut Engine) -> Result<Option<R>, RuntimeError>,
     ) -> Result<R, RuntimeError> {
-        self.wait_spinning(self.inner.spin.max(COLLECTIVE_SPIN), true, true, f)
+        self.wait_spinning(self.inner.spin.max(COLLECTIVE_SPIN), true, true, true, f)
     }
 
     fn wait_spinning<R>(
@@ -1116,6 +1263,7 @@ impl Runtime {
         spin: Duration,
         collective: bool,
         both_paths: bool,
+        interruptible: bool,
         mut f: impl FnMut(&mut Engine) -> Result<Option<R>, RuntimeError>,
     ) -> Result<R, RuntimeError> {
         let spin_until = Instant::now() + spin;
@@ -1124,7 +1272,7 @@ impl Runtime {
         let mut round = 0u32;
         let spun = loop {
             let mut e = self.inner.lock();
-            if let Err(err) = self.check(&e) {
+            if let Err(err) = self.check(&e, interruptible) {
                 break Err(err);
             }
             if e.progress_spinning(round, both_paths) {
@@ -1166,7 +1314,7 @@ impl Runtime {
         // this one (measured: about 27 us against 2.4 us of blocking UDP per
         // half round trip when ranks share a core).
         if self.inner.app_polls.compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
-            let result = self.wait_polling(&mut f);
+            let result = self.wait_polling(&mut f, interruptible);
             self.inner.app_polls.store(false, Ordering::SeqCst);
             return result;
         }
@@ -1174,7 +1322,7 @@ impl Runtime {
         // before waking it, or it would take us for about to spin again.
         self.inner.blocked.fetch_add(1, Ordering::SeqCst);
         self.inner.wake_thread();
-        let result = self.wait_blocking(&mut f);
+        let result = self.wait_blocking(&mut f, interruptible);
         self.inner.blocked.fetch_sub(1, Ordering::SeqCst);
         result
     }
@@ -1182,11 +1330,12 @@ impl Runtime {
     fn wait_polling<R>(
         &self,
         f: &mut impl FnMut(&mut Engine) -> Result<Option<R>, RuntimeError>,
+        interruptible: bool,
     ) -> Result<R, RuntimeError> {
         loop {
             let (fds, timeout) = {
                 let mut e = self.inner.lock();
-                self.check(&e)?;
+                self.check(&e, interruptible)?;
                 if e.progress() {
                     e.run_hook();
                 }
@@ -1218,10 +1367,11 @@ impl Runtime {
     fn wait_blocking<R>(
         &self,
         f: &mut impl FnMut(&mut Engine) -> Result<Option<R>, RuntimeError>,
+        interruptible: bool,
     ) -> Result<R, RuntimeError> {
         let mut e = self.inner.lock();
         loop {
-            self.check(&e)?;
+            self.check(&e, interruptible)?;
             if let Some(r) = self.step(&mut e, f)? {
                 return Ok(r);
             }
@@ -1288,7 +1438,7 @@ impl Runtime {
         self.inner.report(&ToLauncher::Finished);
         while !self.inner.released.load(Ordering::SeqCst) {
             let e = self.inner.lock();
-            self.check(&e)?;
+            self.check(&e, true)?;
             drop(self.inner.changed.wait_timeout(e, Duration::from_millis(20)).unwrap_or_else(|p| p.into_inner()));
         }
         self.shutdown();

@@ -32,7 +32,9 @@ pub mod rendezvous;
 mod shm;
 mod sockets;
 
-pub use engine::{Engine, Inbound, ProgressHook, Runtime, RuntimeError, BEST_EFFORT_CHANNEL};
+pub use engine::{
+    Engine, Inbound, Loan, ProgressHook, Runtime, RuntimeError, BEST_EFFORT_CHANNEL, LEND_FROM, LEND_SUFFIX_MAX,
+};
 pub use env::{host_cores, new_job_id, new_key, JobEnv, JobEnvError};
 pub use env::{CORES, JOB, KEY, LOCAL_SIZE, RANK, RENDEZVOUS, SIZE};
 pub use loss::{LossInjector, DROP, DROP_SEED};

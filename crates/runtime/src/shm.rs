@@ -17,8 +17,11 @@
 //! first piece gives the whole length), and for large messages a
 //! descriptor that the receiver reads straight from the sender's memory
 //! with `process_vm_readv(2)` (one copy) and answers with a record that
-//! lets the sender free the buffer. Where the kernel refuses that (a ptrace
-//! policy), the message goes through the ring in pieces.
+//! lets the sender free the buffer, or tells the layer above that lent its
+//! own buffer ([`Shm::lend`]; a few bytes of the message's end, a tag,
+//! travel in the descriptor) that the buffer is its own again. Where the
+//! kernel refuses that (a ptrace policy), the message goes through the
+//! ring in pieces.
 //!
 //! No reliability machinery runs here: nothing is lost between processes
 //! of one host. A record becomes visible to its reader only once it is
@@ -38,7 +41,7 @@
 //! futex cannot be among them; an eventfd would have to be passed between
 //! processes. The socket is already in that poll.)
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
@@ -126,7 +129,12 @@ const PROBE: u64 = 0x6277_7072_6f62_6521;
 /// sender's pages, up to about that size (ping-pong through 2 MiB rings,
 /// same run: 64 KiB 5.9 against 18.9 us, 1 MiB 78 against 125 us; 4 MiB
 /// 770 against 620 us).
-const LARGE_FROM: usize = 256 << 10;
+pub(crate) const LARGE_FROM: usize = 256 << 10;
+/// Bytes a large-message record may carry after the address and length:
+/// the end of the message, inline. A layer that frames its messages with a
+/// trailer (a tag) lends the caller's data as it is and sends the trailer
+/// here, rather than copying the data to append it.
+pub(crate) const SUFFIX_MAX: usize = 64;
 
 /// Settings of the path, from the environment.
 #[derive(Clone, Debug)]
@@ -301,9 +309,25 @@ struct Out {
     start: usize,
     /// Bytes of the message written so far.
     sent: usize,
+    /// Bytes at the message's start that were written before it was queued
+    /// ([`Shm::send_parts`]), and are not in `data`.
+    base: usize,
+    /// A message in memory this process does not own ([`Shm::lend`]):
+    /// `data[start..]` is then only its inline end.
+    loan: Option<Loan>,
 }
 
-/// A large message's buffer, kept until its reader says it has read it.
+/// Where a lent message lies, and the token its reader answers with.
+#[derive(Clone, Copy)]
+struct Loan {
+    addr: u64,
+    len: usize,
+    token: u64,
+}
+
+/// A large message's buffer, kept until its reader says it has read it
+/// (empty for a message lent from memory the layer above holds: its bytes
+/// count against no budget here).
 struct Lent {
     to: u32,
     len: usize,
@@ -344,6 +368,9 @@ pub(crate) struct Shm {
     rescan: bool,
     /// Buffers of large messages, kept until their receivers read them.
     lent: HashMap<u64, Lent>,
+    /// Tokens of messages lent from the layer above's memory
+    /// ([`Shm::lend`]) that their readers have not answered yet.
+    loans: HashSet<u64>,
     next_token: u64,
     cma: bool,
     pub stats: Vec<ShmStats>,
@@ -434,6 +461,7 @@ impl Shm {
             last_doorbell: 0,
             rescan: false,
             lent: HashMap::new(),
+            loans: HashSet::new(),
             next_token: 1,
             cma: options.cma,
             stats: vec![ShmStats::default(); size as usize],
@@ -486,7 +514,7 @@ impl Shm {
         let out = Ring { base: HEADER + self.me as usize * (CONTROL + ring), size: ring };
         let inbound = Ring { base: HEADER + rank as usize * (CONTROL + self.own.ring), size: self.own.ring };
         let probe = theirs.u64(H_PROBE).load(Ordering::Relaxed);
-        let cma_from = self.cma && read_remote(pid, probe, 8).is_ok_and(|b| b == PROBE.to_ne_bytes());
+        let cma_from = self.cma && read_remote(pid, probe, 8, &[]).is_ok_and(|b| b == PROBE.to_ne_bytes());
         // The two rings between this pair, present at both ends before use.
         self.own.region.populate(inbound.base, CONTROL + inbound.size);
         theirs.populate(out.base, CONTROL + out.size);
@@ -529,6 +557,65 @@ impl Shm {
         Ok(())
     }
 
+    /// Sends `data` then `suffix` to `to` (a local peer) as one message:
+    /// what the ring has room for now is written straight from them, and
+    /// only the rest is copied, to wait in the queue. (Behind a queue, or
+    /// where the message goes by descriptor, it is copied whole.)
+    pub fn send_parts(&mut self, to: u32, channel: u16, data: &[u8], suffix: &[u8]) {
+        let len = data.len() + suffix.len();
+        let peer = self.peers[to as usize].as_ref().expect("a local peer");
+        let by_descriptor = len >= LARGE_FROM.max(peer.w.out.size) && self.single_copy_to(to);
+        if !peer.queue.is_empty() || by_descriptor {
+            let mut whole = Vec::with_capacity(len);
+            whole.extend_from_slice(data);
+            whole.extend_from_slice(suffix);
+            return self.send(to, channel, whole, 0);
+        }
+        let stats = &mut self.stats[to as usize];
+        stats.messages_sent += 1;
+        stats.bytes_sent += len as u64;
+        let peer = self.peers[to as usize].as_mut().expect("a local peer");
+        let max_piece = peer.w.out.size / 4 - RECORD;
+        // The bytes `at..at + n` of `data` then `suffix`, as two slices.
+        let parts = |at: usize, n: usize| {
+            let d = &data[at.min(data.len())..(at + n).min(data.len())];
+            let s = &suffix[at.saturating_sub(data.len())..(at + n).saturating_sub(data.len())];
+            (d, s)
+        };
+        let mut sent = 0;
+        let mut wrote = false;
+        loop {
+            let piece = (len - sent).min(max_piece);
+            let mut flags = 0;
+            if sent == 0 {
+                flags |= FIRST;
+            }
+            if sent + piece == len {
+                flags |= LAST;
+            }
+            let (d, s) = parts(sent, piece);
+            if !peer.w.write_parts(DATA, flags, channel, len as u64, d, s) {
+                break;
+            }
+            wrote = true;
+            sent += piece;
+            if sent == len {
+                break;
+            }
+        }
+        if sent < len || !wrote {
+            let (d, s) = parts(sent, len - sent);
+            let mut rest = Vec::with_capacity(len - sent);
+            rest.extend_from_slice(d);
+            rest.extend_from_slice(s);
+            peer.queued += rest.len();
+            peer.queue.push_back(Out { channel, data: rest, start: 0, sent, base: sent, loan: None });
+        }
+        if wrote {
+            self.publish(to);
+        }
+    }
+
     /// Queues `data[start..]` for `to` (a local peer) and writes what fits.
     pub fn send(&mut self, to: u32, channel: u16, data: Vec<u8>, start: usize) {
         let len = data.len() - start;
@@ -537,8 +624,51 @@ impl Shm {
         stats.bytes_sent += len as u64;
         let peer = self.peers[to as usize].as_mut().expect("a local peer");
         peer.queued += len;
-        peer.queue.push_back(Out { channel, data, start, sent: 0 });
+        peer.queue.push_back(Out { channel, data, start, sent: 0, base: 0, loan: None });
         self.push(to);
+    }
+
+    /// Whether a message of `len` bytes to `to` goes by descriptor, read by
+    /// `to` from this process's memory (a local peer that said it can): one
+    /// [`Shm::lend`] takes.
+    pub fn lends(&self, to: u32, len: usize) -> bool {
+        let Some(peer) = self.peers.get(to as usize).and_then(Option::as_ref) else { return false };
+        len >= LARGE_FROM.max(peer.w.out.size) && self.single_copy_to(to)
+    }
+
+    /// Queues for `to` a message of the `len` bytes at `addr` in this
+    /// process's memory followed by `suffix` (at most [`SUFFIX_MAX`] bytes),
+    /// without copying them: `to` reads them from there
+    /// ([`Shm::lends`] must hold). Returns the token that
+    /// [`Shm::returned`] answers for. What `to` receives is what that memory
+    /// holds when it reads it: the caller leaves it unchanged until then.
+    pub fn lend(&mut self, to: u32, channel: u16, addr: u64, len: usize, suffix: &[u8]) -> u64 {
+        assert!(suffix.len() <= SUFFIX_MAX, "a suffix of {} bytes", suffix.len());
+        let token = self.next_token;
+        self.next_token += 1;
+        self.loans.insert(token);
+        let stats = &mut self.stats[to as usize];
+        stats.messages_sent += 1;
+        stats.bytes_sent += (len + suffix.len()) as u64;
+        let peer = self.peers[to as usize].as_mut().expect("a local peer");
+        let loan = Some(Loan { addr, len, token });
+        peer.queue.push_back(Out { channel, data: suffix.to_vec(), start: 0, sent: 0, base: 0, loan });
+        self.push(to);
+        token
+    }
+
+    /// Whether the reader of the message lent with `token` has read it (or
+    /// it was never lent): its memory is then the caller's again.
+    pub fn returned(&self, token: u64) -> bool {
+        !self.loans.contains(&token)
+    }
+
+    /// Whether the process of `rank`, a local peer, still exists.
+    pub fn peer_alive(&self, rank: u32) -> bool {
+        let Some(peer) = self.peers.get(rank as usize).and_then(Option::as_ref) else { return false };
+        // SAFETY: signal 0 only checks that the process exists.
+        let r = unsafe { libc::kill(peer.pid, 0) };
+        r == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
     }
 
     /// Writes what waits for `to`: acknowledgements of large messages
@@ -556,7 +686,23 @@ impl Shm {
         let single_copy = peer.w.theirs.u32(peer.w.out.base + C_CMA).load(Ordering::Acquire) == 1;
         let max_piece = peer.w.out.size / 4 - RECORD;
         while let Some(out) = peer.queue.front_mut() {
-            let len = out.data.len() - out.start;
+            if let Some(loan) = out.loan {
+                let suffix = &out.data[out.start..];
+                let mut payload = [0u8; 16 + SUFFIX_MAX];
+                payload[..8].copy_from_slice(&loan.addr.to_le_bytes());
+                payload[8..16].copy_from_slice(&(loan.len as u64).to_le_bytes());
+                payload[16..16 + suffix.len()].copy_from_slice(suffix);
+                if !peer.w.write(LARGE, 0, out.channel, loan.token, &payload[..16 + suffix.len()]) {
+                    break;
+                }
+                self.stats[to as usize].single_copy += 1;
+                peer.queue.pop_front();
+                self.lent.insert(loan.token, Lent { to, len: 0, _data: Vec::new() });
+                wrote = true;
+                continue;
+            }
+            let held = out.data.len() - out.start;
+            let len = out.base + held;
             if out.sent == 0 && len >= LARGE_FROM.max(peer.w.out.size) && single_copy {
                 let token = self.next_token;
                 let addr = out.data[out.start..].as_ptr() as u64;
@@ -583,27 +729,34 @@ impl Shm {
             if out.sent + piece == len {
                 flags |= LAST;
             }
-            let from = out.start + out.sent;
+            let from = out.start + out.sent - out.base;
             if !peer.w.write(DATA, flags, out.channel, len as u64, &out.data[from..from + piece]) {
                 break;
             }
             wrote = true;
             out.sent += piece;
             if out.sent == len {
-                peer.queued -= len;
+                peer.queued -= held;
                 peer.queue.pop_front();
             }
         }
         if wrote {
-            peer.w.theirs.u64(peer.w.out.base + C_TAIL).store(peer.w.tail, Ordering::Release);
-            // The doorbell, then the sleep flag: sequentially consistent with
-            // the reader's flag, then doorbell (see `may_sleep`).
-            peer.w.theirs.u64(H_DOORBELL).fetch_add(1, Ordering::SeqCst);
-            let sleeping = peer.w.theirs.u32(H_SLEEPING);
-            if sleeping.load(Ordering::SeqCst) != 0 && sleeping.swap(0, Ordering::SeqCst) != 0 {
-                self.stats[to as usize].wakeups_sent += 1;
-                self.wake.push(peer.wake_to);
-            }
+            self.publish(to);
+        }
+    }
+
+    /// Makes what was written into `to`'s ring visible to it, and wakes it
+    /// if it sleeps.
+    fn publish(&mut self, to: u32) {
+        let peer = self.peers[to as usize].as_mut().expect("a local peer");
+        peer.w.theirs.u64(peer.w.out.base + C_TAIL).store(peer.w.tail, Ordering::Release);
+        // The doorbell, then the sleep flag: sequentially consistent with
+        // the reader's flag, then doorbell (see `may_sleep`).
+        peer.w.theirs.u64(H_DOORBELL).fetch_add(1, Ordering::SeqCst);
+        let sleeping = peer.w.theirs.u32(H_SLEEPING);
+        if sleeping.load(Ordering::SeqCst) != 0 && sleeping.swap(0, Ordering::SeqCst) != 0 {
+            self.stats[to as usize].wakeups_sent += 1;
+            self.wake.push(peer.wake_to);
         }
     }
 
@@ -707,15 +860,16 @@ impl Shm {
                         }
                     }
                     LARGE => {
-                        if len != 16 || peer.partial.is_some() {
+                        if !(16..=16 + SUFFIX_MAX).contains(&len) || peer.partial.is_some() {
                             return bad("a malformed large-message record");
                         }
                         let addr = u64::from_le_bytes(payload[..8].try_into().expect("8 bytes"));
-                        let total = u64::from_le_bytes(payload[8..].try_into().expect("8 bytes")) as usize;
-                        if total > max_message {
+                        let total = u64::from_le_bytes(payload[8..16].try_into().expect("8 bytes")) as usize;
+                        let suffix = &payload[16..];
+                        if total > max_message.saturating_sub(suffix.len()) {
                             return bad("a message longer than the largest allowed");
                         }
-                        let data = read_remote(peer.pid, addr, total).map_err(|e| match e.raw_os_error() {
+                        let data = read_remote(peer.pid, addr, total, suffix).map_err(|e| match e.raw_os_error() {
                             Some(libc::ESRCH) => format!("rank {from} is gone (its process ended mid-message)"),
                             _ => format!("rank {from}: reading a message from its memory failed: {e}"),
                         })?;
@@ -728,6 +882,7 @@ impl Shm {
                         Some(lent) if lent.to == from => {
                             peer.lent -= lent.len;
                             self.lent.remove(&extra);
+                            self.loans.remove(&extra);
                         }
                         _ => return bad("an acknowledgement of no message"),
                     },
@@ -854,7 +1009,13 @@ impl Writer {
     /// ring's end where it does not fit before it). The tail is published
     /// by the caller.
     fn write(&mut self, kind: u8, flags: u8, channel: u16, extra: u64, payload: &[u8]) -> bool {
-        let size = RECORD + align(payload.len());
+        self.write_parts(kind, flags, channel, extra, payload, &[])
+    }
+
+    /// [`Writer::write`] of a record whose payload is `a` then `b`.
+    fn write_parts(&mut self, kind: u8, flags: u8, channel: u16, extra: u64, a: &[u8], b: &[u8]) -> bool {
+        let len = a.len() + b.len();
+        let size = RECORD + align(len);
         let ring = self.out;
         let at = (self.tail as usize) & (ring.size - 1);
         let to_end = ring.size - at;
@@ -881,11 +1042,13 @@ impl Writer {
             self.tail = self.tail.wrapping_add(to_end as u64);
         }
         let at = (self.tail as usize) & (ring.size - 1);
-        self.put_header(base + at, payload.len() as u32, kind, flags, channel, extra);
-        // SAFETY: the record lies within the ring (room checked above), which
-        // only this process writes.
+        self.put_header(base + at, len as u32, kind, flags, channel, extra);
+        // SAFETY: the record, `a` then `b`, lies within the ring (room checked
+        // above), which only this process writes.
         unsafe {
-            std::ptr::copy_nonoverlapping(payload.as_ptr(), self.theirs.ptr.add(base + at + RECORD), payload.len());
+            let to = self.theirs.ptr.add(base + at + RECORD);
+            std::ptr::copy_nonoverlapping(a.as_ptr(), to, a.len());
+            std::ptr::copy_nonoverlapping(b.as_ptr(), to.add(a.len()), b.len());
         }
         self.tail = self.tail.wrapping_add(size as u64);
         true
@@ -904,14 +1067,17 @@ impl Writer {
     }
 }
 
-/// Reads `len` bytes at `addr` in process `pid` (one copy, by the kernel).
-fn read_remote(pid: i32, addr: u64, len: usize) -> io::Result<Vec<u8>> {
+/// Reads `len` bytes at `addr` in process `pid` (one copy, by the kernel),
+/// then appends `suffix`.
+fn read_remote(pid: i32, addr: u64, len: usize, suffix: &[u8]) -> io::Result<Vec<u8>> {
     // Not zeroed first: the kernel writes every byte before it is read (a
     // memset of the whole message would be a second pass over it).
-    let mut data: Vec<u8> = Vec::with_capacity(len);
+    let mut data: Vec<u8> = Vec::with_capacity(len + suffix.len());
     read_remote_raw(pid, addr, data.spare_capacity_mut().as_mut_ptr().cast(), len)?;
-    // SAFETY: the kernel wrote all `len` bytes.
+    // SAFETY: the kernel wrote all `len` bytes (read_remote_raw returns Ok
+    // only once it has), within the capacity reserved above.
     unsafe { data.set_len(len) };
+    data.extend_from_slice(suffix);
     Ok(data)
 }
 
@@ -1003,6 +1169,55 @@ mod tests {
         }
         assert!(a.is_idle());
         assert!(a.stats[1].single_copy >= 2);
+    }
+
+    #[test]
+    fn a_lent_message_is_read_from_the_lender_s_memory_with_its_suffix() {
+        let (mut a, mut b) = pair(64 << 10);
+        let data: Vec<u8> = (0..300usize << 10).map(|k| (k * 13) as u8).collect();
+        assert!(a.lends(1, data.len()) && !a.lends(1, 100 << 10) && !a.lends(0, data.len()));
+        // Queued behind a message sent before it, whose order it keeps.
+        a.send(1, 0, vec![1, 2, 3], 0);
+        let token = a.lend(1, 2, data.as_ptr() as u64, data.len(), b"tail");
+        assert!(!a.returned(token) && !a.is_idle());
+        let got = drain(&mut b);
+        assert_eq!(got.len(), 2);
+        assert_eq!((got[0].channel, &got[0].data[..]), (0, &[1u8, 2, 3][..]));
+        assert_eq!(got[1].channel, 2);
+        assert_eq!(got[1].data.len(), data.len() + 4);
+        assert!(got[1].data[..data.len()] == data[..] && &got[1].data[data.len()..] == b"tail");
+        assert!(!a.returned(token), "lent until the reader's answer is read");
+        drain(&mut a);
+        assert!(a.returned(token) && a.is_idle());
+        assert_eq!(a.stats[1].single_copy, 1);
+        assert!(a.peer_alive(1));
+    }
+
+    #[test]
+    fn parts_go_straight_into_the_ring_and_what_finds_no_room_waits_copied() {
+        let (mut a, mut b) = pair(64 << 10);
+        // Empty, a few bytes, several pieces, then more than the ring has
+        // room left for (its rest waits, copied), and one behind it.
+        let sizes = [0usize, 5, 40 << 10, 100 << 10, 3];
+        let mut expected = Vec::new();
+        for (i, &n) in sizes.iter().enumerate() {
+            let data: Vec<u8> = (0..n).map(|k| (k * 7 + i) as u8).collect();
+            let suffix = [i as u8; 4];
+            expected.push((i as u16, [&data[..], &suffix[..]].concat()));
+            a.send_parts(1, i as u16, &data, &suffix);
+        }
+        assert!(!a.is_idle(), "the ring cannot hold all of it at once");
+        let mut got = Vec::new();
+        for _ in 0..1000 {
+            got.extend(drain(&mut b).into_iter().map(|m| (m.channel, m.data)));
+            a.flush();
+            if got.len() == sizes.len() {
+                break;
+            }
+        }
+        assert_eq!(got, expected);
+        assert!(a.is_idle());
+        assert_eq!(a.stats[1].messages_sent, 5);
     }
 
     #[test]
