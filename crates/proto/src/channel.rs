@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bulkwire_wire::{
-    record_header, seal, seal_split, AckPayload, Flags, Header, LatencyStatus, MissingRanges, PacketType, Records,
+    record_header, seal, seal_parts, AckPayload, Flags, Header, LatencyStatus, MissingRanges, PacketType, Records,
     WireMode, HEADER_LEN, LSTAT_FIXED_LEN, MISSING_RANGE_LEN, RECORD_HEADER_LEN,
 };
 
@@ -126,8 +126,105 @@ enum Info {
 
 /// A data packet's payload, kept for resending and shared with the
 /// datagram that carries it rather than copied into it (see
-/// [`Endpoint::poll_transmit_shared`](crate::Endpoint::poll_transmit_shared)).
-pub type SharedPayload = Arc<Vec<u8>>;
+/// [`Endpoint::poll_transmit_shared`](crate::Endpoint::poll_transmit_shared)):
+/// a buffer of its own, or a record header and a piece of a large
+/// message's buffer, which every packet of the message shares.
+#[derive(Clone, Debug)]
+pub struct SharedPayload {
+    bytes: Arc<Vec<u8>>,
+    range: std::ops::Range<usize>,
+    /// Sent before `bytes[range]`: the record header of a piece.
+    head: Option<[u8; RECORD_HEADER_LEN]>,
+}
+
+impl SharedPayload {
+    /// A payload of all of `bytes`.
+    pub fn whole(bytes: Vec<u8>) -> SharedPayload {
+        let range = 0..bytes.len();
+        SharedPayload { bytes: Arc::new(bytes), range, head: None }
+    }
+
+    fn piece(bytes: Arc<Vec<u8>>, range: std::ops::Range<usize>, head: [u8; RECORD_HEADER_LEN]) -> SharedPayload {
+        SharedPayload { bytes, range, head: Some(head) }
+    }
+
+    /// The payload: these two, one after the other (the first empty but
+    /// for a piece of a message, whose record header it is).
+    pub fn parts(&self) -> (&[u8], &[u8]) {
+        (self.head.as_ref().map_or(&[][..], |h| &h[..]), &self.bytes[self.range.clone()])
+    }
+
+    pub fn len(&self) -> usize {
+        self.head.map_or(0, |h| h.len()) + self.range.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// How many hold its buffer, this one included (the packets of a
+    /// message all hold the message's).
+    pub fn holders(&self) -> usize {
+        Arc::strong_count(&self.bytes)
+    }
+
+    /// The memory it stands for: a buffer of its own, or its piece.
+    fn held_bytes(&self) -> usize {
+        match self.head {
+            None => self.bytes.capacity(),
+            Some(h) => h.len() + self.range.len(),
+        }
+    }
+
+    /// Gives its buffer back to `pool` once nothing else holds it, or
+    /// counts it back in (a piece: a message's buffer is never a pool's).
+    fn give_back(self, pool: &mut BufferPool) {
+        match self.head {
+            None => pool.give_shared(self.bytes),
+            Some(_) => pool.give_shared_piece(),
+        }
+    }
+}
+
+/// A message's bytes as queued, then, once a packet carries a piece of it
+/// where it lies, shared with those packets.
+#[derive(Debug)]
+enum MessageBytes {
+    Owned(Vec<u8>),
+    Shared(Arc<Vec<u8>>),
+}
+
+impl MessageBytes {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            MessageBytes::Owned(v) => v,
+            MessageBytes::Shared(a) => a,
+        }
+    }
+
+    fn capacity(&self) -> usize {
+        match self {
+            MessageBytes::Owned(v) => v.capacity(),
+            MessageBytes::Shared(a) => a.capacity(),
+        }
+    }
+
+    /// Shared from now on.
+    fn share(&mut self) -> Arc<Vec<u8>> {
+        if let MessageBytes::Owned(v) = self {
+            *self = MessageBytes::Shared(Arc::new(std::mem::take(v)));
+        }
+        match self {
+            MessageBytes::Shared(a) => a.clone(),
+            MessageBytes::Owned(_) => unreachable!("shared above"),
+        }
+    }
+}
+
+/// A packet carries a piece of a large message where it lies, rather than
+/// a copy, from this many bytes (a copy of less costs less than the
+/// bookkeeping; loopback's datagrams carry 63 KiB, Ethernet's 1.4 KiB).
+const SHARED_PIECE_MIN: usize = 8 << 10;
 
 #[derive(Debug)]
 struct SentPacket {
@@ -147,7 +244,7 @@ struct OutMessage {
     /// ([`Endpoint::send_framed`](crate::Endpoint::send_framed)) has room
     /// for its record header in front, so that, whole in one packet, its
     /// buffer becomes the packet's kept payload.
-    data: Vec<u8>,
+    data: MessageBytes,
     headroom: usize,
     /// How much of the message has gone into packets.
     offset: usize,
@@ -155,11 +252,11 @@ struct OutMessage {
 
 impl OutMessage {
     fn len(&self) -> usize {
-        self.data.len() - self.headroom
+        self.data.as_slice().len() - self.headroom
     }
 
     fn bytes(&self, range: std::ops::Range<usize>) -> &[u8] {
-        &self.data[self.headroom + range.start..self.headroom + range.end]
+        &self.data.as_slice()[self.headroom + range.start..self.headroom + range.end]
     }
 }
 
@@ -333,7 +430,7 @@ impl Channel {
     pub(crate) fn heap_bytes(&self) -> usize {
         use std::mem::size_of;
         let unacked = self.unacked.capacity() * size_of::<SentPacket>()
-            + self.unacked.iter().map(|p| p.payload.capacity()).sum::<usize>();
+            + self.unacked.iter().map(|p| p.payload.held_bytes()).sum::<usize>();
         let pending = self.pending.capacity() * size_of::<OutMessage>()
             + self.pending.iter().map(|m| m.data.capacity()).sum::<usize>();
         let held = self.held.len() * size_of::<(u64, Vec<u8>)>() + self.held.values().map(Vec::capacity).sum::<usize>();
@@ -364,7 +461,7 @@ impl Channel {
     /// [`RECORD_HEADER_LEN`] for a framed message).
     pub(crate) fn queue(&mut self, data: Vec<u8>, headroom: usize) {
         debug_assert!(headroom == 0 || headroom == RECORD_HEADER_LEN);
-        let message = OutMessage { data, headroom, offset: 0 };
+        let message = OutMessage { data: MessageBytes::Owned(data), headroom, offset: 0 };
         self.stats.messages_sent += 1;
         self.stats.bytes_sent += message.len() as u64;
         self.pending.push_back(message);
@@ -535,7 +632,7 @@ impl Channel {
         let mut freed = 0;
         while self.base < upto {
             let packet = self.unacked.pop_front().expect("base < next_seq");
-            sh.send_pool.give_shared(packet.payload);
+            packet.payload.give_back(sh.send_pool);
             self.base += 1;
             freed += 1;
         }
@@ -565,7 +662,7 @@ impl Channel {
         if ack > self.base {
             while self.base < ack {
                 let packet = self.unacked.pop_front().expect("base < next_seq");
-                sh.send_pool.give_shared(packet.payload);
+                packet.payload.give_back(sh.send_pool);
                 self.base += 1;
             }
             if info == Info::Piggyback {
@@ -1251,14 +1348,35 @@ impl Channel {
             if msg.headroom == RECORD_HEADER_LEN && msg.offset == 0 && msg.len() <= room(0) {
                 let msg = self.pending.pop_front().expect("looked at above");
                 let len = msg.len();
-                sh.send_pool.recycle(std::mem::replace(&mut payload, msg.data));
+                let MessageBytes::Owned(data) = msg.data else {
+                    unreachable!("a message is shared only once a piece of it has gone")
+                };
+                sh.send_pool.recycle(std::mem::replace(&mut payload, data));
                 payload[..RECORD_HEADER_LEN].copy_from_slice(&record_header(len as u32, 0, len as u16));
                 *sh.pending_bytes -= len;
             }
         }
+        // A large piece of a message that starts the packet goes where it
+        // lies: the packet shares the message's buffer (as the datagram
+        // then does), and the pool's buffer goes back unused.
+        let mut piece = None;
+        if let Some(msg) = self.pending.front_mut().filter(|_| payload.is_empty()) {
+            let take = (msg.len() - msg.offset).min(room(0));
+            if take >= SHARED_PIECE_MIN && self.strategy != Strategy::BestEffort {
+                let head = record_header(msg.len() as u32, msg.offset as u32, take as u16);
+                let start = msg.headroom + msg.offset;
+                piece = Some(SharedPayload::piece(msg.data.share(), start..start + take, head));
+                msg.offset += take;
+                *sh.pending_bytes -= take;
+                if msg.offset == msg.len() {
+                    self.pending.pop_front();
+                }
+                sh.send_pool.recycle(std::mem::take(&mut payload));
+            }
+        }
         // Other messages are packed behind it, or into the pool's buffer
         // (which holds a whole packet, so it does not grow).
-        while let Some(msg) = self.pending.front_mut() {
+        while let Some(msg) = self.pending.front_mut().filter(|_| piece.is_none()) {
             let room = room(payload.len());
             let left = msg.len() - msg.offset;
             if room == 0 || (left > 0 && room < left.min(64) && !payload.is_empty()) {
@@ -1281,6 +1399,7 @@ impl Channel {
         if self.strategy == Strategy::BestEffort {
             return self.send_once(payload, flags, now, buf, sh);
         }
+        let payload = piece.unwrap_or_else(|| SharedPayload::whole(payload));
         if self.pending.is_empty() && std::mem::take(&mut self.phase_end) {
             flags.insert(Flags::LAST_OF_PHASE);
             self.phase_closed = true;
@@ -1301,7 +1420,6 @@ impl Channel {
             self.waiting_since = now;
         }
         let path = sh.data_path;
-        let payload = Arc::new(payload);
         let header = self.header(PacketType::Data, with_path(flags, path), seq, now, sh.cfg);
         let len = self.seal_split(&header, &payload, buf, sh.cfg);
         self.unacked.push_back(SentPacket {
@@ -1332,10 +1450,10 @@ impl Channel {
         self.base = self.next_seq;
         self.stats.data_sent += 1;
         let path = sh.data_path;
-        let payload = Arc::new(payload);
+        let payload = SharedPayload::whole(payload);
         let header = self.header(PacketType::Data, with_path(flags.union(Flags::BEST_EFFORT), path), seq, now, sh.cfg);
         let len = self.seal_split(&header, &payload, buf, sh.cfg);
-        sh.send_pool.give_shared(payload.clone());
+        payload.clone().give_back(sh.send_pool);
         self.after_reporting(now);
         (path, len, Some(payload))
     }
@@ -1409,8 +1527,9 @@ impl Channel {
         seal(header, payload_len, &cfg.key, buf).expect("buffer checked by the endpoint")
     }
 
-    fn seal_split(&self, header: &Header, payload: &[u8], buf: &mut [u8], cfg: &Config) -> usize {
-        seal_split(header, payload, &cfg.key, buf).expect("payloads are at most max_payload")
+    fn seal_split(&self, header: &Header, payload: &SharedPayload, buf: &mut [u8], cfg: &Config) -> usize {
+        let (head, rest) = payload.parts();
+        seal_parts(header, &[head, rest], &cfg.key, buf).expect("payloads are at most max_payload")
     }
 }
 

@@ -65,6 +65,13 @@ impl BufferPool {
         }
     }
 
+    /// Counts back in a packet whose payload was a piece of a message's
+    /// buffer (which is not the pool's: it is freed with its last piece).
+    pub(crate) fn give_shared_piece(&mut self) {
+        debug_assert!(self.out > 0);
+        self.out -= 1;
+    }
+
     /// Puts a buffer on the free list without counting one back in: the
     /// one [`BufferPool::take`] handed out when its slot went to another
     /// buffer.

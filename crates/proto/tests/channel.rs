@@ -357,13 +357,64 @@ fn a_framed_message_that_fills_its_packet_is_the_payload_itself() {
     let at = given.as_ptr();
     p.ends[0].send_framed(1, 0, given).unwrap();
     let (_, shared) = p.ends[0].poll_transmit_shared(p.now, &mut buf).unwrap();
-    assert_eq!(shared.expect("a data packet").as_ptr(), at, "the framed buffer was copied");
+    assert_eq!(shared.expect("a data packet").parts().1.as_ptr(), at, "the framed buffer was copied");
     // Larger than a packet, it is cut into pieces copied from it.
     let given = framed(&msg(2, 3000));
     let at = given.as_ptr();
     p.ends[0].send_framed(1, 0, given).unwrap();
     let (_, shared) = p.ends[0].poll_transmit_shared(p.now, &mut buf).unwrap();
-    assert_ne!(shared.expect("a data packet").as_ptr(), at);
+    assert_ne!(shared.expect("a data packet").parts().1.as_ptr(), at);
+}
+
+/// A large message goes in pieces of its own buffer: each packet's payload
+/// is a record header and a piece, read where it lies, which the receiver
+/// takes as any datagram; its buffer is freed with its last packet, never
+/// kept by the pool. Small pieces (Ethernet's datagrams) are copied.
+#[test]
+fn a_large_message_goes_in_pieces_of_its_own_buffer() {
+    let (mut a, mut b) = in_place_pair(20_000);
+    let now = Time::ZERO;
+    let message = msg(9, 50_000);
+    let given = message.clone();
+    let at = given.as_ptr() as usize;
+    a.send_owned(1, 0, given).unwrap();
+    let mut buf = vec![0u8; 20_000];
+    let mut pieces = Vec::new();
+    while let Some((t, shared)) = a.poll_transmit_shared(now, &mut buf) {
+        let payload = shared.expect("a data packet");
+        let (head, rest) = payload.parts();
+        assert_eq!(head.len(), bulkwire_wire::RECORD_HEADER_LEN, "a piece carries its record header apart");
+        let offset = rest.as_ptr() as usize - at;
+        assert!(offset + rest.len() <= message.len(), "the piece lies in the message's buffer");
+        let (h, mac) = buf[..t.len].split_at(bulkwire_wire::HEADER_LEN);
+        pieces.push([h, head, rest, mac].concat());
+        assert!(payload.holders() >= 2, "the packet and the datagram share it");
+    }
+    assert_eq!(pieces.len(), 3, "50,000 bytes in pieces of 19,914");
+    for d in &pieces {
+        b.handle_datagram(now, d);
+    }
+    let mut got = Vec::new();
+    while let Some(Event::Message { data, start, .. }) = b.poll_event() {
+        got.push(data[start..].to_vec());
+    }
+    assert_eq!(got, vec![message]);
+    // Acknowledged, the packets let go of the message's buffer; the pool
+    // keeps none of it (its free buffers stay one datagram each).
+    while let Some(t) = b.poll_transmit(now, &mut buf) {
+        a.handle_datagram(now, &buf[..t.len]);
+    }
+    b.end_phase(0, 0);
+    a.end_phase(1, 0);
+    let mut p = Pair::new(config(0), config(1));
+    p.ends = [a, b];
+    p.run(Duration::from_secs(1));
+    assert_eq!(p.ends[0].memory().send_packets, 0, "every packet freed");
+    // With Ethernet's datagrams the pieces are copied into the packets.
+    let (mut a, _) = in_place_pair(1_500);
+    a.send_owned(1, 0, msg(10, 5_000)).unwrap();
+    let (_, shared) = a.poll_transmit_shared(now, &mut buf).unwrap();
+    assert_eq!(shared.unwrap().parts().0.len(), 0, "a small piece is copied into its packet");
 }
 
 #[test]
@@ -376,7 +427,7 @@ fn a_shared_payload_makes_the_same_datagram_and_may_outlive_its_packet() {
     let payload = shared.expect("a data packet shares its payload");
     assert_eq!(t.len, bulkwire_wire::OVERHEAD);
     let (head, mac) = buf[..t.len].split_at(bulkwire_wire::HEADER_LEN);
-    let datagram = [head, &payload[..], mac].concat();
+    let datagram = [head, payload.parts().0, payload.parts().1, mac].concat();
     // The receiver takes it like any datagram, and its acknowledgement
     // frees the packet while the payload is still held here (a datagram
     // its socket did not take yet).
@@ -385,7 +436,7 @@ fn a_shared_payload_makes_the_same_datagram_and_may_outlive_its_packet() {
     assert_eq!(p.received[1], vec![msg(0, 1000)]);
     assert!(p.ends[0].is_idle());
     assert_eq!(p.ends[0].memory().send_packets, 0);
-    assert_eq!(std::sync::Arc::strong_count(&payload), 1, "only the caller holds it now");
+    assert_eq!(payload.holders(), 1, "only the caller holds it now");
 }
 
 /// Two endpoints sending datagrams of up to `max_datagram` bytes; the

@@ -536,13 +536,13 @@ impl SendBatch {
         let run = self.queued.iter().take_while(|q| q.path == path).count();
         // On the stack, and left uninitialised but for what is used: this
         // runs for every message sent (a small message's send fills one
-        // header and one iovec of 9 KiB). Up to three parts a datagram:
-        // header, shared payload, MAC.
-        let mut iovecs = [const { MaybeUninit::<libc::iovec>::uninit() }; 3 * Self::MAX];
+        // header and one iovec of 12 KiB). Up to four parts a datagram:
+        // header, a shared payload's record header and bytes, MAC.
+        let mut iovecs = [const { MaybeUninit::<libc::iovec>::uninit() }; 4 * Self::MAX];
         let mut controls = [const { MaybeUninit::<[u64; CONTROL_WORDS]>::uninit() }; Self::MAX];
         let mut headers = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; Self::MAX];
         // All writes go through these pointers, each to an element not
-        // yet written: `parts` < 3 × datagrams and `messages` ≤ datagrams,
+        // yet written: `parts` < 4 × datagrams and `messages` ≤ datagrams,
         // and a batch holds at most `MAX` datagrams.
         let iov = iovecs.as_mut_ptr().cast::<libc::iovec>();
         let ctl = controls.as_mut_ptr().cast::<[u64; CONTROL_WORDS]>();
@@ -583,11 +583,17 @@ impl SendBatch {
                         }
                         Some(payload) => {
                             iov.add(parts).write(libc::iovec { iov_base: buf.cast(), iov_len: HEADER_LEN });
-                            let shared = payload.as_ptr() as *mut libc::c_void;
-                            iov.add(parts + 1).write(libc::iovec { iov_base: shared, iov_len: payload.len() });
+                            parts += 1;
+                            for part in <[&[u8]; 2]>::from(payload.parts()) {
+                                if !part.is_empty() {
+                                    let at = part.as_ptr() as *mut libc::c_void;
+                                    iov.add(parts).write(libc::iovec { iov_base: at, iov_len: part.len() });
+                                    parts += 1;
+                                }
+                            }
                             let mac = buf.add(HEADER_LEN).cast();
-                            iov.add(parts + 2).write(libc::iovec { iov_base: mac, iov_len: MAC_LEN });
-                            parts += 3;
+                            iov.add(parts).write(libc::iovec { iov_base: mac, iov_len: MAC_LEN });
+                            parts += 1;
                         }
                     }
                 }
@@ -1018,16 +1024,16 @@ mod tests {
     fn a_shared_payload_goes_between_header_and_mac() {
         let (sockets, rx, to) = sockets_and_receiver();
         let mut batch = SendBatch::new(2, 1000);
-        let payload: SharedPayload = std::sync::Arc::new(vec![7; 300]);
+        let payload = SharedPayload::whole(vec![7; 300]);
         let head = batch.next_buffer();
         head[..HEADER_LEN].fill(1);
         head[HEADER_LEN..OVERHEAD].fill(2);
         batch.push(Path::Ordinary, 1, to, OVERHEAD, Some(payload.clone()));
         batch.next_buffer()[..5].fill(3);
         batch.push(Path::Ordinary, 1, to, 5, None);
-        assert_eq!(std::sync::Arc::strong_count(&payload), 2);
+        assert_eq!(payload.holders(), 2);
         assert_eq!(batch.send(&sockets).unwrap(), 2);
-        assert_eq!(std::sync::Arc::strong_count(&payload), 1, "the batch let go of the payload it sent");
+        assert_eq!(payload.holders(), 1, "the batch let go of the payload it sent");
         let mut buf = [0u8; 1000];
         let n = rx.recv(&mut buf).unwrap();
         assert_eq!(&buf[..n], [vec![1; HEADER_LEN], vec![7; 300], vec![2; MAC_LEN]].concat());

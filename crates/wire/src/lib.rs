@@ -35,7 +35,7 @@ pub use latency::{
 };
 pub use mac::{Coverage, JobKey, MAC_LEN};
 pub use packet::{
-    decode, decode_split, encode, seal, seal_split, Accept, DecodeError, EncodeError, Packet, RejectCounters,
-    MAX_DATAGRAM, MAX_PAYLOAD, OVERHEAD,
+    decode, decode_split, encode, seal, seal_parts, seal_split, Accept, DecodeError, EncodeError, Packet,
+    RejectCounters, MAX_DATAGRAM, MAX_PAYLOAD, OVERHEAD,
 };
 pub use records::{read_record_header, record_header, Record, RecordWriter, Records, RECORD_HEADER_LEN};

@@ -92,12 +92,18 @@ pub fn seal(header: &Header, payload_len: usize, key: &JobKey, out: &mut [u8]) -
 /// the header and then the MAC at `out[..OVERHEAD]`. The datagram is
 /// `out[..HEADER_LEN]`, then `payload`, then `out[HEADER_LEN..OVERHEAD]`.
 pub fn seal_split(header: &Header, payload: &[u8], key: &JobKey, out: &mut [u8]) -> Result<usize, EncodeError> {
-    check_room(payload.len(), out.len() + payload.len())?;
+    seal_parts(header, &[payload], key, out)
+}
+
+/// [`seal_split`] for a payload kept in `parts`, one after the other.
+pub fn seal_parts(header: &Header, parts: &[&[u8]], key: &JobKey, out: &mut [u8]) -> Result<usize, EncodeError> {
+    let len = parts.iter().map(|p| p.len()).sum::<usize>();
+    check_room(len, out.len() + len)?;
     let mut header = *header;
-    header.payload_len = payload.len() as u16;
+    header.payload_len = len as u16;
     let head: &mut [u8; HEADER_LEN] = (&mut out[..HEADER_LEN]).try_into().expect("length checked");
     header.write(head);
-    let tag = key.datagram_tag_split(head, payload);
+    let tag = key.datagram_tag_parts(head, parts);
     out[HEADER_LEN..OVERHEAD].copy_from_slice(&tag);
     Ok(OVERHEAD)
 }
