@@ -284,10 +284,12 @@ impl RecvBatch {
                     // Room for any datagram: the head, the region, and the
                     // buffer's room from where the region would end in it.
                     let behind = Landing::HEAD + room;
+                    // A region is at most a datagram's data, and a datagram
+                    // at most 65,507 bytes: `behind` is within the room.
+                    debug_assert!(behind <= b.capacity());
                     iov[0] = libc::iovec { iov_base: base.cast(), iov_len: Landing::HEAD };
                     iov[1] = libc::iovec { iov_base: place.cast(), iov_len: room };
-                    // SAFETY: `behind` is within the capacity (a region is
-                    // at most a datagram's data).
+                    // SAFETY: `behind` is within the capacity (above).
                     let rest = unsafe { base.add(behind) };
                     iov[2] = libc::iovec { iov_base: rest.cast(), iov_len: b.capacity() - behind };
                     h.msg_hdr.msg_iovlen = 3;
