@@ -193,6 +193,10 @@ fn blocking_sends_of_large_messages_to_each_other_before_receiving() {
         let world = World::init().unwrap();
         let (rank, peer) = (world.rank(), 1 - world.rank());
         let ring = std::env::var("BULKWIRE_SHM_RING").map_or(2 << 20, |v| v.parse().unwrap());
+        // A peer says it can read this process's memory once it has opened
+        // this process's file; until then a large message is copied (right
+        // after the start, the other rank may not have yet).
+        world.barrier().unwrap();
         for (round, len) in sizes(ring).into_iter().enumerate() {
             let tag = round as i32;
             let data = pattern(seed_of(rank, tag), len);

@@ -175,6 +175,8 @@ pub struct RecvBatch {
     landing: bool,
     lengths: [usize; RecvBatch::MAX],
     regions: [usize; RecvBatch::MAX],
+    /// The last read brought something: the next takes a whole batch.
+    wide: bool,
 }
 
 /// Room for any datagram UDP allows.
@@ -199,6 +201,7 @@ impl RecvBatch {
             landing: false,
             lengths: [0; Self::MAX],
             regions: [0; Self::MAX],
+            wide: true,
         }
     }
 
@@ -251,21 +254,27 @@ impl RecvBatch {
     }
 
     fn read(&mut self, socket: &UdpSocket, landing: Option<&Landing>) -> io::Result<usize> {
-        // On the stack: this runs on every turn of a spinning wait.
-        let mut iovecs = [[libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 3]; Self::MAX];
+        // One datagram at a time while reads find nothing (the turns of a
+        // spinning wait, where a ping-pong's next datagram comes alone),
+        // the whole batch once one came (a burst drains in few calls).
+        let count = match landing {
+            Some(landing) => landing.slots().min(self.buffers.len()),
+            None if self.wide => self.buffers.len(),
+            None => 1,
+        };
+        // On the stack, and only the first `count` of each written: this
+        // runs on every turn of a spinning wait.
+        let mut iovecs = [const { MaybeUninit::<[libc::iovec; 3]>::uninit() }; Self::MAX];
         // Only the kernel writes these, and only with coalescing on.
         let mut controls = [const { MaybeUninit::<[u64; CONTROL_WORDS]>::uninit() }; Self::MAX];
-        // SAFETY: an all-zero mmsghdr is a valid empty header.
-        let mut headers: [libc::mmsghdr; Self::MAX] = unsafe { std::mem::zeroed() };
-        let count = landing.map_or(self.buffers.len(), |l| l.slots().min(self.buffers.len()));
-        for (k, (((h, iov), b), control)) in headers
-            .iter_mut()
-            .zip(iovecs.iter_mut())
-            .zip(self.buffers.iter_mut())
-            .zip(controls.iter_mut())
-            .take(count)
-            .enumerate()
-        {
+        let mut headers = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; Self::MAX];
+        // Every write goes through these pointers, each to an element of
+        // its own (k < count ≤ MAX).
+        let iov_at = iovecs.as_mut_ptr().cast::<[libc::iovec; 3]>();
+        let control_at = controls.as_mut_ptr().cast::<[u64; CONTROL_WORDS]>();
+        let header_at = headers.as_mut_ptr().cast::<libc::mmsghdr>();
+        for k in 0..count {
+            let b = &mut self.buffers[k];
             b.clear();
             if b.capacity() < DATAGRAM_ROOM {
                 // Taken away with its datagram (or new): one given back, or
@@ -273,10 +282,11 @@ impl RecvBatch {
                 *b = self.spare.pop().unwrap_or_else(|| Vec::with_capacity(DATAGRAM_ROOM));
             }
             let base = b.as_mut_ptr();
-            match landing {
+            let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 3];
+            let parts = match landing {
                 None => {
                     iov[0] = libc::iovec { iov_base: base.cast(), iov_len: b.capacity() };
-                    h.msg_hdr.msg_iovlen = 1;
+                    1
                 }
                 Some(landing) => {
                     let (place, room) = landing.region(k);
@@ -292,23 +302,32 @@ impl RecvBatch {
                     // SAFETY: `behind` is within the capacity (above).
                     let rest = unsafe { base.add(behind) };
                     iov[2] = libc::iovec { iov_base: rest.cast(), iov_len: b.capacity() - behind };
-                    h.msg_hdr.msg_iovlen = 3;
+                    3
                 }
-            }
-            h.msg_hdr.msg_iov = iov.as_mut_ptr();
-            if self.coalescing {
-                h.msg_hdr.msg_control = control.as_mut_ptr().cast();
-                h.msg_hdr.msg_controllen = std::mem::size_of_val(control);
+            };
+            // SAFETY: an all-zero mmsghdr is a valid empty header; k < MAX,
+            // so each write lands in its own element of the arrays.
+            unsafe {
+                iov_at.add(k).write(iov);
+                let mut h: libc::mmsghdr = std::mem::zeroed();
+                h.msg_hdr.msg_iov = iov_at.add(k).cast();
+                h.msg_hdr.msg_iovlen = parts;
+                if self.coalescing {
+                    h.msg_hdr.msg_control = control_at.add(k).cast();
+                    h.msg_hdr.msg_controllen = std::mem::size_of::<[u64; CONTROL_WORDS]>();
+                }
+                header_at.add(k).write(h);
             }
         }
-        // SAFETY: every header points to iovecs over a live buffer's
-        // capacity or (the caller says) a region lent for writes, and with
-        // coalescing to a live control buffer of the stated length; the
-        // kernel writes at most that much into each.
+        // SAFETY: the first `count` headers are written; each points to
+        // iovecs over a live buffer's capacity or (the caller says) a
+        // region lent for writes, and with coalescing to a live control
+        // buffer of the stated length; the kernel writes at most that much
+        // into each.
         let n = unsafe {
             libc::recvmmsg(
                 socket.as_raw_fd(),
-                headers.as_mut_ptr(),
+                header_at,
                 count as libc::c_uint,
                 libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
@@ -316,12 +335,15 @@ impl RecvBatch {
         };
         self.landing = false;
         if n < 0 {
+            self.wide = false;
             return Err(io::Error::last_os_error());
         }
+        self.wide = true;
         let n = n as usize;
-        for (k, ((b, h), segment)) in
-            self.buffers.iter_mut().zip(&headers[..n]).zip(self.segments.iter_mut()).enumerate()
-        {
+        for k in 0..n {
+            // SAFETY: written above (k < n ≤ count), and by the kernel since.
+            let h = unsafe { &*header_at.add(k) };
+            let b = &mut self.buffers[k];
             let len = h.msg_len as usize;
             match landing {
                 // SAFETY: the kernel wrote msg_len bytes (at most the
@@ -331,7 +353,8 @@ impl RecvBatch {
                 Some(_) => self.lengths[k] = len,
             }
             let whole = if landing.is_some() { len } else { b.len() };
-            *segment = if self.coalescing { segment_size(&h.msg_hdr).filter(|&s| s < whole).unwrap_or(0) } else { 0 };
+            self.segments[k] =
+                if self.coalescing { segment_size(&h.msg_hdr).filter(|&s| s < whole).unwrap_or(0) } else { 0 };
         }
         self.landing = landing.is_some();
         Ok(n)
@@ -837,7 +860,6 @@ mod tests {
         rx.set_nonblocking(true).unwrap();
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
         let mut batch = RecvBatch::new(4);
-        assert_eq!(batch.recv(&rx).unwrap_err().kind(), io::ErrorKind::WouldBlock);
         for i in 0..6u8 {
             tx.send_to(&vec![i; 100 + i as usize], rx.local_addr().unwrap()).unwrap();
         }
@@ -846,8 +868,20 @@ mod tests {
         assert_eq!(batch.recv(&rx).unwrap(), 2);
         assert_eq!(batch.datagram(0), &[4u8; 104][..]);
         assert_eq!(batch.datagram(1), &[5u8; 105][..]);
+        // After a read that found nothing, one datagram at a time (the
+        // turns of a spinning wait), then the whole batch again.
+        assert_eq!(batch.recv(&rx).unwrap_err().kind(), io::ErrorKind::WouldBlock);
+        for i in 0..3u8 {
+            tx.send_to(&[i; 10], rx.local_addr().unwrap()).unwrap();
+        }
+        assert_eq!(batch.recv(&rx).unwrap(), 1);
+        assert_eq!(batch.recv(&rx).unwrap(), 2);
+        assert_eq!((batch.datagram(0), batch.datagram(1)), (&[1u8; 10][..], &[2u8; 10][..]));
+        assert_eq!(batch.recv(&rx).unwrap_err().kind(), io::ErrorKind::WouldBlock);
+        tx.send_to(&[5u8; 105], rx.local_addr().unwrap()).unwrap();
+        assert_eq!(batch.recv(&rx).unwrap(), 1);
         // A buffer taken away with its datagram is replaced for the next read.
-        let taken = std::mem::take(batch.datagram_mut(1));
+        let taken = std::mem::take(batch.datagram_mut(0));
         assert_eq!(taken, vec![5u8; 105]);
         tx.send_to(&[6u8; 60_000], rx.local_addr().unwrap()).unwrap();
         tx.send_to(&[7u8; 7], rx.local_addr().unwrap()).unwrap();
