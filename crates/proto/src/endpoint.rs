@@ -878,18 +878,19 @@ impl Endpoint {
         Some(Transmit { len: end + MAC_LEN, ..t })
     }
 
-    /// [`Endpoint::poll_transmit`] for a caller that sends a datagram in
-    /// parts (`sendmsg(2)` with several iovecs): a data packet's payload is
-    /// then shared, not copied. With `Some(payload)`, the datagram is
-    /// `buf[..HEADER_LEN]`, then `payload`, then `buf[HEADER_LEN..t.len]`
-    /// (its MAC); with `None`, `buf[..t.len]` as from `poll_transmit`. Drop
-    /// the payload once the datagram is sent.
     /// Whether [`Endpoint::poll_transmit`] may have a datagram to give now
     /// (feedback, a probe or a channel is due); false means it has none.
     pub fn has_transmit(&self) -> bool {
         !self.feedback_due.is_empty() || !self.link_ready.is_empty() || !self.ready.is_empty()
     }
 
+    /// [`Endpoint::poll_transmit`] for a caller that sends a datagram in
+    /// parts (`sendmsg(2)` with several iovecs): a data packet's payload is
+    /// then shared, not copied. With `Some(payload)`, the datagram is
+    /// `buf[..HEADER_LEN]`, then the payload's two parts
+    /// ([`SharedPayload::parts`]), then `buf[HEADER_LEN..t.len]` (its MAC);
+    /// with `None`, `buf[..t.len]` as from `poll_transmit`. Drop the payload
+    /// once the datagram is sent.
     pub fn poll_transmit_shared(&mut self, now: Time, buf: &mut [u8]) -> Option<(Transmit, Option<SharedPayload>)> {
         self.timeout_cache.set(None);
         assert!(buf.len() >= self.cfg.max_datagram, "poll_transmit needs a buffer of max_datagram bytes");
