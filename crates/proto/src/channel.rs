@@ -1110,35 +1110,45 @@ impl Channel {
         Ok(true)
     }
 
-    /// Whether a datagram of this channel with sequence `seq` and one
-    /// record (`len` bytes at `offset` of a message of `message_len`) can
-    /// be read in place: it is the next expected, on a reliable channel,
-    /// and continues the message in reassembly where it stands.
-    pub(crate) fn lands(&self, seq: u64, message_len: u32, offset: u32, len: usize) -> bool {
-        let Some(r) = &self.reassembly else { return false };
-        !self.failed
-            && self.strategy != Strategy::BestEffort
-            && self.held.is_empty()
-            && seq == self.next_expected
-            && message_len as usize == r.total
-            && offset as usize == r.data.len()
-            && len > 0
-            && r.data.len() + len <= r.total
-            && r.data.capacity() - r.data.len() >= len
-    }
-
-    /// The message in reassembly, if any, for data to be read in place:
-    /// the next expected sequence number, the bytes held and the whole,
-    /// and where the next bytes go. None while packets wait out of order:
-    /// delivering them would write where later data was read to.
-    pub(crate) fn reassembling(&mut self) -> Option<(u64, usize, usize, *mut u8)> {
+    /// The message in reassembly, if data may be read in place for it: a
+    /// reliable channel, its buffer with room for the whole, and no packet
+    /// waiting out of order (delivering one would write where later data
+    /// was read to).
+    fn landable(&self) -> Option<&Reassembly> {
         if self.failed || self.strategy == Strategy::BestEffort || !self.held.is_empty() {
             return None;
         }
+        self.reassembly.as_ref().filter(|r| r.data.capacity() >= r.total)
+    }
+
+    /// Whether the message in reassembly, if any, may take data in place.
+    pub(crate) fn may_land(&self) -> bool {
+        self.landable().is_some()
+    }
+
+    /// Whether a datagram of this channel with sequence `seq` and one
+    /// record (`len` bytes at `offset` of a message of `message_len`) can
+    /// be read in place: it is the next expected and continues the message
+    /// in reassembly where it stands.
+    pub(crate) fn lands(&self, seq: u64, message_len: u32, offset: u32, len: usize) -> bool {
+        self.landable().is_some_and(|r| {
+            seq == self.next_expected
+                && message_len as usize == r.total
+                && offset as usize == r.data.len()
+                && len > 0
+                && r.data.len() + len <= r.total
+        })
+    }
+
+    /// The message in reassembly, if data may be read in place for it
+    /// ([`Channel::landable`]): the next expected sequence number, the bytes
+    /// held and the whole, and where the next bytes go.
+    pub(crate) fn reassembling(&mut self) -> Option<(u64, usize, usize, *mut u8)> {
+        self.landable()?;
+        let next = self.next_expected;
         let r = self.reassembly.as_mut()?;
         let filled = r.data.len();
-        (r.data.capacity() >= r.total)
-            .then(|| (self.next_expected, filled, r.total, r.data.as_mut_ptr().wrapping_add(filled)))
+        Some((next, filled, r.total, r.data.as_mut_ptr().wrapping_add(filled)))
     }
 
     fn emit(&mut self, data: Vec<u8>, sh: &mut Shared<'_>) {

@@ -703,7 +703,7 @@ impl Endpoint {
             }
         }
         self.mark_ready(index);
-        if header.packet_type == PacketType::Data && self.channels[index].reassembling().is_some() {
+        if header.packet_type == PacketType::Data && self.channels[index].may_land() {
             self.landing_hint = Some(index);
         }
         claimed

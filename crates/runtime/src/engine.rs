@@ -927,14 +927,9 @@ impl Runtime {
         let wake = unsafe { OwnedFd::from_raw_fd(wake) };
         control.reader.get_ref().set_read_timeout(Some(Duration::from_secs(1)))?;
         let (segmentation, coalescing) = (sockets.segmentation, sockets.coalescing);
-        let direct_read = match std::env::var("BULKWIRE_DIRECT_READ").as_deref().map(str::trim) {
-            Err(_) | Ok("1" | "on") => true,
-            Ok("0" | "off") => false,
-            Ok(other) => {
-                let why = format!("BULKWIRE_DIRECT_READ={other:?}: 1 or on, 0 or off");
-                return Err(io::Error::new(io::ErrorKind::InvalidInput, why).into());
-            }
-        };
+        let direct_read = std::env::var("BULKWIRE_DIRECT_READ").ok();
+        let direct_read = crate::env::switch("BULKWIRE_DIRECT_READ", direct_read.as_deref(), true)
+            .map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, why))?;
         let engine = Engine {
             endpoint,
             sockets,

@@ -96,6 +96,17 @@ impl JobEnv {
 /// The cores the job's processes on this host share: `BULKWIRE_CORES`,
 /// which the launcher sets (a rank bound to one core sees only that one
 /// itself), else those this process may run on.
+/// A switch from the environment variable `name`: `1` or `on`, `0` or
+/// `off`; absent or empty, `default`; anything else an error that says so.
+pub(crate) fn switch(name: &str, value: Option<&str>, default: bool) -> Result<bool, String> {
+    match value.map(str::trim) {
+        None | Some("") => Ok(default),
+        Some("1" | "on") => Ok(true),
+        Some("0" | "off") => Ok(false),
+        Some(other) => Err(format!("{name}={other:?}: 1 or on, 0 or off")),
+    }
+}
+
 pub fn host_cores() -> u32 {
     std::env::var(CORES)
         .ok()
@@ -120,6 +131,17 @@ pub fn new_job_id() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_switch_is_on_off_or_its_default_and_nothing_else() {
+        assert_eq!(switch("X", None, true), Ok(true));
+        assert_eq!(switch("X", Some(" "), false), Ok(false));
+        assert_eq!(switch("X", Some("on"), false), Ok(true));
+        assert_eq!(switch("X", Some(" 1"), false), Ok(true));
+        assert_eq!(switch("X", Some("off"), true), Ok(false));
+        assert_eq!(switch("X", Some("0"), true), Ok(false));
+        assert_eq!(switch("X", Some("yes"), true), Err("X=\"yes\": 1 or on, 0 or off".to_string()));
+    }
     use std::collections::HashMap;
 
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {

@@ -154,11 +154,7 @@ impl ShmOptions {
             Some("0" | "off") => return Ok(None),
             Some(other) => return Err(format!("{SHM}={other:?}: expected 0 or 1")),
         }
-        let cma = match lookup(SHM_CMA).as_deref().map(str::trim) {
-            None | Some("" | "1" | "on") => true,
-            Some("0" | "off") => false,
-            Some(other) => return Err(format!("{SHM_CMA}={other:?}: expected 0 or 1")),
-        };
+        let cma = crate::env::switch(SHM_CMA, lookup(SHM_CMA).as_deref(), true)?;
         let ring = match lookup(SHM_RING) {
             Some(v) => {
                 let n: usize = v.trim().parse().map_err(|_| format!("{SHM_RING}={v:?}: not a number of bytes"))?;

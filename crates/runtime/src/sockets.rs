@@ -63,16 +63,8 @@ impl SocketOptions {
             }
             o.premium_iface = Some(name.to_string());
         }
-        if let Ok(v) = std::env::var("BULKWIRE_GSO") {
-            o.offload = match v.trim() {
-                "1" | "on" => true,
-                "0" | "off" => false,
-                _ => {
-                    let why = format!("BULKWIRE_GSO={v:?}: 1 or on, 0 or off");
-                    return Err(io::Error::new(io::ErrorKind::InvalidInput, why));
-                }
-            };
-        }
+        o.offload = crate::env::switch("BULKWIRE_GSO", std::env::var("BULKWIRE_GSO").ok().as_deref(), true)
+            .map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, why))?;
         Ok(o)
     }
 }
@@ -464,7 +456,6 @@ struct Queued {
     path: Path,
     rank: u32,
     to: socket2::SockAddr,
-    dest: SocketAddr,
     /// Bytes written in the buffer.
     len: usize,
     /// A payload that goes between the buffer's header and its MAC
@@ -536,7 +527,7 @@ impl SendBatch {
     /// `rank` names the peer at `to`, for the counts.
     pub fn push(&mut self, path: Path, rank: u32, to: SocketAddr, len: usize, shared: Option<SharedPayload>) {
         debug_assert!(shared.is_none() || len == OVERHEAD);
-        self.queued.push(Queued { path, rank, to: to.into(), dest: to, len, shared });
+        self.queued.push(Queued { path, rank, to: to.into(), len, shared });
     }
 
     /// Sends the datagrams at the front that share a path. Returns how many
@@ -585,7 +576,7 @@ impl SendBatch {
                 // Every datagram but the last of a run is `size` long.
                 while end < run
                     && end - i < MAX_SEGMENTS
-                    && self.queued[end].dest == first.dest
+                    && self.queued[end].to == first.to
                     && self.queued[end - 1].wire_len() == size
                     && self.queued[end].wire_len() <= size
                     && bytes + self.queued[end].wire_len() <= MAX_SEGMENTED_BYTES
