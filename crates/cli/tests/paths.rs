@@ -214,8 +214,9 @@ fn after_a_silence_a_burst_starts_on_premium_until_the_receiver_answers() {
     let line = stdout.split("aging: ").nth(1).and_then(|l| l.lines().next()).unwrap_or_else(|| panic!("{stdout}"));
     let numbers: Vec<u64> = line.split(' ').filter_map(|w| w.parse().ok()).collect();
     let (asked, switches, premium, ordinary) = (numbers[0], numbers[1], numbers[2], numbers[3]);
-    // A probe every 10 ms: a burst asks unless one left in its last 2 ms.
-    assert!(asked >= u64::from(BURSTS) / 3 && asked <= u64::from(BURSTS), "{line}\n{stderr}");
+    // A probe every 10 ms: a burst asks unless one left in its last 2 ms;
+    // the barrier after the last burst is data after a silence too.
+    assert!(asked >= u64::from(BURSTS) / 3 && asked <= u64::from(BURSTS) + 1, "{line}\n{stderr}");
     // The path stays quiet: the mode does not change, but for a sample a
     // loaded machine delayed past TM now and then.
     assert!(switches <= 4, "the mode stayed: {line}\n{stderr}");

@@ -147,6 +147,12 @@ pub struct Endpoint {
     /// The channel whose message in reassembly grew last: where
     /// [`Endpoint::landing`] looks first.
     landing_hint: Option<usize>,
+    /// When the next datagram handed over reached this host, if the caller
+    /// knows better than the time it is handled ([`Endpoint::set_arrival`]).
+    arrival: Option<Time>,
+    /// Some datagram's arrival time went into a sample: latency is
+    /// monitored, or a peer sent under rate control.
+    samples_arrivals: bool,
 }
 
 /// Where the data of the next datagrams of a message in reassembly may be
@@ -258,6 +264,8 @@ impl Endpoint {
             feedback_due: VecDeque::new(),
             feedback_sent: vec![0; cfg.ranks as usize],
             landing_hint: None,
+            arrival: None,
+            samples_arrivals: false,
             cfg,
         };
         let slots = endpoint.channels.len() + endpoint.links.len();
@@ -495,6 +503,29 @@ impl Endpoint {
 
     // ----- network input --------------------------------------------------
 
+    /// The next datagram handed over (by any of the `handle_` calls)
+    /// reached this host at `at`, before it is handled: for a caller that
+    /// has the kernel's receive time. The samples taken from it (one-way
+    /// latency, clock exchanges, Warp's arrival ratios) then measure the
+    /// network, not how late the process came to read it; a later `at`
+    /// than the handling time is ignored. Everything else (timers,
+    /// deadlines) still runs on the handling time.
+    pub fn set_arrival(&mut self, at: Time) {
+        self.arrival = Some(at);
+    }
+
+    /// Whether arrival times matter to this endpoint: it monitors latency,
+    /// or some peer sent under rate control. Until then, a caller need not
+    /// find out when datagrams arrived ([`Endpoint::set_arrival`]).
+    pub fn samples_arrivals(&self) -> bool {
+        self.samples_arrivals || !self.links.is_empty()
+    }
+
+    /// When the datagram being handled arrived (and the stamp is used up).
+    fn arrived(&mut self, now: Time) -> Time {
+        self.arrival.take().filter(|&at| at <= now).unwrap_or(now)
+    }
+
     /// A datagram arrived. Anything wrong with it is counted and dropped.
     pub fn handle_datagram(&mut self, now: Time, datagram: &[u8]) {
         self.timeout_cache.set(None);
@@ -530,6 +561,7 @@ impl Endpoint {
     /// Decodes and handles a datagram; returns where a message was left to
     /// be delivered in place, if `in_place` allowed that.
     fn handle(&mut self, now: Time, datagram: &[u8], in_place: bool) -> Option<InPlace> {
+        let arrived = self.arrived(now);
         let packet = match decode(datagram, &self.cfg.key, &self.accept) {
             Ok(p) => p,
             Err(e) => {
@@ -537,7 +569,7 @@ impl Endpoint {
                 return None;
             }
         };
-        self.handle_decoded(now, packet.header, Payload::Bytes(packet.payload), in_place)
+        self.handle_decoded(now, arrived, packet.header, Payload::Bytes(packet.payload), in_place)
     }
 
     /// Where the data of the next datagrams of a message in reassembly
@@ -587,6 +619,8 @@ impl Endpoint {
         data_len: usize,
         tail: &[u8],
     ) -> Landed {
+        // Set again by a caller that hands the datagram over whole.
+        let arrived = self.arrived(now);
         let (place, room) = landing.region(slot);
         if head.len() != Landing::HEAD || data_len != room || tail.len() != MAC_LEN {
             return Landed::Elsewhere;
@@ -613,15 +647,23 @@ impl Endpoint {
         }
         self.timeout_cache.set(None);
         let payload = Payload::Landed { message_len, offset, len: data_len };
-        self.handle_decoded(now, header, payload, false);
+        self.handle_decoded(now, arrived, header, payload, false);
         match self.channels[landing.index].failed {
             true => Landed::Ended,
             false => Landed::InPlace,
         }
     }
 
-    /// Handles a decoded packet.
-    fn handle_decoded(&mut self, now: Time, header: Header, payload: Payload<'_>, in_place: bool) -> Option<InPlace> {
+    /// Handles a decoded packet that reached this host at `arrived` (at
+    /// most `now`): its samples are taken at `arrived`.
+    fn handle_decoded(
+        &mut self,
+        now: Time,
+        arrived: Time,
+        header: Header,
+        payload: Payload<'_>,
+        in_place: bool,
+    ) -> Option<InPlace> {
         let bytes = match payload {
             Payload::Bytes(bytes) => bytes,
             Payload::Landed { .. } => &[],
@@ -629,9 +671,10 @@ impl Endpoint {
         let latency_on = !self.links.is_empty();
         match header.packet_type {
             PacketType::Data if header.flags.contains(Flags::RATE_CONTROLLED) => {
+                self.samples_arrivals = true;
                 let sent = Time::from_nanos(header.timestamp);
                 let (source, channel, sequence) = (header.source, header.channel, header.sequence);
-                if let Some(feedback) = self.feedback.observe(source, channel, sequence, sent, now) {
+                if let Some(feedback) = self.feedback.observe(source, channel, sequence, sent, arrived) {
                     self.feedback_due.push_back((header.source, feedback));
                 }
             }
@@ -642,7 +685,7 @@ impl Endpoint {
             }
             PacketType::Lstat if latency_on => {}
             PacketType::Probe | PacketType::ClockSync if latency_on => {
-                self.handle_link_packet(now, &header, bytes);
+                self.handle_link_packet(arrived, &header, bytes);
                 return None;
             }
             // Status frames of other designs, or latency engine packets while
@@ -660,7 +703,7 @@ impl Endpoint {
                     // A sample moves no timer of the link (probes, loss
                     // deadline, clock): its slot stays as it is.
                     let cfg = self.cfg.latency.as_ref().expect("links exist only with a latency config");
-                    if let Some(decision) = self.links[header.source as usize].on_data(now, header.timestamp, cfg) {
+                    if let Some(decision) = self.links[header.source as usize].on_data(arrived, header.timestamp, cfg) {
                         self.issue(header.source, decision);
                     }
                 }
@@ -773,7 +816,8 @@ impl Endpoint {
         self.rejected.record(error);
     }
 
-    /// A probe or clock packet: it belongs to the peer, not to a channel.
+    /// A probe or clock packet that arrived at `now`: it belongs to the
+    /// peer, not to a channel.
     fn handle_link_packet(&mut self, now: Time, header: &Header, payload: &[u8]) {
         let peer = header.source;
         self.mark_link(peer);

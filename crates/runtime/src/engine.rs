@@ -90,6 +90,16 @@ const LONGEST_SPIN: Duration = Duration::from_millis(10);
 /// the engine again (a stop ordered meanwhile, a state changed by others).
 const POLL_AT_MOST: Duration = Duration::from_millis(20);
 
+/// Whether arrival times come from the kernel's receive stamps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stamps {
+    /// Switched off (`BULKWIRE_RX_STAMPS=0`), or refused by the kernel.
+    Off,
+    /// Turned on once the endpoint samples arrival times.
+    Wanted,
+    On,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
     #[error(transparent)]
@@ -181,6 +191,11 @@ pub struct Engine {
     /// Large messages' datagrams are read straight into the message's
     /// buffer (`BULKWIRE_DIRECT_READ`, on by default).
     direct_read: bool,
+    /// Arrival times come from the kernel's receive stamps once the
+    /// endpoint samples them (`BULKWIRE_RX_STAMPS`, on by default): a
+    /// process that comes late to its socket (descheduled on a busy host)
+    /// does not take its own delay for the network's.
+    rx_stamps: Stamps,
     /// The path that delivered the latest datagram.
     hot: Path,
     /// Messages taken from the endpoint and not yet matched by the application.
@@ -293,12 +308,13 @@ impl Engine {
     /// together, all before any is handled as a whole (handling one may
     /// write where the later ones were read to). Returns how many are done
     /// with (the rest are whole in their buffers).
-    fn handle_landed(&mut self, now: Time, landing: &Landing, n: usize) -> usize {
+    fn handle_landed(&mut self, now: Time, read_at: Option<Time>, landing: &Landing, n: usize) -> usize {
         let mut k = 0;
         while k < n {
             if self.rx.segment_size(k).is_some() {
                 break;
             }
+            self.stamp_arrival(read_at, k);
             let (head, data, tail) = self.rx.landed(k);
             // SAFETY: the landing is the one just read into, with no call
             // on the endpoint since but this, for slots in order; the read
@@ -318,8 +334,33 @@ impl Engine {
         k
     }
 
+    /// Tells the endpoint when the datagrams of the last read's `i`th
+    /// buffer reached this host, where the kernel stamped them; `read_at`:
+    /// when the read returned.
+    fn stamp_arrival(&mut self, read_at: Option<Time>, i: usize) {
+        if let (Some(at), Some(age)) = (read_at, self.rx.age(i)) {
+            self.endpoint.set_arrival(at - age);
+        }
+    }
+
+    /// Turns the kernel's receive stamps on once the endpoint samples
+    /// arrival times (it monitors latency, or a peer sends under rate
+    /// control), unless `BULKWIRE_RX_STAMPS=0`.
+    fn start_stamps(&mut self) {
+        if self.rx_stamps == Stamps::Wanted && self.endpoint.samples_arrivals() {
+            let on = self.sockets.stamp_arrivals();
+            self.rx.set_stamping(on);
+            self.rx_stamps = if on { Stamps::On } else { Stamps::Off };
+            if self.verbose {
+                let how = if on { "the kernel's receive times" } else { "read times (the kernel refused stamps)" };
+                eprintln!("bulkwire: arrival times for latency and rate samples: {how}");
+            }
+        }
+    }
+
     fn progress_paths(&mut self, paths: &[Path]) -> bool {
         let now = self.now();
+        self.start_stamps();
         let mut moved = false;
         for &path in paths {
             for _ in 0..READ_BATCH / self.rx.capacity() {
@@ -341,9 +382,10 @@ impl Engine {
                 // Would block, or an ICMP error for an earlier send: the
                 // protocol recovers from both.
                 let Ok(n) = read else { break };
+                let read_at = (self.rx_stamps == Stamps::On).then(|| self.now());
                 let mut first = 0;
                 if let Some(landing) = &landing {
-                    first = self.handle_landed(now, landing, n);
+                    first = self.handle_landed(now, read_at, landing, n);
                     if first > 0 {
                         self.hot = path;
                         moved = true;
@@ -359,7 +401,8 @@ impl Engine {
                     moved = true;
                     if let Some(size) = self.rx.segment_size(i) {
                         // A run of datagrams the kernel delivered at once:
-                        // each handled where it lies.
+                        // each handled where it lies, all stamped alike.
+                        let arrived = read_at.zip(self.rx.age(i)).map(|(at, age)| at - age);
                         for datagram in self.rx.datagram_mut(i).chunks(size) {
                             // Counted by the rank the datagram names.
                             if let Some(n) =
@@ -368,6 +411,9 @@ impl Engine {
                                 *n += 1;
                             }
                             if !self.loss.as_mut().is_some_and(|l| l.drops()) {
+                                if let Some(at) = arrived {
+                                    self.endpoint.set_arrival(at);
+                                }
                                 self.endpoint.handle_datagram(now, datagram);
                             }
                         }
@@ -376,6 +422,7 @@ impl Engine {
                     if self.loss.as_mut().is_some_and(|l| l.drops()) {
                         continue;
                     }
+                    self.stamp_arrival(read_at, i);
                     self.endpoint.handle_datagram_owned(now, self.rx.datagram_mut(i));
                 }
                 if n < self.rx.capacity() {
@@ -930,6 +977,12 @@ impl Runtime {
         let direct_read = std::env::var("BULKWIRE_DIRECT_READ").ok();
         let direct_read = crate::env::switch("BULKWIRE_DIRECT_READ", direct_read.as_deref(), true)
             .map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, why))?;
+        let rx_stamps = std::env::var("BULKWIRE_RX_STAMPS").ok();
+        let rx_stamps = match crate::env::switch("BULKWIRE_RX_STAMPS", rx_stamps.as_deref(), true) {
+            Ok(true) => Stamps::Wanted,
+            Ok(false) => Stamps::Off,
+            Err(why) => return Err(io::Error::new(io::ErrorKind::InvalidInput, why).into()),
+        };
         let engine = Engine {
             endpoint,
             sockets,
@@ -947,6 +1000,7 @@ impl Runtime {
             finished: vec![false; env.size as usize],
             coalesced: vec![0; env.size as usize],
             direct_read,
+            rx_stamps,
             failure: None,
             loss: LossInjector::from_env(env.rank)?,
             wake_at: None,

@@ -4,6 +4,7 @@ use std::io;
 use std::mem::MaybeUninit;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
+use std::time::Duration;
 
 use bulkwire_proto::{Landing, Path, SharedPayload};
 use bulkwire_wire::{HEADER_LEN, MAC_LEN, OVERHEAD};
@@ -124,6 +125,15 @@ impl PathSockets {
         })
     }
 
+    /// Has the kernel note when each datagram reaches either socket
+    /// (`SO_TIMESTAMPNS`), for [`RecvBatch::set_stamping`]; whether it
+    /// took that on both.
+    pub fn stamp_arrivals(&self) -> bool {
+        [&self.ordinary, &self.premium]
+            .into_iter()
+            .all(|socket| set_int(socket, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1))
+    }
+
     pub fn socket(&self, path: Path) -> &UdpSocket {
         match path {
             Path::Ordinary => &self.ordinary,
@@ -169,14 +179,25 @@ pub struct RecvBatch {
     regions: [usize; RecvBatch::MAX],
     /// The last read brought something: the next takes a whole batch.
     wide: bool,
+    /// Reads the kernel's receive time of each datagram
+    /// ([`RecvBatch::set_stamping`]).
+    stamping: bool,
+    /// How long before the last read returned the kernel received each of
+    /// its buffers' datagrams, in nanoseconds (`u64::MAX`: not known).
+    ages: [u64; RecvBatch::MAX],
 }
 
 /// Room for any datagram UDP allows.
 const DATAGRAM_ROOM: usize = 65_536;
 
-/// Room for the one control message a read may bring (`UDP_GRO`'s segment
-/// size), in words so that it is aligned as the kernel's headers are.
-const CONTROL_WORDS: usize = 4;
+/// Room for the control messages a read may bring (`UDP_GRO`'s segment
+/// size, 24 bytes, and `SO_TIMESTAMPNS`'s time, 32), in words so that it
+/// is aligned as the kernel's headers are.
+const CONTROL_WORDS: usize = 8;
+
+/// An age past this is a clock that was set meanwhile, not a datagram
+/// that waited: it is not used.
+const MAX_AGE: Duration = Duration::from_secs(10);
 
 impl RecvBatch {
     /// Most datagrams one read takes.
@@ -194,7 +215,22 @@ impl RecvBatch {
             lengths: [0; Self::MAX],
             regions: [0; Self::MAX],
             wide: true,
+            stamping: false,
+            ages: [u64::MAX; Self::MAX],
         }
+    }
+
+    /// Reads the kernel's receive time of each datagram (the sockets read
+    /// from must have `SO_TIMESTAMPNS` on: [`PathSockets::stamp_arrivals`]).
+    pub fn set_stamping(&mut self, on: bool) {
+        self.stamping = on;
+    }
+
+    /// How long before the last read returned the kernel received the
+    /// datagrams of its `i`th buffer (a coalesced run shares one time),
+    /// with stamping on and the stamp sound.
+    pub fn age(&self, i: usize) -> Option<Duration> {
+        Some(self.ages[i]).filter(|&a| a != u64::MAX).map(Duration::from_nanos)
     }
 
     /// Reads the segment size the kernel gives with a run of datagrams
@@ -304,7 +340,7 @@ impl RecvBatch {
                 let mut h: libc::mmsghdr = std::mem::zeroed();
                 h.msg_hdr.msg_iov = iov_at.add(k).cast();
                 h.msg_hdr.msg_iovlen = parts;
-                if self.coalescing {
+                if self.coalescing || self.stamping {
                     h.msg_hdr.msg_control = control_at.add(k).cast();
                     h.msg_hdr.msg_controllen = std::mem::size_of::<[u64; CONTROL_WORDS]>();
                 }
@@ -332,6 +368,12 @@ impl RecvBatch {
         }
         self.wide = true;
         let n = n as usize;
+        // The kernel stamps with the system's clock: ages are taken against
+        // it, read once per read.
+        let wall = match self.stamping {
+            true => std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok(),
+            false => None,
+        };
         for k in 0..n {
             // SAFETY: written above (k < n ≤ count), and by the kernel since.
             let h = unsafe { &*header_at.add(k) };
@@ -345,8 +387,15 @@ impl RecvBatch {
                 Some(_) => self.lengths[k] = len,
             }
             let whole = if landing.is_some() { len } else { b.len() };
-            self.segments[k] =
-                if self.coalescing { segment_size(&h.msg_hdr).filter(|&s| s < whole).unwrap_or(0) } else { 0 };
+            let (segment, stamp) = match self.coalescing || self.stamping {
+                true => read_controls(&h.msg_hdr),
+                false => (None, None),
+            };
+            self.segments[k] = segment.filter(|&s| s < whole).unwrap_or(0);
+            // A stamp after the clock read that followed it, or long before:
+            // the clock was set meanwhile.
+            let age = wall.zip(stamp).and_then(|(wall, stamp)| wall.checked_sub(stamp)).filter(|&a| a < MAX_AGE);
+            self.ages[k] = age.map_or(u64::MAX, |a| a.as_nanos() as u64);
         }
         self.landing = landing.is_some();
         Ok(n)
@@ -415,24 +464,34 @@ impl RecvBatch {
     }
 }
 
-/// The segment size in a read's control messages (`UDP_GRO`), if any.
-fn segment_size(header: &libc::msghdr) -> Option<usize> {
+/// What a read's control messages say: the segment size of a coalesced
+/// run (`UDP_GRO`), and when the kernel received it, as time since the
+/// Unix epoch on the system's clock (`SO_TIMESTAMPNS`).
+fn read_controls(header: &libc::msghdr) -> (Option<usize>, Option<Duration>) {
+    let (mut segment, mut stamp) = (None, None);
     if header.msg_control.is_null() || header.msg_controllen == 0 {
-        return None;
+        return (segment, stamp);
     }
     // SAFETY: the kernel filled `msg_controllen` bytes of the control
-    // buffer with whole control messages; the CMSG macros stay within it.
+    // buffer with whole control messages; the CMSG macros stay within it,
+    // and each message's data is as long as its type says.
     unsafe {
         let mut cmsg = libc::CMSG_FIRSTHDR(header);
         while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_UDP && (*cmsg).cmsg_type == libc::UDP_GRO {
+            let (level, kind) = ((*cmsg).cmsg_level, (*cmsg).cmsg_type);
+            if level == libc::SOL_UDP && kind == libc::UDP_GRO {
                 let size = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>());
-                return usize::try_from(size).ok().filter(|&s| s > 0);
+                segment = usize::try_from(size).ok().filter(|&s| s > 0);
+            } else if level == libc::SOL_SOCKET && kind == libc::SCM_TIMESTAMPNS {
+                let t = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::timespec>());
+                if let (Ok(secs), Ok(nanos)) = (u64::try_from(t.tv_sec), u32::try_from(t.tv_nsec)) {
+                    stamp = (nanos < 1_000_000_000).then(|| Duration::new(secs, nanos));
+                }
             }
             cmsg = libc::CMSG_NXTHDR(header, cmsg);
         }
     }
-    None
+    (segment, stamp)
 }
 
 /// Datagrams waiting to go out, sent with one sendmmsg(2) per run of the
@@ -705,13 +764,17 @@ fn segmentation_supported(socket: &UdpSocket) -> bool {
 
 /// Turns `UDP_GRO` on or off; whether the kernel took it.
 fn set_coalescing(socket: &UdpSocket, on: bool) -> bool {
-    let value = libc::c_int::from(on);
+    set_int(socket, libc::SOL_UDP, libc::UDP_GRO, libc::c_int::from(on))
+}
+
+/// Sets a socket option that takes an int; whether the kernel took it.
+fn set_int(socket: &impl AsRawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> bool {
     // SAFETY: `value` is live for the call and its size is given.
     let set = unsafe {
         libc::setsockopt(
             socket.as_raw_fd(),
-            libc::SOL_UDP,
-            libc::UDP_GRO,
+            level,
+            name,
             (&raw const value).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
@@ -774,17 +837,7 @@ fn mark<S: std::os::fd::AsFd + AsRawFd>(socket: &S, ip: IpAddr, options: &Socket
     };
     marked.map_err(|e| format!("DSCP {}: {e}", options.premium_dscp))?;
     let priority = options.premium_priority as libc::c_int;
-    // SAFETY: setsockopt with a valid fd and a pointer to a c_int of the right size.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PRIORITY,
-            (&priority as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
+    if !set_int(socket, libc::SOL_SOCKET, libc::SO_PRIORITY, priority) {
         return Err(format!("SO_PRIORITY {priority}: {}", io::Error::last_os_error()));
     }
     Ok(())
@@ -1017,22 +1070,55 @@ mod tests {
     }
 
     #[test]
+    fn a_stamped_read_says_how_long_its_datagrams_waited() {
+        let (sockets, _, _) = sockets_and_receiver();
+        let receiver = PathSockets::bind("127.0.0.1".parse().unwrap(), &SocketOptions::default()).unwrap();
+        let to = receiver.ordinary.local_addr().unwrap();
+        let mut batch = SendBatch::new(16, 1000);
+        let wait = Duration::from_millis(30);
+        let read = |reads: &mut RecvBatch| {
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            loop {
+                match reads.recv(&receiver.ordinary) {
+                    Ok(n) => return n,
+                    Err(_) if std::time::Instant::now() < deadline => std::thread::yield_now(),
+                    Err(e) => panic!("nothing came: {e}"),
+                }
+            }
+        };
+        // Unstamped: no age.
+        let mut reads = RecvBatch::new(4);
+        reads.set_coalescing(receiver.coalescing);
+        queue(&mut batch, &[100], to);
+        batch.send(&sockets).unwrap();
+        assert_eq!(read(&mut reads), 1);
+        assert_eq!(reads.age(0), None);
+        // Stamped: a datagram left waiting 30 ms is read as that old, and
+        // a run of datagrams coalesced in one buffer shares one stamp.
+        assert!(receiver.stamp_arrivals(), "the kernel stamps receive times");
+        reads.set_stamping(true);
+        queue(&mut batch, &[100], to);
+        batch.send(&sockets).unwrap();
+        std::thread::sleep(wait);
+        assert_eq!(read(&mut reads), 1);
+        let age = reads.age(0).expect("stamped");
+        assert!(age >= wait && age < MAX_AGE, "{age:?}");
+        assert_eq!(reads.datagram(0), &[0; 100][..]);
+        batch.set_segmentation(receiver.coalescing);
+        queue(&mut batch, &[200, 200, 200], to);
+        batch.send(&sockets).unwrap();
+        let n = read(&mut reads);
+        let age = reads.age(0).expect("stamped");
+        assert!(age < wait, "read as soon as it came: {age:?}");
+        assert!((0..n).all(|i| reads.age(i).is_some()));
+    }
+
+    #[test]
     fn a_segmented_send_the_kernel_refuses_goes_datagram_by_datagram() {
         let (sockets, rx, to) = sockets_and_receiver();
         // The kernel refuses to segment for a socket that sends without
         // UDP checksums.
-        let on: libc::c_int = 1;
-        // SAFETY: `on` is live for the call and its size is given.
-        let set = unsafe {
-            libc::setsockopt(
-                sockets.ordinary.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_NO_CHECK,
-                (&raw const on).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        assert_eq!(set, 0);
+        assert!(set_int(&sockets.ordinary, libc::SOL_SOCKET, libc::SO_NO_CHECK, 1));
         let mut batch = SendBatch::new(16, 1000);
         batch.set_segmentation(true);
         let lens = [100, 100, 100];
