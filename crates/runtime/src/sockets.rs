@@ -1100,7 +1100,7 @@ mod tests {
         assert!(receiver.stamp_arrivals(), "the kernel stamps receive times");
         reads.set_stamping(true);
         let mut ages = Vec::new();
-        while ages.len() < 20 && !ages.last().is_some_and(|&a| a >= wait) {
+        while ages.len() < 20 && ages.last().is_none_or(|&a| a < wait) {
             let sent = std::time::Instant::now();
             queue(&mut batch, &[100], to);
             batch.send(&sockets).unwrap();
