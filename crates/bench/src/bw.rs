@@ -140,10 +140,10 @@ fn bulkwire_window(
             start = Instant::now();
         }
         if sender {
-            let sends = (0..window).map(|_| world.isend(peer, DATA, &data)).collect::<Result<Vec<_>, _>>()?;
-            for request in sends {
-                world.wait(request)?;
-            }
+            // Borrowing sends, as MPI_Isend's: a message lent to a peer on
+            // this host is read from `data` itself.
+            let sends = (0..window).map(|_| world.isend_borrowed(peer, DATA, &data)).collect::<Result<Vec<_>, _>>()?;
+            world.wait_borrowed(sends)?;
             world.recv(Source::Rank(peer), Tag::Is(ACK))?;
         } else {
             let recvs =

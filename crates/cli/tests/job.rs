@@ -228,6 +228,65 @@ fn blocking_sends_of_large_messages_to_each_other_before_receiving() {
     }
 }
 
+/// Borrowing non-blocking sends (`World::isend_borrowed`), crossing: each
+/// rank starts a window of sends of every kind to the other (small ones,
+/// ones the length of the ring and longer, which a peer on this host reads
+/// from the sender's own buffer, and one past the runtime's largest
+/// message, which goes by rendezvous), completes some by `test` and the
+/// rest in one `wait_borrowed`, then receives. Every byte is checked; the
+/// lent ones were read from memory, once each. With `BULKWIRE_SHM=0` the
+/// same sends go over UDP, copied.
+#[test]
+fn borrowed_sends_cross_and_arrive_whole() {
+    let sizes = |ring: usize| [100, ring, 3 << 20, 5 << 20, (16 << 20) + 1000];
+    if is_rank() {
+        let world = World::init().unwrap();
+        let (rank, peer) = (world.rank(), 1 - world.rank());
+        let ring = std::env::var("BULKWIRE_SHM_RING").map_or(2 << 20, |v| v.parse().unwrap());
+        // A peer reads this process's memory once it has opened its file.
+        world.barrier().unwrap();
+        // The receives first: the message past the runtime's largest goes
+        // by rendezvous, and its send completes only once it is matched.
+        let recvs: Vec<_> =
+            (0..sizes(ring).len()).map(|tag| world.irecv(Source::Rank(peer), Tag::Is(tag as i32)).unwrap()).collect();
+        let data: Vec<Vec<u8>> =
+            sizes(ring).iter().enumerate().map(|(tag, &len)| pattern(seed_of(rank, tag as i32), len)).collect();
+        let before = world.runtime().shm_stats().lent;
+        let mut sends: Vec<_> =
+            data.iter().enumerate().map(|(tag, d)| world.isend_borrowed(peer, tag as i32, d).unwrap()).collect();
+        // The first two by test, the rest in one wait.
+        for send in sends.iter_mut().take(2) {
+            while !send.test().unwrap() {
+                // The peer is sending too; its messages are read meanwhile.
+            }
+            assert!(matches!(send.test(), Err(CommError::Completed)));
+        }
+        world.wait_borrowed(sends).unwrap();
+        let lent = world.runtime().shm_stats().lent - before;
+        for ((tag, &len), request) in sizes(ring).iter().enumerate().zip(recvs) {
+            let Completion::Received(status, got) = world.wait(request).unwrap() else { panic!("a receive") };
+            assert_eq!((status.source, status.tag, status.len), (peer, tag as i32, len));
+            if let Some(at) = first_difference(seed_of(peer, tag as i32), len, &got) {
+                panic!("rank {rank}: {len} bytes from rank {peer} differ at byte {at}");
+            }
+        }
+        drop(data);
+        println!("borrowed ok rank {rank} lent {lent}");
+        world.finalize().unwrap();
+        return;
+    }
+    let test = "borrowed_sends_cross_and_arrive_whole";
+    for (env, lent) in [(("BULKWIRE_SHM_RING", "2097152"), 3), (("BULKWIRE_SHM", "0"), 0)] {
+        let (out, took) = launch_with_env(2, test, &[], &[env]);
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{env:?}\n{stdout}\n{stderr}");
+        for r in 0..2 {
+            assert!(stdout.contains(&format!("borrowed ok rank {r} lent {lent}")), "{env:?}\n{stdout}\n{stderr}");
+        }
+        assert!(took < Duration::from_secs(30), "{env:?}: took {took:?}");
+    }
+}
+
 fn seed_of(rank: u32, tag: i32) -> u64 {
     (u64::from(rank) << 32) | tag as u64
 }

@@ -245,7 +245,9 @@ fn an_htb_port_s_classes_in_a_namespace() {
     let best = row(&rows, "mona:1:20");
     assert_eq!((best["kind"].as_str(), best["capacity_from"].as_str()), (Some("htb class"), Some("ceil")));
     assert_eq!(num(best, "capacity_bits_per_s"), 100e6);
-    assert!(num(best, "utilisation_mean_share") > 0.5 && num(best, "drops_packets") > 0.0, "{best}");
+    // The median, not the mean: a flood that starts late on a busy machine
+    // leaves the first samples low.
+    assert!(num(best, "utilisation_median_share") > 0.5 && num(best, "drops_packets") > 0.0, "{best}");
     check_utilisation(best);
     let premium = row(&rows, "mona:1:10");
     assert_eq!(num(premium, "drops_packets"), 0.0, "{premium}");

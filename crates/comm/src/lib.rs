@@ -134,6 +134,28 @@ pub enum CommError {
     Runtime(#[from] RuntimeError),
 }
 
+/// A non-blocking send that borrows its data until it completes, as
+/// `MPI_Isend` does ([`World::isend_borrowed`]). Complete it with
+/// [`BorrowedSend::wait`], [`BorrowedSend::test`] or
+/// [`World::wait_borrowed`]; dropping it waits for it (errors then go
+/// unreported). Leaking it (`std::mem::forget`) ends the borrow early: the
+/// peer then receives whatever the memory holds when it reads it, or the
+/// job stops if that memory is gone.
+#[must_use = "the data stays borrowed until the send completes"]
+pub struct BorrowedSend<'a> {
+    world: &'a World,
+    /// `None` once complete.
+    how: Option<Borrowed>,
+}
+
+#[derive(Debug)]
+enum Borrowed {
+    /// Lent to a peer on this host, which reads it from the caller's data.
+    Lent(Loan),
+    /// Sent as [`World::isend`] sends (copied where it had to be).
+    Copied(Request),
+}
+
 /// A non-blocking operation in progress.
 #[derive(Debug)]
 pub struct Request {
@@ -491,6 +513,53 @@ impl World {
             state = RequestState::Done(Some(Completion::Sent));
         }
         Ok(Request { state })
+    }
+
+    /// Starts a send that borrows `data` until it completes (the contract
+    /// of `MPI_Isend`: the caller leaves the data alone meanwhile, which
+    /// the borrow enforces). A message at least as long as the
+    /// shared-memory ring to a peer on this host that reads this process's
+    /// memory is lent: the peer reads it from `data` into the buffer its
+    /// receive returns, one copy in all, where [`World::isend`] copies it
+    /// first. Any other message goes as [`World::isend`] sends it.
+    pub fn isend_borrowed<'a>(&'a self, to: u32, tag: i32, data: &'a [u8]) -> Result<BorrowedSend<'a>, CommError> {
+        if to >= self.size() {
+            return Err(CommError::NoSuchRank { to, size: self.size() });
+        }
+        if data.len() >= LEND_FROM && data.len() <= self.small_max && tag != MARK {
+            let loan = self
+                .rt
+                .with(|e| Ok(e.lend(to, USER, data, &tag.to_le_bytes())))?
+                .map_err(|err| self.send_error(err, data.len()))?;
+            if let Some(loan) = loan {
+                return Ok(BorrowedSend { world: self, how: Some(Borrowed::Lent(loan)) });
+            }
+        }
+        let request = self.isend(to, tag, data)?;
+        Ok(BorrowedSend { world: self, how: Some(Borrowed::Copied(request)) })
+    }
+
+    /// Waits until every one of `sends` has completed (one wait for all
+    /// the lent ones); the first error, once all are done with.
+    pub fn wait_borrowed<'a>(&'a self, sends: impl IntoIterator<Item = BorrowedSend<'a>>) -> Result<(), CommError> {
+        let mut loans = Vec::new();
+        let mut first_error = None;
+        for mut send in sends {
+            match send.how.take() {
+                Some(Borrowed::Lent(loan)) => loans.push(loan),
+                Some(Borrowed::Copied(request)) => {
+                    if let Err(err) = self.wait(request) {
+                        first_error.get_or_insert(err);
+                    }
+                }
+                None => {}
+            }
+        }
+        let lent = self.await_loans(&loans);
+        match first_error {
+            Some(err) => Err(err),
+            None => lent,
+        }
     }
 
     fn send_error(&self, err: SendError, len: usize) -> CommError {
@@ -1223,6 +1292,61 @@ fn withdrawn(e: &mut Engine, from: u32, id: u64) -> bool {
 }
 
 /// Why a receive from `source` can never be matched, if it cannot.
+impl BorrowedSend<'_> {
+    /// Waits until the send has completed: the data is the caller's again.
+    pub fn wait(mut self) -> Result<(), CommError> {
+        let world = self.world;
+        match self.how.take() {
+            Some(Borrowed::Lent(loan)) => world.await_loans(&[loan]),
+            Some(Borrowed::Copied(request)) => world.wait(request).map(|_| ()),
+            None => Err(CommError::Completed),
+        }
+    }
+
+    /// Whether the send has completed, after a turn of progress (the
+    /// peer's answer comes through it); an error is reported once.
+    pub fn test(&mut self) -> Result<bool, CommError> {
+        let world = self.world;
+        let done = match &mut self.how {
+            None => return Err(CommError::Completed),
+            Some(Borrowed::Lent(loan)) => {
+                let loan = *loan;
+                world
+                    .rt
+                    .with(|e| {
+                        e.progress();
+                        Ok(e.loan_returned(&loan))
+                    })?
+                    .map_err(|why| CommError::NotReceived { to: loan.to(), why })
+            }
+            Some(Borrowed::Copied(request)) => world.test(request).map(|c| c.is_some()),
+        };
+        if !matches!(done, Ok(false)) {
+            self.how = None;
+        }
+        done
+    }
+}
+
+impl std::fmt::Debug for BorrowedSend<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BorrowedSend").field("how", &self.how).finish()
+    }
+}
+
+impl Drop for BorrowedSend<'_> {
+    /// The data may not go before the peer has read it: an unfinished
+    /// send is waited for.
+    fn drop(&mut self) {
+        if let Some(how) = self.how.take() {
+            let _ = match how {
+                Borrowed::Lent(loan) => self.world.await_loans(&[loan]),
+                Borrowed::Copied(request) => self.world.wait(request).map(|_| ()),
+            };
+        }
+    }
+}
+
 fn never_matched(e: &Engine, source: Source, me: u32) -> Option<String> {
     match source {
         Source::Rank(r) if r != me && e.finished[r as usize] => Some(format!("rank {r} has finished")),

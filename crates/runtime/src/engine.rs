@@ -1121,6 +1121,7 @@ impl Runtime {
             total.messages_sent += s.messages_sent;
             total.bytes_sent += s.bytes_sent;
             total.single_copy += s.single_copy;
+            total.lent += s.lent;
             total.wakeups_sent += s.wakeups_sent;
         }
         total

@@ -343,6 +343,9 @@ pub struct ShmStats {
     pub bytes_sent: u64,
     /// Of those, messages read by the receiver from this process's memory.
     pub single_copy: u64,
+    /// Of those, messages read from a caller's own buffer ([`Shm::lend`]),
+    /// not from a copy the runtime made.
+    pub lent: u64,
     pub wakeups_sent: u64,
 }
 
@@ -692,6 +695,7 @@ impl Shm {
                     break;
                 }
                 self.stats[to as usize].single_copy += 1;
+                self.stats[to as usize].lent += 1;
                 peer.queue.pop_front();
                 self.lent.insert(loan.token, Lent { to, len: 0, _data: Vec::new() });
                 wrote = true;
