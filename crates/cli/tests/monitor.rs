@@ -71,18 +71,28 @@ fn loopback_rows_while_traffic_flows() {
     let dir = std::env::temp_dir().join(format!("bulkwire-monitor-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let csv = dir.join("trace.csv");
-    let out = bulkwire()
-        .args(["monitor", "lo", "--interval", "100ms", "--for", "1s", "--capacity", "1gbit", "--json", "--csv"])
-        .arg(&csv)
-        .arg("--plot")
-        .arg(&dir)
-        .arg("--during")
-        .arg(env!("CARGO_BIN_EXE_bulkwire"))
-        .args(["lab", "background", "--to", &to, "--rate", "50mbit", "--load", "0.5", "--for", "1.3"])
-        .output()
-        .unwrap();
-    let (stdout, stderr) = text(&out);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let monitor = || {
+        let out = bulkwire()
+            .args(["monitor", "lo", "--interval", "100ms", "--for", "1s", "--capacity", "1gbit", "--json", "--csv"])
+            .arg(&csv)
+            .arg("--plot")
+            .arg(&dir)
+            .arg("--during")
+            .arg(env!("CARGO_BIN_EXE_bulkwire"))
+            .args(["lab", "background", "--to", &to, "--rate", "50mbit", "--load", "0.5", "--for", "1.3"])
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        (stdout, stderr)
+    };
+    // A monitor stalled by the machine skips the ticks it missed (a CI run
+    // saw 2 samples in 1.3 s): such a run is run again, once.
+    let (mut stdout, mut stderr) = monitor();
+    if num(row(&rows(&stdout, &stderr), "lo"), "samples_count") < 8.0 {
+        eprintln!("stalled, run again: {stdout}");
+        (stdout, stderr) = monitor();
+    }
     // The command's own output went to standard error, beside the live lines.
     assert!(stderr.contains("# background: ON-OFF sources"), "{stderr}");
     assert!(stderr.contains("| lo rx "), "{stderr}");
