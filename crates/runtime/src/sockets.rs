@@ -353,13 +353,28 @@ impl RecvBatch {
         // buffer of the stated length; the kernel writes at most that much
         // into each.
         let n = unsafe {
-            libc::recvmmsg(
-                socket.as_raw_fd(),
-                header_at,
-                count as libc::c_uint,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
+            match count {
+                // One datagram (a spinning wait's turn): recvmsg, without
+                // recvmmsg's loop around it.
+                1 => {
+                    let header = &mut *header_at;
+                    let got = libc::recvmsg(socket.as_raw_fd(), &mut header.msg_hdr, libc::MSG_DONTWAIT);
+                    // An empty datagram (a wake-up) is a datagram read.
+                    if got < 0 {
+                        -1
+                    } else {
+                        header.msg_len = got as libc::c_uint;
+                        1
+                    }
+                }
+                _ => libc::recvmmsg(
+                    socket.as_raw_fd(),
+                    header_at,
+                    count as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                ),
+            }
         };
         self.landing = false;
         if n < 0 {
