@@ -410,17 +410,23 @@ impl World {
         Ok(())
     }
 
-    /// Starts sending the bytes of `buf`, copied now.
+    /// Starts sending the bytes of `buf`, which the request borrows until
+    /// it completes (as `MPI_Isend` and mpi4py's `Isend` do: leave the
+    /// buffer unchanged until `wait` or a true `test`). A message at least
+    /// as long as the shared-memory ring to a process on this host is read
+    /// by it from `buf` itself, one copy in all; others are copied now.
+    /// A request dropped before it completes waits for it.
     #[pyo3(name = "Isend", signature = (buf, dest, tag=0))]
     fn isend(&self, buf: &Bound<'_, PyAny>, dest: i64, tag: i64) -> PyResult<Request> {
         let job = job()?;
         let to = self::dest(dest, job.world.size())?;
         let tag = send_tag(tag)?;
-        let b = Bytes::get(buf, false, "Isend")?;
-        // SAFETY: `b` holds the memory for the call.
-        let data = unsafe { bytes(b.addr(), b.len()) };
-        let request = job.world.isend(to, tag, data).map_err(|e| Error::new_err(e.to_string()))?;
-        Ok(Request::new(request, Then::Nothing))
+        let held = Buf::read(buf, "Isend")?;
+        // SAFETY: `held` keeps the memory exported until it is dropped,
+        // which `Borrow` does only after the send that borrows it.
+        let data: &'static [u8] = unsafe { bytes(held.addr(), held.len()) };
+        let send = job.world.isend_borrowed(to, tag, data).map_err(|e| Error::new_err(e.to_string()))?;
+        Ok(Request::borrowing(send, held))
     }
 
     /// Receives a message into the writable buffer `buf` (a message longer
@@ -481,6 +487,13 @@ impl World {
     fn barrier(&self, py: Python<'_>) -> PyResult<()> {
         let job = job()?;
         blocking(py, job, || job.world.barrier().map_err(|e| e.to_string()))
+    }
+
+    /// Messages this process lent to peers on this host: read by them
+    /// from the caller's own buffer (a blocking `Send`, or an `Isend`, of
+    /// at least the ring's size), not from a copy.
+    fn _shm_lent(&self) -> PyResult<u64> {
+        Ok(job()?.world.runtime().shm_stats().lent)
     }
 
     /// How this process reaches `peer`: `shm` (shared memory, on this
@@ -547,12 +560,30 @@ enum Then {
 #[pyclass(frozen, module = "bulkwire._bulkwire")]
 struct Request {
     pending: Mutex<Option<bulkwire_comm::Request>>,
+    /// A send that borrows its buffer (`Isend`), until it completes.
+    borrowed: Mutex<Option<Borrow>>,
     then: Then,
+}
+
+/// A borrowing send and the buffer it reads: the send is dropped (which
+/// waits for it) before the buffer is let go.
+struct Borrow {
+    send: bulkwire_comm::BorrowedSend<'static>,
+    _buffer: Buf,
 }
 
 impl Request {
     fn new(request: bulkwire_comm::Request, then: Then) -> Request {
-        Request { pending: Mutex::new(Some(request)), then }
+        Request { pending: Mutex::new(Some(request)), borrowed: Mutex::new(None), then }
+    }
+
+    fn borrowing(send: bulkwire_comm::BorrowedSend<'static>, buffer: Buf) -> Request {
+        let borrowed = Mutex::new(Some(Borrow { send, _buffer: buffer }));
+        Request { pending: Mutex::new(None), borrowed, then: Then::Nothing }
+    }
+
+    fn take_borrowed(&self) -> Option<Borrow> {
+        self.borrowed.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
     fn take(&self) -> PyResult<bulkwire_comm::Request> {
@@ -589,6 +620,10 @@ impl Request {
     #[pyo3(signature = (status=None))]
     fn wait<'py>(&self, py: Python<'py>, status: Option<&Bound<'_, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
         let job = job()?;
+        if let Some(Borrow { send, _buffer }) = self.take_borrowed() {
+            blocking(py, job, || send.wait().map_err(|e| e.to_string()))?;
+            return Ok(py.None().into_bound(py));
+        }
         let request = self.take()?;
         let c = blocking(py, job, || job.world.wait(request).map_err(|e| e.to_string()))?;
         self.finish(py, c, status)
@@ -599,6 +634,16 @@ impl Request {
     #[pyo3(signature = (status=None))]
     fn test<'py>(&self, py: Python<'py>, status: Option<&Bound<'_, PyAny>>) -> PyResult<(bool, Bound<'py, PyAny>)> {
         let job = job()?;
+        {
+            let mut borrowed = self.borrowed.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(b) = borrowed.as_mut() {
+                let done = b.send.test().map_err(|e| Error::new_err(e.to_string()));
+                if !matches!(done, Ok(false)) {
+                    *borrowed = None;
+                }
+                return Ok((done?, py.None().into_bound(py)));
+            }
+        }
         let done = {
             let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
             let Some(request) = pending.as_mut() else {
@@ -642,6 +687,7 @@ impl Request {
     #[getter]
     fn done(&self) -> bool {
         self.pending.lock().unwrap_or_else(|e| e.into_inner()).is_none()
+            && self.borrowed.lock().unwrap_or_else(|e| e.into_inner()).is_none()
     }
 }
 

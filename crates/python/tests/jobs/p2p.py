@@ -88,6 +88,23 @@ into = np.empty_like(big)
 w.Recv(into, source=left, tag=30)
 assert np.array_equal(into, np.random.default_rng(left).integers(0, 255, 4 << 20, dtype=np.uint8))
 
+# Isend borrows its buffer until it completes: a large one to a process on
+# this host is read from the array itself (lent, not copied), by wait or
+# by test; after that the array is the caller's again.
+lent = w._shm_lent()
+reqs = [w.Isend(big, dest=right, tag=33), w.Isend(big[: 3 << 20], dest=right, tag=34)]
+while not reqs[1].test()[0]:
+    pass
+assert reqs[1].done
+assert reqs[0].wait() is None and reqs[0].done
+big[:] = 0
+for tag, length in [(33, 4 << 20), (34, 3 << 20)]:
+    into = np.empty(length, dtype=np.uint8)
+    w.Recv(into, source=left, tag=tag)
+    assert np.array_equal(into, np.random.default_rng(left).integers(0, 255, 4 << 20, dtype=np.uint8)[:length]), tag
+if n > 1 and w._transport(right) == "shm":
+    assert w._shm_lent() - lent == 2, (lent, w._shm_lent())
+
 # Longer than the runtime's largest message (16 MiB): sent in pieces once
 # its receiver has matched it, which a blocking send waits for. Around the
 # ring, Isend before Recv; and objects by sendrecv, whose posted receive is
