@@ -1291,7 +1291,6 @@ fn withdrawn(e: &mut Engine, from: u32, id: u64) -> bool {
     e.take(withdrawal).is_some()
 }
 
-/// Why a receive from `source` can never be matched, if it cannot.
 impl BorrowedSend<'_> {
     /// Waits until the send has completed: the data is the caller's again.
     pub fn wait(mut self) -> Result<(), CommError> {
@@ -1347,6 +1346,7 @@ impl Drop for BorrowedSend<'_> {
     }
 }
 
+/// Why a receive from `source` can never be matched, if it cannot.
 fn never_matched(e: &Engine, source: Source, me: u32) -> Option<String> {
     match source {
         Source::Rank(r) if r != me && e.finished[r as usize] => Some(format!("rank {r} has finished")),
