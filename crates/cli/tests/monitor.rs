@@ -236,18 +236,27 @@ fn an_htb_port_s_classes_in_a_namespace() {
         eprintln!("skipped: the veth pair or its htb could not be made");
         return;
     }
-    let out = Command::new("ip")
-        .args(["netns", "exec", &ns.0, env!("CARGO_BIN_EXE_bulkwire")])
-        .args(["monitor", "mona", "--speed", "mona=100mbit", "--interval", "100ms", "--for", "1s", "--json"])
-        .arg("--during")
-        .arg(env!("CARGO_BIN_EXE_bulkwire"))
-        .args(["lab", "background", "--to", "10.251.0.2", "--rate", "100mbit", "--load", "1.5", "--for", "1.2"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let (stdout, stderr) = text(&out);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    let rows = rows(&stdout, &stderr);
+    let monitor = || {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &ns.0, env!("CARGO_BIN_EXE_bulkwire")])
+            .args(["monitor", "mona", "--speed", "mona=100mbit", "--interval", "100ms", "--for", "1s", "--json"])
+            .arg("--during")
+            .arg(env!("CARGO_BIN_EXE_bulkwire"))
+            .args(["lab", "background", "--to", "10.251.0.2", "--rate", "100mbit", "--load", "1.5", "--for", "1.2"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        rows(&stdout, &stderr)
+    };
+    // A run the machine stalled (a CI run took 2.25 s for its 1 s, and the
+    // 1.2 s flood's mean rate halved) is run again, once.
+    let mut rows = monitor();
+    if (num(row(&rows, "mona"), "time_s") - 1.0).abs() > 0.2 {
+        eprintln!("stalled, run again: {rows:?}");
+        rows = monitor();
+    }
     let mona = row(&rows, "mona");
     assert_eq!(mona["capacity_from"], "--speed");
     assert!(num(mona, "tx_bits_per_s") > 50e6 && num(mona, "tx_bits_per_s") < 110e6, "{mona}");
