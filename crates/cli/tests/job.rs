@@ -287,6 +287,95 @@ fn borrowed_sends_cross_and_arrive_whole() {
     }
 }
 
+/// `recv_into`: every message arrives whole in the caller's buffer, the
+/// rest of which is left alone, whatever way it came (small, lent by a
+/// peer on this host, by rendezvous); a lent message that comes while such
+/// a receive waits is read straight into the buffer (counted), one that
+/// comes otherwise is read as ever (a blocking send crossing the receive
+/// completes); a message longer than the buffer is an error that leaves
+/// the job going. Through shared memory and over UDP.
+#[test]
+fn receives_into_the_caller_s_buffer() {
+    const MIB: usize = 1 << 20;
+    if is_rank() {
+        let world = World::init().unwrap();
+        let rank = world.rank();
+        let ring = std::env::var("BULKWIRE_SHM_RING").map_or(2 * MIB, |v| v.parse().unwrap());
+        let shm = std::env::var("BULKWIRE_SHM").as_deref() != Ok("0");
+        let message = |tag: i32, len: usize| pattern(seed_of(0, tag), len);
+        world.barrier().unwrap();
+        if rank == 0 {
+            // Sent once rank 1 waits for them (unless it stalls this long).
+            std::thread::sleep(Duration::from_millis(100));
+            world.send(1, 2, &message(2, ring)).unwrap();
+            world.send(1, 1, &message(1, 100)).unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+            let window: Vec<Vec<u8>> = (0..3).map(|_| message(5, 3 * MIB)).collect();
+            let sends: Vec<_> = window.iter().map(|d| world.isend_borrowed(1, 5, d).unwrap()).collect();
+            world.wait_borrowed(sends).unwrap();
+            world.send(1, 4, &message(4, 16 * MIB + 1000)).unwrap();
+            // Crossing rank 1's receive of tag 7: a blocking send of tag 6
+            // that rank 1 receives only afterwards.
+            world.send(1, 6, &message(6, 4 * MIB)).unwrap();
+            world.send(1, 7, &message(7, 4 * MIB)).unwrap();
+            // Longer than rank 1's buffer, then one that fits.
+            world.send(1, 8, &message(8, 4 * MIB)).unwrap();
+            world.send(1, 9, &message(9, 3 * MIB)).unwrap();
+        } else {
+            let mut buf = vec![0xAAu8; 20 * MIB];
+            let before = world.runtime().shm_stats().read_in_place;
+            let check = |buf: &[u8], tag: i32, len: usize| {
+                if let Some(at) = first_difference(seed_of(0, tag), len, &buf[..len]) {
+                    panic!("tag {tag}: {len} bytes differ at byte {at}");
+                }
+                assert!(buf[len..len + 64].iter().all(|&b| b == 0xAA), "tag {tag}: written past its end");
+            };
+            let mut into = |source: Source, tag: i32, len: usize| {
+                buf.fill(0xAA);
+                let status = world.recv_into(source, Tag::Is(tag), &mut buf).unwrap();
+                assert_eq!((status.source, status.tag, status.len), (0, tag, len));
+                check(&buf, tag, len);
+            };
+            into(Source::Rank(0), 2, ring);
+            into(Source::Any, 1, 100);
+            into(Source::Rank(0), 5, 3 * MIB);
+            into(Source::Any, 5, 3 * MIB);
+            let (status, got) = world.recv(Source::Rank(0), Tag::Is(5)).unwrap();
+            assert_eq!(status.len, 3 * MIB);
+            assert_eq!(first_difference(seed_of(0, 5), 3 * MIB, &got), None);
+            into(Source::Any, 4, 16 * MIB + 1000);
+            into(Source::Rank(0), 7, 4 * MIB);
+            buf.fill(0xAA);
+            let status = world.recv_into(Source::Any, Tag::Any, &mut buf).unwrap();
+            assert_eq!((status.tag, status.len), (6, 4 * MIB));
+            check(&buf, 6, status.len);
+            let mut small = vec![0xAAu8; MIB + 64];
+            match world.recv_into(Source::Rank(0), Tag::Is(8), &mut small[..MIB]) {
+                Err(CommError::Truncated { from: 0, len, capacity }) => assert_eq!((len, capacity), (4 * MIB, MIB)),
+                other => panic!("a message longer than the buffer: {other:?}"),
+            }
+            check(&small, 8, MIB);
+            buf.fill(0xAA);
+            let status = world.recv_into(Source::Rank(0), Tag::Is(9), &mut buf).unwrap();
+            check(&buf, 9, status.len);
+            let in_place = world.runtime().shm_stats().read_in_place - before;
+            assert!(!shm || in_place >= 1, "{in_place} read in place");
+            assert!(shm || in_place == 0, "{in_place} read in place over UDP");
+            println!("into ok {in_place}");
+        }
+        world.finalize().unwrap();
+        return;
+    }
+    let test = "receives_into_the_caller_s_buffer";
+    for env in [("BULKWIRE_SHM_RING", "2097152"), ("BULKWIRE_SHM", "0")] {
+        let (out, took) = launch_with_env(2, test, &[], &[env]);
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{env:?}\n{stdout}\n{stderr}");
+        assert!(stdout.contains("into ok"), "{env:?}\n{stdout}\n{stderr}");
+        assert!(took < Duration::from_secs(30), "{env:?}: took {took:?}");
+    }
+}
+
 fn seed_of(rank: u32, tag: i32) -> u64 {
     (u64::from(rank) << 32) | tag as u64
 }

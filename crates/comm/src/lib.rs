@@ -50,7 +50,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bulkwire_proto::SendError;
-use bulkwire_runtime::{Engine, Inbound, Loan, ProgressHook, Runtime, RuntimeError, Transport, LEND_FROM};
+use bulkwire_runtime::{Deferral, Engine, Inbound, Loan, ProgressHook, Runtime, RuntimeError, Transport, LEND_FROM};
 
 /// Channel of application messages.
 const USER: u16 = 0;
@@ -128,6 +128,10 @@ pub enum CommError {
     /// A large message whose receiver finished without taking it.
     #[error("the message to rank {to} was not received: {why}")]
     NotReceived { to: u32, why: String },
+    /// A message longer than the buffer a receive gave: its first bytes are
+    /// in the buffer, the rest is lost (`MPI_ERR_TRUNCATE`).
+    #[error("a message of {len} bytes from rank {from} does not fit the receive's buffer of {capacity} bytes")]
+    Truncated { from: u32, len: usize, capacity: usize },
     #[error("request was already completed")]
     Completed,
     #[error(transparent)]
@@ -701,37 +705,141 @@ impl World {
                     return Err(CommError::NoSuchRank { to: r, size: self.size() });
                 }
             }
-            let me = self.rank();
-            let mut failure = None;
-            let got = self.rt.wait(|e| {
-                // The first matching message decides: an announcement of a
-                // large message ends the quick way (it is left where it is).
-                match e.inbox.iter().find(|msg| matches(source, tag, msg)) {
-                    Some(msg) if message_tag(msg) == MARK => return Ok(Some(None)),
-                    Some(_) => {
-                        let mut msg = e.take(|msg| matches(source, tag, msg)).expect("just found");
-                        let tag = message_tag(&msg);
-                        msg.data.truncate(msg.data.len() - TAG_LEN);
-                        return Ok(Some(Some((Status { source: msg.from, tag, len: msg.data.len() }, msg.data))));
-                    }
-                    None => {}
-                }
-                if let Some(why) = never_matched(e, source, me) {
-                    failure = Some(CommError::NeverMatched { from: source, tag, why });
-                    return Ok(Some(None));
-                }
-                Ok(None)
+            // The first matching message decides: an announcement of a
+            // large message ends the quick way (it is left where it is).
+            let got = self.take_first(source, tag, |e| {
+                // None only where a lent message could not be read (its
+                // sender's process ended), which stops the job.
+                let Some(mut msg) = e.take(|msg| matches(source, tag, msg)) else {
+                    let why = e.failure.clone().unwrap_or_default();
+                    return Err(CommError::Runtime(RuntimeError::Stopped(why)));
+                };
+                let tag = message_tag(&msg);
+                msg.data.truncate(msg.data.len() - TAG_LEN);
+                Ok((Status { source: msg.from, tag, len: msg.data.len() }, msg.data))
             })?;
-            match (got, failure) {
-                (Some(received), _) => return Ok(received),
-                (None, Some(err)) => return Err(err),
-                // A large message is first: the posted path takes it.
-                (None, None) => {}
+            if let Some(received) = got {
+                return Ok(received);
             }
+            // A large message is first: the posted path takes it.
         }
         match self.wait(self.irecv(source, tag)?)? {
             Completion::Received(status, data) => Ok((status, data)),
             Completion::Sent => unreachable!("a receive request completes as a receive"),
+        }
+    }
+
+    /// Receives the next message from `source` with `tag` into `buf`, as
+    /// `MPI_Recv` does, and returns its status (its length is
+    /// `status.len`; the rest of `buf` is left as it was). A message
+    /// longer than `buf` is an error, [`CommError::Truncated`], once its
+    /// first `buf.len()` bytes are in `buf`.
+    ///
+    /// A message a peer on this host lends (at least as long as the
+    /// shared-memory ring) is read from the sender's memory straight into
+    /// `buf`: one copy in all, into memory the caller has already touched,
+    /// where [`World::recv`] reads it into a buffer of its own. Any other
+    /// message is copied into `buf` as it is taken.
+    pub fn recv_into(&self, source: Source, tag: Tag, buf: &mut [u8]) -> Result<Status, CommError> {
+        if let Source::Rank(r) = source {
+            if r >= self.size() {
+                return Err(CommError::NoSuchRank { to: r, size: self.size() });
+            }
+        }
+        let quick = {
+            let m = self.matching();
+            m.posted.is_empty() && m.large.idle()
+        };
+        if quick {
+            // Messages lent to this receive are left unread when they come
+            // (only while it waits: a sender blocked on a loan to this
+            // process, crossing its own blocking send, is read as ever).
+            let deferral = Deferral {
+                channel: USER,
+                from: match source {
+                    Source::Rank(r) => Some(r),
+                    Source::Any => None,
+                },
+                suffix_len: TAG_LEN,
+                suffix: match tag {
+                    Tag::Is(t) => Some(t.to_le_bytes().to_vec()),
+                    Tag::Any => None,
+                },
+            };
+            let deferring = self.rt.with(|e| Ok(e.defer(deferral)))?;
+            let got = self.take_into(source, tag, buf);
+            if deferring {
+                self.rt.with(|e| {
+                    e.end_deferral();
+                    Ok(())
+                })?;
+            }
+            if let Some(status) = got? {
+                return Ok(status);
+            }
+        }
+        // A large message, or receives posted before this one: the message
+        // comes whole, then is copied.
+        let (status, data) = match self.wait(self.irecv(source, tag)?)? {
+            Completion::Received(status, data) => (status, data),
+            Completion::Sent => unreachable!("a receive request completes as a receive"),
+        };
+        fill(buf, status, &data)
+    }
+
+    /// The quick way of [`World::recv_into`]: the first matching message,
+    /// unless it is the announcement of a large one (`None`: left where it
+    /// is).
+    fn take_into(&self, source: Source, tag: Tag, buf: &mut [u8]) -> Result<Option<Status>, CommError> {
+        let got = self.take_first(source, tag, |e| {
+            let mut msg = e.take_lent(|msg| matches(source, tag, msg)).expect("just found");
+            let status = Status { source: msg.from, tag: message_tag(&msg), len: msg.len() - TAG_LEN };
+            let n = buf.len().min(status.len);
+            if msg.lent.is_some() {
+                e.read_lent(&mut msg, &mut buf[..n]).map_err(|why| CommError::Broken { from: msg.from, why })?;
+            } else {
+                buf[..n].copy_from_slice(&msg.data[msg.start..msg.start + n]);
+                e.recycle(msg.data);
+            }
+            Ok(status)
+        })?;
+        match got {
+            Some(status) if status.len > buf.len() => {
+                Err(CommError::Truncated { from: status.source, len: status.len, capacity: buf.len() })
+            }
+            got => Ok(got),
+        }
+    }
+
+    /// The quick way of a blocking receive: waits for the first message
+    /// that matches and hands the engine to `take`, which takes it; `None`
+    /// where that message is the announcement of a large one (left where
+    /// it is, for the posted path).
+    fn take_first<T>(
+        &self,
+        source: Source,
+        tag: Tag,
+        mut take: impl FnMut(&mut Engine) -> Result<T, CommError>,
+    ) -> Result<Option<T>, CommError> {
+        let me = self.rank();
+        let mut failure = None;
+        let got = self.rt.wait(|e| {
+            match e.inbox.iter().find(|msg| matches(source, tag, msg)) {
+                Some(msg) if message_tag(msg) == MARK => return Ok(Some(None)),
+                Some(_) => match take(e) {
+                    Ok(taken) => return Ok(Some(Some(taken))),
+                    Err(err) => failure = Some(err),
+                },
+                None => match never_matched(e, source, me) {
+                    Some(why) => failure = Some(CommError::NeverMatched { from: source, tag, why }),
+                    None => return Ok(None),
+                },
+            }
+            Ok(Some(None))
+        })?;
+        match failure {
+            Some(err) => Err(err),
+            None => Ok(got),
         }
     }
 
@@ -1174,6 +1282,16 @@ impl Large {
     }
 }
 
+/// Copies a message received whole into a receive's buffer.
+fn fill(buf: &mut [u8], status: Status, data: &[u8]) -> Result<Status, CommError> {
+    let n = buf.len().min(data.len());
+    buf[..n].copy_from_slice(&data[..n]);
+    match data.len() > buf.len() {
+        true => Err(CommError::Truncated { from: status.source, len: data.len(), capacity: buf.len() }),
+        false => Ok(status),
+    }
+}
+
 /// Makes the pages of the next `len` bytes of `buf`'s spare capacity by
 /// one system call (`MADV_POPULATE_WRITE`) rather than a page fault each
 /// as they are written: on a 2-core virtual machine a fresh buffer of
@@ -1362,7 +1480,7 @@ mod tests {
     use super::*;
 
     fn inbound(from: u32, data: Vec<u8>) -> Inbound {
-        Inbound { from, channel: USER, data, start: 0 }
+        Inbound::new(from, USER, data, 0)
     }
 
     fn small(data: &[u8], tag: i32) -> Vec<u8> {

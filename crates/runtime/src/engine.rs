@@ -174,6 +174,59 @@ pub struct Inbound {
     pub channel: u16,
     pub data: Vec<u8>,
     pub start: usize,
+    /// A message a peer on this host lent that is not read yet
+    /// ([`Engine::set_deferral`]): `data` holds only its suffix, and
+    /// [`Engine::read_lent`] reads the rest where the receiver wants it.
+    /// Only [`Engine::take_lent`] returns such a message.
+    pub lent: Option<LentMessage>,
+}
+
+impl Inbound {
+    /// A message as it came, whole in `data[start..]`.
+    pub fn new(from: u32, channel: u16, data: Vec<u8>, start: usize) -> Inbound {
+        Inbound { from, channel, data, start, lent: None }
+    }
+
+    /// Its length: what `data` holds, and what is still to be read of it
+    /// where it was lent and not read yet.
+    pub fn len(&self) -> usize {
+        self.lent.as_ref().map_or(0, |l| l.len) + self.data.len() - self.start
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Where the unread part of a lent message lies: in the memory of its
+/// sender, a peer on this host, until the receiver reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LentMessage {
+    pub(crate) pid: i32,
+    pub(crate) addr: u64,
+    pub(crate) len: usize,
+    pub(crate) token: u64,
+}
+
+/// Which messages lent by peers on this host are left unread when they
+/// come ([`Engine::set_deferral`]): those on `channel`, from `from` (any
+/// rank if `None`), whose suffix is `suffix` (any of that length if
+/// `suffix` is `None`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Deferral {
+    pub channel: u16,
+    pub from: Option<u32>,
+    pub suffix_len: usize,
+    pub suffix: Option<Vec<u8>>,
+}
+
+impl Deferral {
+    pub(crate) fn covers(&self, from: u32, channel: u16, suffix: &[u8]) -> bool {
+        channel == self.channel
+            && self.from.is_none_or(|f| f == from)
+            && suffix.len() == self.suffix_len
+            && self.suffix.as_deref().is_none_or(|s| s == suffix)
+    }
 }
 
 /// The endpoint with its sockets: everything the application and the
@@ -220,6 +273,8 @@ pub struct Engine {
     hooks: Vec<ProgressHook>,
     /// The shared-memory path to the peers on this host, if any.
     shm: Option<Shm>,
+    /// Which lent messages are left unread when they come ([`Engine::defer`]).
+    deferral: Option<Deferral>,
     /// Every peer is reached through shared memory: a spinning wait need
     /// not read the sockets at every turn.
     all_shm: bool,
@@ -448,15 +503,75 @@ impl Engine {
         let Some(shm) = self.shm.as_mut() else { return false };
         let limit = self.endpoint.config().recv_buffer_bytes;
         let max = self.endpoint.config().max_message_size;
-        let moved = match shm.poll(&mut self.inbox, &mut self.inbox_bytes, limit, max) {
+        let mut moved = match shm.poll(&mut self.inbox, &mut self.inbox_bytes, limit, max, self.deferral.as_ref()) {
             Ok(moved) => moved,
             Err(reason) => {
                 self.failure.get_or_insert(reason);
                 true
             }
         };
+        // What was left unread for a receive that has ended is read now:
+        // its sender waits for that.
+        if self.deferral.is_none() && shm.deferred() > 0 {
+            moved = true;
+            for i in 0..self.inbox.len() {
+                if self.inbox[i].lent.is_some() {
+                    let before = self.inbox[i].data.capacity();
+                    let mut msg = std::mem::replace(&mut self.inbox[i], Inbound::new(0, 0, Vec::new(), 0));
+                    if let Err(reason) = read_whole(shm, &mut msg) {
+                        self.failure.get_or_insert(reason);
+                    }
+                    self.inbox_bytes = self.inbox_bytes + msg.data.capacity() - before;
+                    self.inbox[i] = msg;
+                }
+            }
+        }
         self.send_wakeups();
         moved
+    }
+
+    /// Leaves unread, until a receive reads them into its own buffer, the
+    /// messages lent by peers on this host that `deferral` covers and that
+    /// come from now until [`Engine::end_deferral`]; `false` (nothing
+    /// changed) where another deferral is in force. A receive that sets one
+    /// takes such messages with [`Engine::take_lent`] and reads them with
+    /// [`Engine::read_lent`]; what it leaves is read at the next turn after
+    /// the deferral ends, as it would have been when it came (so a sender
+    /// waits for its reader only while a receive is under way).
+    pub fn defer(&mut self, deferral: Deferral) -> bool {
+        if self.deferral.is_some() || self.shm.is_none() {
+            return false;
+        }
+        self.deferral = Some(deferral);
+        true
+    }
+
+    /// Ends the deferral [`Engine::defer`] set.
+    pub fn end_deferral(&mut self) {
+        self.deferral = None;
+    }
+
+    /// Removes and returns the first inbox message that `matches`, left
+    /// unread if it was lent and deferred ([`Inbound::lent`]): the caller
+    /// then reads it with [`Engine::read_lent`], which its sender waits for.
+    pub fn take_lent(&mut self, mut matches: impl FnMut(&Inbound) -> bool) -> Option<Inbound> {
+        let index = self.inbox.iter().position(&mut matches)?;
+        let message = self.inbox.remove(index).expect("position is valid");
+        self.inbox_bytes -= message.data.capacity();
+        self.collect();
+        Some(message)
+    }
+
+    /// Reads the unread part of `msg` (taken by [`Engine::take_lent`]) into
+    /// `dst`, as much of it as `dst` holds, and tells its sender so; its
+    /// suffix stays in `msg.data`. An error where its sender's memory could
+    /// not be read (its process ended).
+    pub fn read_lent(&mut self, msg: &mut Inbound, dst: &mut [u8]) -> Result<(), String> {
+        let Some(lent) = msg.lent.take() else { return Ok(()) };
+        let shm = self.shm.as_mut().expect("a lent message came through shared memory");
+        let read = shm.read_lent(msg.from, &lent, dst);
+        self.send_wakeups();
+        read
     }
 
     /// Sends the wake-ups the shared-memory path asked for: an empty
@@ -703,7 +818,7 @@ impl Engine {
             match self.endpoint.poll_event() {
                 Some(Event::Message { from, channel, data, start }) => {
                     self.inbox_bytes += data.capacity();
-                    self.inbox.push_back(Inbound { from, channel, data, start });
+                    self.inbox.push_back(Inbound::new(from, channel, data, start));
                 }
                 Some(Event::ProtocolViolation { peer, reason, .. }) => {
                     self.failure.get_or_insert_with(|| format!("rank {peer} broke the protocol: {reason}"));
@@ -722,11 +837,16 @@ impl Engine {
     }
 
     /// Removes and returns the first inbox message that `matches`.
-    pub fn take(&mut self, mut matches: impl FnMut(&Inbound) -> bool) -> Option<Inbound> {
-        let index = self.inbox.iter().position(&mut matches)?;
-        let message = self.inbox.remove(index).expect("position is valid");
-        self.inbox_bytes -= message.data.capacity();
-        self.collect();
+    pub fn take(&mut self, matches: impl FnMut(&Inbound) -> bool) -> Option<Inbound> {
+        let mut message = self.take_lent(matches)?;
+        if message.lent.is_some() {
+            let shm = self.shm.as_mut().expect("a lent message came through shared memory");
+            if let Err(reason) = read_whole(shm, &mut message) {
+                self.failure.get_or_insert(reason);
+                return None;
+            }
+            self.send_wakeups();
+        }
         Some(message)
     }
 
@@ -1013,6 +1133,7 @@ impl Runtime {
             all_shm: shm.as_ref().is_some_and(Shm::all_local) && env.size > 1,
             quiet_turns: 0,
             shm,
+            deferral: None,
         };
         // Spinning pays only when every process of the job here has a core.
         let cores = crate::env::host_cores();
@@ -1125,6 +1246,7 @@ impl Runtime {
             total.bytes_sent += s.bytes_sent;
             total.single_copy += s.single_copy;
             total.lent += s.lent;
+            total.read_in_place += s.read_in_place;
             total.wakeups_sent += s.wakeups_sent;
         }
         total
@@ -1589,6 +1711,15 @@ fn datagram_for_mtu(ip: std::net::IpAddr, mtu: usize) -> usize {
 fn packet_buffers(recv_buffer: usize, max_datagram: usize) -> usize {
     let in_flight = (recv_buffer / 2 / max_datagram).clamp(4, 512);
     2 * in_flight
+}
+
+/// Reads the unread part of a lent message into a buffer of its own,
+/// before its suffix.
+fn read_whole(shm: &mut Shm, msg: &mut Inbound) -> Result<(), String> {
+    let Some(lent) = msg.lent.take() else { return Ok(()) };
+    msg.data = shm.read_lent_whole(msg.from, &lent, &msg.data[msg.start..])?;
+    msg.start = 0;
+    Ok(())
 }
 
 fn check(e: &Engine) -> Result<(), RuntimeError> {

@@ -33,7 +33,8 @@ mod shm;
 mod sockets;
 
 pub use engine::{
-    Engine, Inbound, Loan, ProgressHook, Runtime, RuntimeError, BEST_EFFORT_CHANNEL, LEND_FROM, LEND_SUFFIX_MAX,
+    Deferral, Engine, Inbound, LentMessage, Loan, ProgressHook, Runtime, RuntimeError, BEST_EFFORT_CHANNEL, LEND_FROM,
+    LEND_SUFFIX_MAX,
 };
 pub use env::{host_cores, new_job_id, new_key, JobEnv, JobEnvError};
 pub use env::{CORES, JOB, KEY, LOCAL_SIZE, RANK, RENDEZVOUS, SIZE};

@@ -51,7 +51,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use bulkwire_proto::SendError;
 
-use crate::engine::Inbound;
+use crate::engine::{Deferral, Inbound, LentMessage};
 
 /// How this process reaches a peer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -346,6 +346,9 @@ pub struct ShmStats {
     /// Of those, messages read from a caller's own buffer ([`Shm::lend`]),
     /// not from a copy the runtime made.
     pub lent: u64,
+    /// Messages from this peer, lent, that were read straight into a
+    /// receive's own buffer ([`Shm::read_lent`]).
+    pub read_in_place: u64,
     pub wakeups_sent: u64,
 }
 
@@ -371,6 +374,8 @@ pub(crate) struct Shm {
     /// ([`Shm::lend`]) that their readers have not answered yet.
     loans: HashSet<u64>,
     next_token: u64,
+    /// Lent messages in the inbox left unread ([`Deferral`]).
+    deferred: usize,
     cma: bool,
     pub stats: Vec<ShmStats>,
     /// Peers to send a wake-up datagram to.
@@ -461,6 +466,7 @@ impl Shm {
             rescan: false,
             lent: HashMap::new(),
             loans: HashSet::new(),
+            deferred: 0,
             next_token: 1,
             cma: options.cma,
             stats: vec![ShmStats::default(); size as usize],
@@ -780,6 +786,7 @@ impl Shm {
         inbox_bytes: &mut usize,
         limit: usize,
         max_message: usize,
+        defer: Option<&Deferral>,
     ) -> Result<bool, String> {
         self.unlink_when_attached();
         let doorbell = self.own.region.u64(H_DOORBELL).load(Ordering::Acquire);
@@ -856,7 +863,7 @@ impl Shm {
                                 return bad("a message ended short");
                             }
                             *inbox_bytes += p.data.capacity();
-                            inbox.push_back(Inbound { from, channel, data: p.data, start: 0 });
+                            inbox.push_back(Inbound::new(from, channel, p.data, 0));
                         }
                     }
                     LARGE => {
@@ -869,14 +876,21 @@ impl Shm {
                         if total > max_message.saturating_sub(suffix.len()) {
                             return bad("a message longer than the largest allowed");
                         }
-                        let data = read_remote(peer.pid, addr, total, suffix).map_err(|e| match e.raw_os_error() {
-                            Some(libc::ESRCH) => format!("rank {from} is gone (its process ended mid-message)"),
-                            _ => format!("rank {from}: reading a message from its memory failed: {e}"),
-                        })?;
-                        *inbox_bytes += data.capacity();
-                        inbox.push_back(Inbound { from, channel, data, start: 0 });
-                        peer.done.push_back(extra);
-                        acknowledge.push(from);
+                        if defer.is_some_and(|d| d.covers(from, channel, suffix)) {
+                            // Left where it is: the receive that wants it
+                            // reads it into its own buffer.
+                            let lent = LentMessage { pid: peer.pid, addr, len: total, token: extra };
+                            let data = suffix.to_vec();
+                            *inbox_bytes += data.capacity();
+                            inbox.push_back(Inbound { from, channel, data, start: 0, lent: Some(lent) });
+                            self.deferred += 1;
+                        } else {
+                            let data = read_remote(peer.pid, addr, total, suffix).map_err(|e| read_failed(from, e))?;
+                            *inbox_bytes += data.capacity();
+                            inbox.push_back(Inbound::new(from, channel, data, 0));
+                            peer.done.push_back(extra);
+                            acknowledge.push(from);
+                        }
                     }
                     DONE => match self.lent.get(&extra) {
                         Some(lent) if lent.to == from => {
@@ -910,6 +924,43 @@ impl Shm {
             self.push(to);
         }
         Ok(moved)
+    }
+
+    /// Reads the first `dst.len()` bytes (at most all) of `lent`, a message
+    /// from `from` left unread when it came, into `dst`, and tells its
+    /// sender it was read (whether or not the read succeeded: its memory
+    /// is its own again either way).
+    pub fn read_lent(&mut self, from: u32, lent: &LentMessage, dst: &mut [u8]) -> Result<(), String> {
+        let n = dst.len().min(lent.len);
+        let read = read_remote_into(lent.pid, lent.addr, &mut dst[..n]).map_err(|e| read_failed(from, e));
+        if let Some(stats) = self.stats.get_mut(from as usize) {
+            stats.read_in_place += 1;
+        }
+        self.answer(from, lent.token);
+        read
+    }
+
+    /// [`Shm::read_lent`] of the whole message into a buffer of its own,
+    /// followed by `suffix`.
+    pub fn read_lent_whole(&mut self, from: u32, lent: &LentMessage, suffix: &[u8]) -> Result<Vec<u8>, String> {
+        let read = read_remote(lent.pid, lent.addr, lent.len, suffix).map_err(|e| read_failed(from, e));
+        self.answer(from, lent.token);
+        read
+    }
+
+    /// Tells `from` that its message lent with `token`, left unread when it
+    /// came, has been read.
+    fn answer(&mut self, from: u32, token: u64) {
+        self.deferred -= 1;
+        if let Some(peer) = self.peers.get_mut(from as usize).and_then(Option::as_mut) {
+            peer.done.push_back(token);
+            self.push(from);
+        }
+    }
+
+    /// Messages left unread when they came and not read since.
+    pub fn deferred(&self) -> usize {
+        self.deferred
     }
 
     /// Before sleeping in poll(2) on the sockets: raises the flag that makes
@@ -1067,6 +1118,14 @@ impl Writer {
     }
 }
 
+/// Why reading a message from `from`'s memory failed.
+fn read_failed(from: u32, e: io::Error) -> String {
+    match e.raw_os_error() {
+        Some(libc::ESRCH) => format!("rank {from} is gone (its process ended mid-message)"),
+        _ => format!("rank {from}: reading a message from its memory failed: {e}"),
+    }
+}
+
 /// Reads `len` bytes at `addr` in process `pid` (one copy, by the kernel),
 /// then appends `suffix`.
 fn read_remote(pid: i32, addr: u64, len: usize, suffix: &[u8]) -> io::Result<Vec<u8>> {
@@ -1129,7 +1188,7 @@ mod tests {
     fn drain(s: &mut Shm) -> Vec<Inbound> {
         let mut inbox = VecDeque::new();
         let mut bytes = 0;
-        s.poll(&mut inbox, &mut bytes, usize::MAX, 1 << 30).unwrap();
+        s.poll(&mut inbox, &mut bytes, usize::MAX, 1 << 30, None).unwrap();
         inbox.into()
     }
 
@@ -1268,7 +1327,7 @@ mod tests {
         b.own.region.u32(ring.data()).store(1 << 30, Ordering::Relaxed);
         let mut inbox = VecDeque::new();
         let mut bytes = 0;
-        let err = b.poll(&mut inbox, &mut bytes, usize::MAX, 1 << 20).unwrap_err();
+        let err = b.poll(&mut inbox, &mut bytes, usize::MAX, 1 << 20, None).unwrap_err();
         assert!(err.starts_with("rank 0 broke the protocol") && err.contains("runs past"), "{err}");
         assert!(inbox.is_empty());
     }
