@@ -289,7 +289,8 @@ fn borrowed_sends_cross_and_arrive_whole() {
 
 /// `recv_into`: every message arrives whole in the caller's buffer, the
 /// rest of which is left alone, whatever way it came (small, lent by a
-/// peer on this host, by rendezvous); a lent message that comes while such
+/// peer on this host from its caller's memory or from the runtime's copy,
+/// by rendezvous); a lent message that comes while such
 /// a receive waits is read straight into the buffer (counted), one that
 /// comes otherwise is read as ever (a blocking send crossing the receive
 /// completes); a message longer than the buffer is an error that leaves
@@ -313,6 +314,8 @@ fn receives_into_the_caller_s_buffer() {
             let window: Vec<Vec<u8>> = (0..3).map(|_| message(5, 3 * MIB)).collect();
             let sends: Vec<_> = window.iter().map(|d| world.isend_borrowed(1, 5, d).unwrap()).collect();
             world.wait_borrowed(sends).unwrap();
+            // Copied by the runtime, which lends its copy.
+            world.wait(world.isend(1, 10, &message(10, 3 * MIB + 5)).unwrap()).unwrap();
             world.send(1, 4, &message(4, 16 * MIB + 1000)).unwrap();
             // Crossing rank 1's receive of tag 7: a blocking send of tag 6
             // that rank 1 receives only afterwards.
@@ -343,6 +346,7 @@ fn receives_into_the_caller_s_buffer() {
             let (status, got) = world.recv(Source::Rank(0), Tag::Is(5)).unwrap();
             assert_eq!(status.len, 3 * MIB);
             assert_eq!(first_difference(seed_of(0, 5), 3 * MIB, &got), None);
+            into(Source::Rank(0), 10, 3 * MIB + 5);
             into(Source::Any, 4, 16 * MIB + 1000);
             into(Source::Rank(0), 7, 4 * MIB);
             buf.fill(0xAA);

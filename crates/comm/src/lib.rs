@@ -760,11 +760,13 @@ impl World {
                     Source::Rank(r) => Some(r),
                     Source::Any => None,
                 },
-                suffix_len: TAG_LEN,
-                suffix: match tag {
+                tail: TAG_LEN,
+                ends_with: match tag {
                     Tag::Is(t) => Some(t.to_le_bytes().to_vec()),
                     Tag::Any => None,
                 },
+                // Not the pieces of large messages (whose trailer ends so).
+                not_ending_with: Some(MARK.to_le_bytes().to_vec()),
             };
             let deferring = self.rt.with(|e| Ok(e.defer(deferral)))?;
             let got = self.take_into(source, tag, buf);
@@ -794,13 +796,10 @@ impl World {
         let got = self.take_first(source, tag, |e| {
             let mut msg = e.take_lent(|msg| matches(source, tag, msg)).expect("just found");
             let status = Status { source: msg.from, tag: message_tag(&msg), len: msg.len() - TAG_LEN };
+            // The message without its tag, or as much as fits.
             let n = buf.len().min(status.len);
-            if msg.lent.is_some() {
-                e.read_lent(&mut msg, &mut buf[..n]).map_err(|why| CommError::Broken { from: msg.from, why })?;
-            } else {
-                buf[..n].copy_from_slice(&msg.data[msg.start..msg.start + n]);
-                e.recycle(msg.data);
-            }
+            e.read_lent(&mut msg, &mut buf[..n]).map_err(|why| CommError::Broken { from: msg.from, why })?;
+            e.recycle(msg.data);
             Ok(status)
         })?;
         match got {

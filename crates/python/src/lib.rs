@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use bulkwire_bsp::Bsp as RustBsp;
-use bulkwire_comm::{Completion, Source, Tag, World as RustWorld};
+use bulkwire_comm::{CommError, Completion, Source, Tag, World as RustWorld};
 use bulkwire_groups::{Algorithm, Delivery, GroupId, Groups, Op, Operation, WORLD};
 // A buffer's element type, for reductions and the shared memory alike.
 use bulkwire_dsm::ElemType as Kind;
@@ -430,7 +430,9 @@ impl World {
     }
 
     /// Receives a message into the writable buffer `buf` (a message longer
-    /// than it is an error, and is consumed). `-1` is any source or tag.
+    /// than it is an error, and is consumed; the buffer then holds its
+    /// start). `-1` is any source or tag. A message a process on this host
+    /// lends is read from its memory straight into `buf`.
     #[pyo3(name = "Recv", signature = (buf, source=-1, tag=-1, status=None))]
     fn recv(
         &self,
@@ -443,9 +445,20 @@ impl World {
         let job = job()?;
         let (from, tag) = (self::source(source, job.world.size())?, self::tag(tag)?);
         let b = Bytes::get(buf, true, "Recv")?;
-        let (st, data) = blocking(py, job, || job.world.recv(from, tag).map_err(|e| e.to_string()))?;
-        into(b.addr(), b.len(), &data, st.source, st.tag)?;
-        set_status(status, st.source, st.tag, data.len())
+        let (addr, len) = (b.addr(), b.len());
+        let st = blocking(py, job, || {
+            // SAFETY: `b` holds the writable export until after the
+            // receive, which alone writes it meanwhile.
+            let dst = unsafe { bytes_mut(addr, len) };
+            job.world.recv_into(from, tag, dst).map_err(|e| match e {
+                CommError::Truncated { from, len, capacity } => format!(
+                    "Recv: the message from rank {from} has {len} bytes, the buffer {capacity}: it was truncated"
+                ),
+                other => other.to_string(),
+            })
+        })?;
+        drop(b);
+        set_status(status, st.source, st.tag, st.len)
     }
 
     /// Posts a receive into `buf`, which the request fills when it completes.
@@ -494,6 +507,12 @@ impl World {
     /// at least the ring's size), not from a copy.
     fn _shm_lent(&self) -> PyResult<u64> {
         Ok(job()?.world.runtime().shm_stats().lent)
+    }
+
+    /// Messages lent to this process by peers on this host that a `Recv`
+    /// read from their memory straight into its buffer.
+    fn _shm_read_in_place(&self) -> PyResult<u64> {
+        Ok(job()?.world.runtime().shm_stats().read_in_place)
     }
 
     /// How this process reaches `peer`: `shm` (shared memory, on this

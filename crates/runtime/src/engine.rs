@@ -175,7 +175,7 @@ pub struct Inbound {
     pub data: Vec<u8>,
     pub start: usize,
     /// A message a peer on this host lent that is not read yet
-    /// ([`Engine::set_deferral`]): `data` holds only its suffix, and
+    /// ([`Engine::defer`]): `data` holds only its end, and
     /// [`Engine::read_lent`] reads the rest where the receiver wants it.
     /// Only [`Engine::take_lent`] returns such a message.
     pub lent: Option<LentMessage>,
@@ -209,23 +209,27 @@ pub struct LentMessage {
 }
 
 /// Which messages lent by peers on this host are left unread when they
-/// come ([`Engine::set_deferral`]): those on `channel`, from `from` (any
-/// rank if `None`), whose suffix is `suffix` (any of that length if
-/// `suffix` is `None`).
+/// come ([`Engine::defer`]): those on `channel`, from `from` (any rank if
+/// `None`), whose end (the last bytes of a message sent whole, which come
+/// with its description; the suffix of one sent by [`Engine::lend`]) is at
+/// least `tail` bytes long, ends with `ends_with` where that is given, and
+/// does not end with `not_ending_with` where that is given.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Deferral {
     pub channel: u16,
     pub from: Option<u32>,
-    pub suffix_len: usize,
-    pub suffix: Option<Vec<u8>>,
+    pub tail: usize,
+    pub ends_with: Option<Vec<u8>>,
+    pub not_ending_with: Option<Vec<u8>>,
 }
 
 impl Deferral {
-    pub(crate) fn covers(&self, from: u32, channel: u16, suffix: &[u8]) -> bool {
+    pub(crate) fn covers(&self, from: u32, channel: u16, end: &[u8]) -> bool {
         channel == self.channel
             && self.from.is_none_or(|f| f == from)
-            && suffix.len() == self.suffix_len
-            && self.suffix.as_deref().is_none_or(|s| s == suffix)
+            && end.len() >= self.tail
+            && self.ends_with.as_deref().is_none_or(|s| end.ends_with(s))
+            && self.not_ending_with.as_deref().is_none_or(|s| !end.ends_with(s))
     }
 }
 
@@ -562,14 +566,24 @@ impl Engine {
         Some(message)
     }
 
-    /// Reads the unread part of `msg` (taken by [`Engine::take_lent`]) into
-    /// `dst`, as much of it as `dst` holds, and tells its sender so; its
-    /// suffix stays in `msg.data`. An error where its sender's memory could
-    /// not be read (its process ended).
+    /// Puts the first `dst.len()` bytes (at most [`Inbound::len`]) of `msg`,
+    /// taken by [`Engine::take_lent`], into `dst`: what is unread of it is
+    /// read from its sender's memory, which is then its sender's again
+    /// (the sender is told), and what came with it (its end) is copied;
+    /// that end stays in `msg.data`. An error where the sender's memory
+    /// could not be read (its process ended).
     pub fn read_lent(&mut self, msg: &mut Inbound, dst: &mut [u8]) -> Result<(), String> {
-        let Some(lent) = msg.lent.take() else { return Ok(()) };
+        let end = &msg.data[msg.start..];
+        let Some(lent) = msg.lent.take() else {
+            let n = dst.len().min(end.len());
+            dst[..n].copy_from_slice(&end[..n]);
+            return Ok(());
+        };
+        let n = dst.len().min(lent.len + end.len());
+        let (unread, came) = dst[..n].split_at_mut(n.min(lent.len));
+        came.copy_from_slice(&end[..came.len()]);
         let shm = self.shm.as_mut().expect("a lent message came through shared memory");
-        let read = shm.read_lent(msg.from, &lent, dst);
+        let read = shm.read_lent(msg.from, &lent, unread);
         self.send_wakeups();
         read
     }

@@ -711,11 +711,16 @@ impl Shm {
             let len = out.base + held;
             if out.sent == 0 && len >= LARGE_FROM.max(peer.w.out.size) && single_copy {
                 let token = self.next_token;
-                let addr = out.data[out.start..].as_ptr() as u64;
-                let mut payload = [0u8; 16];
-                payload[..8].copy_from_slice(&addr.to_le_bytes());
-                payload[8..].copy_from_slice(&(len as u64).to_le_bytes());
-                if !peer.w.write(LARGE, 0, out.channel, token, &payload) {
+                // The message's end goes in the record, as a lent message's
+                // suffix: a layer's trailer, by which a receive may know it
+                // for its own before reading the rest (see `Deferral`).
+                let message = &out.data[out.start..];
+                let (body, tail) = message.split_at(message.len() - SUFFIX_MAX.min(message.len()));
+                let mut payload = [0u8; 16 + SUFFIX_MAX];
+                payload[..8].copy_from_slice(&(body.as_ptr() as u64).to_le_bytes());
+                payload[8..16].copy_from_slice(&(body.len() as u64).to_le_bytes());
+                payload[16..16 + tail.len()].copy_from_slice(tail);
+                if !peer.w.write(LARGE, 0, out.channel, token, &payload[..16 + tail.len()]) {
                     break;
                 }
                 self.next_token += 1;

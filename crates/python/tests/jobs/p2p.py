@@ -1,5 +1,6 @@
 """Point-to-point calls on objects and buffers, checked on every rank."""
 import array
+import time
 
 import numpy as np
 
@@ -87,6 +88,20 @@ w.Send(big, dest=right, tag=30)
 into = np.empty_like(big)
 w.Recv(into, source=left, tag=30)
 assert np.array_equal(into, np.random.default_rng(left).integers(0, 255, 4 << 20, dtype=np.uint8))
+
+# A large message lent to a Recv that waits for it is read from the
+# sender's memory straight into the array (unless rank 1 stalls 0.2 s).
+w.barrier()
+if n > 1 and r < 2 and w._transport(1 - r) == "shm":
+    if r == 0:
+        time.sleep(0.2)
+        w.Send(big, dest=1, tag=35)
+    else:
+        before = w._shm_read_in_place()
+        into = np.zeros(4 << 20, np.uint8)
+        w.Recv(into, source=0, tag=35)
+        assert np.array_equal(into, np.random.default_rng(0).integers(0, 255, 4 << 20, dtype=np.uint8))
+        assert w._shm_read_in_place() - before == 1, w._shm_read_in_place() - before
 
 # Isend borrows its buffer until it completes: a large one to a process on
 # this host is read from the array itself (lent, not copied), by wait or
