@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use bulkwire_comm::{CommError, Completion, Source, Tag, World};
+use bulkwire_comm::{CommError, Source, Tag, World};
 use serde::{Deserialize, Serialize};
 
 use crate::reference::{Sockets, WindowResult, UDP_MAX_PAYLOAD};
@@ -133,6 +133,7 @@ fn bulkwire_window(
     windows: usize,
 ) -> Result<WindowResult, CommError> {
     let data = vec![7u8; size];
+    let mut buf = vec![0u8; size];
     let mut delivered = 0u64;
     let mut start = Instant::now();
     for round in 0..windows + 1 {
@@ -146,13 +147,18 @@ fn bulkwire_window(
             world.wait_borrowed(sends)?;
             world.recv(Source::Rank(peer), Tag::Is(ACK))?;
         } else {
-            let recvs =
-                (0..window).map(|_| world.irecv(Source::Rank(peer), Tag::Is(DATA))).collect::<Result<Vec<_>, _>>()?;
-            for request in recvs {
-                if let Completion::Received(_, got) = world.wait(request)? {
-                    if round > 0 && intact(&got, size) {
-                        delivered += got.len() as u64;
-                    }
+            // Each message in turn into one buffer, as MPI_Recv into a
+            // buffer of the caller's: a message lent by a peer on this host
+            // is read into it straight from the sender's memory. Its ends
+            // are cleared first, so that a message that did not arrive
+            // whole does not pass for one.
+            for _ in 0..window {
+                if let [first, .., last] = &mut buf[..] {
+                    (*first, *last) = (0, 0);
+                }
+                let got = world.recv_into(Source::Rank(peer), Tag::Is(DATA), &mut buf)?;
+                if round > 0 && intact(&buf[..got.len], size) {
+                    delivered += got.len as u64;
                 }
             }
             world.send(peer, ACK, &[])?;

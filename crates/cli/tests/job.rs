@@ -317,6 +317,15 @@ fn receives_into_the_caller_s_buffer() {
             // Copied by the runtime, which lends its copy.
             world.wait(world.isend(1, 10, &message(10, 3 * MIB + 5)).unwrap()).unwrap();
             world.send(1, 4, &message(4, 16 * MIB + 1000)).unwrap();
+            // Through the ring, once rank 1 waits for the second (tag 12):
+            // two of several records each, then one of one record; none
+            // goes into the buffer of a receive it is not for.
+            world.recv(Source::Rank(1), Tag::Is(13)).unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+            world.send(1, 11, &message(11, ring / 2 + 3)).unwrap();
+            world.send(1, 12, &message(12, ring / 2 + 7)).unwrap();
+            world.send(1, 14, &message(14, 60_000)).unwrap();
+            world.send(1, 11, &message(11, 70_001)).unwrap();
             // Crossing rank 1's receive of tag 7: a blocking send of tag 6
             // that rank 1 receives only afterwards.
             world.send(1, 6, &message(6, 4 * MIB)).unwrap();
@@ -348,6 +357,15 @@ fn receives_into_the_caller_s_buffer() {
             assert_eq!(first_difference(seed_of(0, 5), 3 * MIB, &got), None);
             into(Source::Rank(0), 10, 3 * MIB + 5);
             into(Source::Any, 4, 16 * MIB + 1000);
+            world.send(0, 13, &[]).unwrap();
+            let placed = world.runtime().shm_stats().read_in_place;
+            into(Source::Rank(0), 12, ring / 2 + 7);
+            into(Source::Rank(0), 14, 60_000);
+            into(Source::Rank(0), 11, ring / 2 + 3);
+            into(Source::Rank(0), 11, 70_001);
+            let placed = world.runtime().shm_stats().read_in_place - placed;
+            assert!(!shm || placed >= 1, "{placed} written in place out of the ring");
+            println!("placed {placed}");
             into(Source::Rank(0), 7, 4 * MIB);
             buf.fill(0xAA);
             let status = world.recv_into(Source::Any, Tag::Any, &mut buf).unwrap();

@@ -90,6 +90,13 @@ const WITHDRAW: u32 = 4;
 /// few MiB is still in the cache when the receiver copies it into place.
 const PIECE_BYTES: usize = 2 << 20;
 
+/// The shortest buffer of [`World::recv_into`] that messages are put into
+/// as they come, rather than copied into once whole: below it the copy
+/// costs little (16 KiB: about a microsecond), less than setting that up
+/// at every receive (8 B ping-pong through shared memory, 200,000 round
+/// trips, alternating runs: see `recv_into`).
+const PLACE_FROM: usize = 16 << 10;
+
 /// Where a receive accepts messages from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {
@@ -707,17 +714,22 @@ impl World {
             }
             // The first matching message decides: an announcement of a
             // large message ends the quick way (it is left where it is).
-            let got = self.take_first(source, tag, |e| {
-                // None only where a lent message could not be read (its
-                // sender's process ended), which stops the job.
-                let Some(mut msg) = e.take(|msg| matches(source, tag, msg)) else {
-                    let why = e.failure.clone().unwrap_or_default();
-                    return Err(CommError::Runtime(RuntimeError::Stopped(why)));
-                };
-                let tag = message_tag(&msg);
-                msg.data.truncate(msg.data.len() - TAG_LEN);
-                Ok((Status { source: msg.from, tag, len: msg.data.len() }, msg.data))
-            })?;
+            let got = self.take_first(
+                source,
+                tag,
+                |_, _| {},
+                |e| {
+                    // None only where a lent message could not be read (its
+                    // sender's process ended), which stops the job.
+                    let Some(mut msg) = e.take(|msg| matches(source, tag, msg)) else {
+                        let why = e.failure.clone().unwrap_or_default();
+                        return Err(CommError::Runtime(RuntimeError::Stopped(why)));
+                    };
+                    let tag = message_tag(&msg);
+                    msg.data.truncate(msg.data.len() - TAG_LEN);
+                    Ok((Status { source: msg.from, tag, len: msg.data.len() }, msg.data))
+                },
+            )?;
             if let Some(received) = got {
                 return Ok(received);
             }
@@ -768,13 +780,36 @@ impl World {
                 // Not the pieces of large messages (whose trailer ends so).
                 not_ending_with: Some(MARK.to_le_bytes().to_vec()),
             };
-            let deferring = self.rt.with(|e| Ok(e.defer(deferral)))?;
-            let got = self.take_into(source, tag, buf);
-            if deferring {
-                self.rt.with(|e| {
+            // From one source, with no matching message here yet: the next
+            // message from it that comes through the ring is written into
+            // `buf` as it comes, rather than copied there once whole. Set
+            // at the wait's first turn and ended at its last, under the
+            // lock those take anyway.
+            let (ptr, len) = (buf.as_mut_ptr(), buf.len());
+            let deferring = std::cell::Cell::new(false);
+            // A buffer too short for a lent message, or for a ring
+            // message whose copy would cost more than setting this up,
+            // is filled by a copy.
+            let mut deferral = (len >= PLACE_FROM).then_some(deferral);
+            let turn = |e: &mut Engine, done: bool| {
+                if let Some(deferral) = deferral.take() {
+                    if e.inbox.iter().any(|msg| matches(source, tag, msg)) {
+                        return;
+                    }
+                    deferring.set(match source {
+                        // SAFETY: `buf` is this call's until it returns,
+                        // and the deferral ends before that.
+                        Source::Rank(_) => unsafe { e.defer_into(deferral, ptr, len) },
+                        Source::Any => e.defer(deferral),
+                    });
+                } else if done && deferring.replace(false) {
                     e.end_deferral();
-                    Ok(())
-                })?;
+                }
+            };
+            let got = self.take_into(source, tag, ptr, len, turn);
+            // A wait that ended otherwise (the job stopped, an interrupt).
+            if deferring.get() {
+                self.rt.end_deferral();
             }
             if let Some(status) = got? {
                 return Ok(status);
@@ -792,19 +827,31 @@ impl World {
     /// The quick way of [`World::recv_into`]: the first matching message,
     /// unless it is the announcement of a large one (`None`: left where it
     /// is).
-    fn take_into(&self, source: Source, tag: Tag, buf: &mut [u8]) -> Result<Option<Status>, CommError> {
-        let got = self.take_first(source, tag, |e| {
+    /// (The buffer is the `len` bytes at `ptr`, which the engine may be
+    /// writing a message into meanwhile: it is made a slice only to take
+    /// the message.)
+    fn take_into(
+        &self,
+        source: Source,
+        tag: Tag,
+        ptr: *mut u8,
+        len: usize,
+        turn: impl FnMut(&mut Engine, bool),
+    ) -> Result<Option<Status>, CommError> {
+        let got = self.take_first(source, tag, turn, |e| {
             let mut msg = e.take_lent(|msg| matches(source, tag, msg)).expect("just found");
             let status = Status { source: msg.from, tag: message_tag(&msg), len: msg.len() - TAG_LEN };
             // The message without its tag, or as much as fits.
-            let n = buf.len().min(status.len);
-            e.read_lent(&mut msg, &mut buf[..n]).map_err(|why| CommError::Broken { from: msg.from, why })?;
+            let n = len.min(status.len);
+            // SAFETY: the caller's buffer, `len` bytes at `ptr`.
+            let buf = unsafe { std::slice::from_raw_parts_mut(ptr, n) };
+            e.read_lent(&mut msg, buf).map_err(|why| CommError::Broken { from: msg.from, why })?;
             e.recycle(msg.data);
             Ok(status)
         })?;
         match got {
-            Some(status) if status.len > buf.len() => {
-                Err(CommError::Truncated { from: status.source, len: status.len, capacity: buf.len() })
+            Some(status) if status.len > len => {
+                Err(CommError::Truncated { from: status.source, len: status.len, capacity: len })
             }
             got => Ok(got),
         }
@@ -813,20 +860,26 @@ impl World {
     /// The quick way of a blocking receive: waits for the first message
     /// that matches and hands the engine to `take`, which takes it; `None`
     /// where that message is the announcement of a large one (left where
-    /// it is, for the posted path).
+    /// it is, for the posted path). `turn` has the engine at every turn of
+    /// the wait, first (`false`), and once more as it ends (`true`).
     fn take_first<T>(
         &self,
         source: Source,
         tag: Tag,
+        mut turn: impl FnMut(&mut Engine, bool),
         mut take: impl FnMut(&mut Engine) -> Result<T, CommError>,
     ) -> Result<Option<T>, CommError> {
         let me = self.rank();
         let mut failure = None;
         let got = self.rt.wait(|e| {
+            turn(e, false);
             match e.inbox.iter().find(|msg| matches(source, tag, msg)) {
-                Some(msg) if message_tag(msg) == MARK => return Ok(Some(None)),
+                Some(msg) if message_tag(msg) == MARK => {}
                 Some(_) => match take(e) {
-                    Ok(taken) => return Ok(Some(Some(taken))),
+                    Ok(taken) => {
+                        turn(e, true);
+                        return Ok(Some(Some(taken)));
+                    }
                     Err(err) => failure = Some(err),
                 },
                 None => match never_matched(e, source, me) {
@@ -834,6 +887,7 @@ impl World {
                     None => return Ok(None),
                 },
             }
+            turn(e, true);
             Ok(Some(None))
         })?;
         match failure {

@@ -17,7 +17,7 @@ use crate::loss::LossInjector;
 use crate::paths::Paths;
 use crate::rate;
 use crate::rendezvous::{Control, PeerReport, ToLauncher, ToRank};
-use crate::shm::{Shm, ShmOptions};
+use crate::shm::{Dest, DestState, Shm, ShmOptions};
 use crate::sockets::{PathSockets, RecvBatch, SendBatch, SocketOptions};
 
 /// A peer that acknowledges nothing for this long is declared unreachable.
@@ -198,13 +198,24 @@ impl Inbound {
     }
 }
 
-/// Where the unread part of a lent message lies: in the memory of its
-/// sender, a peer on this host, until the receiver reads it.
+/// Where the start of a message that a receive takes in place lies
+/// ([`Engine::defer`], [`Engine::defer_into`]): in the memory of its
+/// sender, a peer on this host, until the receiver reads it; or already in
+/// the receive's own buffer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LentMessage {
+    /// Bytes of the message before what [`Inbound::data`] holds.
+    pub(crate) len: usize,
+    /// In the sender's memory, or (`None`) in the receive's buffer.
+    pub(crate) remote: Option<Remote>,
+}
+
+/// Where a lent message lies in its sender's memory, and the token the
+/// sender is answered with once it is read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Remote {
     pub(crate) pid: i32,
     pub(crate) addr: u64,
-    pub(crate) len: usize,
     pub(crate) token: u64,
 }
 
@@ -279,6 +290,8 @@ pub struct Engine {
     shm: Option<Shm>,
     /// Which lent messages are left unread when they come ([`Engine::defer`]).
     deferral: Option<Deferral>,
+    /// The buffer of the receive that set it ([`Engine::defer_into`]).
+    dest: Option<Dest>,
     /// Every peer is reached through shared memory: a spinning wait need
     /// not read the sockets at every turn.
     all_shm: bool,
@@ -507,7 +520,8 @@ impl Engine {
         let Some(shm) = self.shm.as_mut() else { return false };
         let limit = self.endpoint.config().recv_buffer_bytes;
         let max = self.endpoint.config().max_message_size;
-        let mut moved = match shm.poll(&mut self.inbox, &mut self.inbox_bytes, limit, max, self.deferral.as_ref()) {
+        let (defer, dest) = (self.deferral.as_ref(), self.dest.as_mut());
+        let mut moved = match shm.poll(&mut self.inbox, &mut self.inbox_bytes, limit, max, defer, dest) {
             Ok(moved) => moved,
             Err(reason) => {
                 self.failure.get_or_insert(reason);
@@ -520,18 +534,45 @@ impl Engine {
             moved = true;
             for i in 0..self.inbox.len() {
                 if self.inbox[i].lent.is_some() {
-                    let before = self.inbox[i].data.capacity();
-                    let mut msg = std::mem::replace(&mut self.inbox[i], Inbound::new(0, 0, Vec::new(), 0));
-                    if let Err(reason) = read_whole(shm, &mut msg) {
-                        self.failure.get_or_insert(reason);
-                    }
-                    self.inbox_bytes = self.inbox_bytes + msg.data.capacity() - before;
-                    self.inbox[i] = msg;
+                    self.materialize_at(i);
                 }
             }
         }
         self.send_wakeups();
         moved
+    }
+
+    /// Makes inbox message `i` whole in a buffer of its own.
+    fn materialize_at(&mut self, i: usize) {
+        let before = self.inbox[i].data.capacity();
+        let mut msg = std::mem::replace(&mut self.inbox[i], Inbound::new(0, 0, Vec::new(), 0));
+        if let Err(reason) = self.materialize(&mut msg) {
+            self.failure.get_or_insert(reason);
+        }
+        self.inbox_bytes = self.inbox_bytes + msg.data.capacity() - before;
+        self.inbox[i] = msg;
+    }
+
+    /// Makes `msg` whole in a buffer of its own: what is unread of it is
+    /// read from its sender's memory, what is in a receive's buffer copied.
+    fn materialize(&mut self, msg: &mut Inbound) -> Result<(), String> {
+        let Some(lent) = msg.lent.take() else { return Ok(()) };
+        let end = &msg.data[msg.start..];
+        let data = match &lent.remote {
+            Some(remote) => {
+                let shm = self.shm.as_mut().expect("a lent message came through shared memory");
+                shm.read_lent_whole(msg.from, lent.len, remote, end)
+            }
+            None => {
+                let dest = self.dest.as_mut().expect("a message in a receive's buffer while it lasts");
+                dest.state = DestState::Free;
+                Ok(dest.take(lent.len, end))
+            }
+        };
+        self.send_wakeups();
+        msg.data = data?;
+        msg.start = 0;
+        Ok(())
     }
 
     /// Leaves unread, until a receive reads them into its own buffer, the
@@ -550,9 +591,51 @@ impl Engine {
         true
     }
 
-    /// Ends the deferral [`Engine::defer`] set.
+    /// [`Engine::defer`], and more: the next message from `deferral.from`
+    /// (which must be given) that comes through the shared-memory ring is
+    /// written into the `len` bytes at `buf` as it comes, all but its end
+    /// (`deferral.tail` bytes at least), rather than into a buffer of its
+    /// own; once whole, if the deferral covers its end it waits in the
+    /// inbox with its start in `buf` ([`Engine::read_lent`] finishes it),
+    /// otherwise it is moved out. `false` as [`Engine::defer`].
+    ///
+    /// # Safety
+    ///
+    /// `buf` is valid for writes of `len` bytes, and neither read nor
+    /// written by anyone else until [`Engine::end_deferral`] has returned
+    /// (which moves out whatever is still in it).
+    pub unsafe fn defer_into(&mut self, deferral: Deferral, buf: *mut u8, len: usize) -> bool {
+        let Some(from) = deferral.from else { return self.defer(deferral) };
+        if !self.defer(deferral) {
+            return false;
+        }
+        if len > 0 {
+            self.dest = Some(Dest { ptr: buf, cap: len, from, state: DestState::Free });
+        }
+        true
+    }
+
+    /// Ends the deferral [`Engine::defer`] or [`Engine::defer_into`] set;
+    /// what is in the receive's buffer is moved into buffers of its own.
     pub fn end_deferral(&mut self) {
         self.deferral = None;
+        self.unplace();
+    }
+
+    /// Moves what is in the receive's buffer ([`Engine::defer_into`]) into
+    /// buffers of its own; the engine no longer writes there.
+    fn unplace(&mut self) {
+        let Some(mut dest) = self.dest.take() else { return };
+        if dest.state == DestState::Holding {
+            if let Some(i) = self.inbox.iter().position(|m| m.lent.as_ref().is_some_and(|l| l.remote.is_none())) {
+                self.dest = Some(dest);
+                self.materialize_at(i);
+                dest = self.dest.take().expect("put back");
+            }
+        }
+        if let Some(shm) = self.shm.as_mut() {
+            shm.unplace(&mut dest);
+        }
     }
 
     /// Removes and returns the first inbox message that `matches`, left
@@ -573,6 +656,11 @@ impl Engine {
     /// that end stays in `msg.data`. An error where the sender's memory
     /// could not be read (its process ended).
     pub fn read_lent(&mut self, msg: &mut Inbound, dst: &mut [u8]) -> Result<(), String> {
+        let placed = msg.lent.as_ref().is_some_and(|l| l.remote.is_none());
+        if !placed {
+            // `dst` may be the buffer a later message is being written into.
+            self.unplace();
+        }
         let end = &msg.data[msg.start..];
         let Some(lent) = msg.lent.take() else {
             let n = dst.len().min(end.len());
@@ -580,10 +668,20 @@ impl Engine {
             return Ok(());
         };
         let n = dst.len().min(lent.len + end.len());
-        let (unread, came) = dst[..n].split_at_mut(n.min(lent.len));
+        let (start, came) = dst[..n].split_at_mut(n.min(lent.len));
         came.copy_from_slice(&end[..came.len()]);
+        let Some(remote) = &lent.remote else {
+            let dest = self.dest.as_mut().expect("a message in a receive's buffer while it lasts");
+            dest.state = DestState::Free;
+            if start.as_ptr() != dest.ptr.cast_const() {
+                // SAFETY: the first `lent.len` bytes of the receive's
+                // buffer hold the message's start; `start` is no longer.
+                unsafe { std::ptr::copy(dest.ptr, start.as_mut_ptr(), start.len()) };
+            }
+            return Ok(());
+        };
         let shm = self.shm.as_mut().expect("a lent message came through shared memory");
-        let read = shm.read_lent(msg.from, &lent, unread);
+        let read = shm.read_lent(msg.from, lent.len, remote, start);
         self.send_wakeups();
         read
     }
@@ -853,13 +951,9 @@ impl Engine {
     /// Removes and returns the first inbox message that `matches`.
     pub fn take(&mut self, matches: impl FnMut(&Inbound) -> bool) -> Option<Inbound> {
         let mut message = self.take_lent(matches)?;
-        if message.lent.is_some() {
-            let shm = self.shm.as_mut().expect("a lent message came through shared memory");
-            if let Err(reason) = read_whole(shm, &mut message) {
-                self.failure.get_or_insert(reason);
-                return None;
-            }
-            self.send_wakeups();
+        if let Err(reason) = self.materialize(&mut message) {
+            self.failure.get_or_insert(reason);
+            return None;
         }
         Some(message)
     }
@@ -1148,6 +1242,7 @@ impl Runtime {
             quiet_turns: 0,
             shm,
             deferral: None,
+            dest: None,
         };
         // Spinning pays only when every process of the job here has a core.
         let cores = crate::env::host_cores();
@@ -1396,6 +1491,12 @@ impl Runtime {
         e.flush();
         self.kick(&e);
         result
+    }
+
+    /// [`Engine::end_deferral`], whatever state the job is in (a receive's
+    /// buffer must be the receive's again once it returns).
+    pub fn end_deferral(&self) {
+        self.inner.lock().end_deferral();
     }
 
     /// Waits until `f` returns `Some`: first spinning on the sockets, then
@@ -1725,15 +1826,6 @@ fn datagram_for_mtu(ip: std::net::IpAddr, mtu: usize) -> usize {
 fn packet_buffers(recv_buffer: usize, max_datagram: usize) -> usize {
     let in_flight = (recv_buffer / 2 / max_datagram).clamp(4, 512);
     2 * in_flight
-}
-
-/// Reads the unread part of a lent message into a buffer of its own,
-/// before its suffix.
-fn read_whole(shm: &mut Shm, msg: &mut Inbound) -> Result<(), String> {
-    let Some(lent) = msg.lent.take() else { return Ok(()) };
-    msg.data = shm.read_lent_whole(msg.from, &lent, &msg.data[msg.start..])?;
-    msg.start = 0;
-    Ok(())
 }
 
 fn check(e: &Engine) -> Result<(), RuntimeError> {

@@ -51,7 +51,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use bulkwire_proto::SendError;
 
-use crate::engine::{Deferral, Inbound, LentMessage};
+use crate::engine::{Deferral, Inbound, LentMessage, Remote};
 
 /// How this process reaches a peer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,7 +83,7 @@ pub const SHM_CMA: &str = "BULKWIRE_SHM_CMA";
 pub const SHM_RING: &str = "BULKWIRE_SHM_RING";
 
 const MAGIC: u64 = u64::from_le_bytes(*b"bwshm\0\0\x01");
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 /// The file's header: fixed fields, the doorbell and the sleep flag on
 /// lines of their own, the host identity.
 const HEADER: usize = 4096;
@@ -116,6 +116,10 @@ const PAD: u8 = 1;
 const DATA: u8 = 2;
 const LARGE: u8 = 3;
 const DONE: u8 = 4;
+/// The end of the message whose first record (of several) comes next (up
+/// to [`SUFFIX_MAX`] bytes): by it a receive knows the message for its own
+/// before the rest comes ([`Dest`]).
+const TAIL: u8 = 5;
 const FIRST: u8 = 1;
 const LAST: u8 = 2;
 /// The value at the address a process publishes for its peers to test
@@ -282,6 +286,8 @@ struct Peer {
     /// Tokens of this peer's large messages read, to acknowledge.
     done: VecDeque<u64>,
     partial: Option<Partial>,
+    /// The end of the peer's next message, where a [`TAIL`] record told it.
+    tail: Option<Vec<u8>>,
     /// This process can read the peer's memory.
     cma_from: bool,
     /// The peer's ordinary socket (where a wake-up goes).
@@ -333,7 +339,37 @@ struct Lent {
 struct Partial {
     channel: u16,
     total: usize,
+    /// Bytes of it that came so far.
+    got: usize,
+    /// Bytes at its start that go into the receive's buffer ([`Dest`]);
+    /// `data` holds the rest.
+    placed: usize,
     data: Vec<u8>,
+}
+
+/// A receive's own buffer, into which the next message from one peer on
+/// this host is written as it comes out of the ring
+/// ([`crate::Engine::defer_into`]), rather than into a buffer of its own
+/// that the receive would then copy.
+#[derive(Debug)]
+pub(crate) struct Dest {
+    pub ptr: *mut u8,
+    pub cap: usize,
+    pub from: u32,
+    pub state: DestState,
+}
+
+// SAFETY: the buffer is the receive's, lent to the engine (whichever thread
+// holds it) until the receive ends the deferral.
+unsafe impl Send for Dest {}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DestState {
+    Free,
+    /// A message is being written into it (the peer's partial one).
+    Filling,
+    /// It holds the start of a message in the inbox.
+    Holding,
 }
 
 /// What went through the path, for the job's statistics.
@@ -346,8 +382,9 @@ pub struct ShmStats {
     /// Of those, messages read from a caller's own buffer ([`Shm::lend`]),
     /// not from a copy the runtime made.
     pub lent: u64,
-    /// Messages from this peer, lent, that were read straight into a
-    /// receive's own buffer ([`Shm::read_lent`]).
+    /// Messages from this peer that went straight into a receive's own
+    /// buffer: lent, and read from the peer's memory ([`Shm::read_lent`]),
+    /// or written there out of the ring as they came ([`Dest`]).
     pub read_in_place: u64,
     pub wakeups_sent: u64,
 }
@@ -536,6 +573,7 @@ impl Shm {
             lent: 0,
             done: VecDeque::new(),
             partial: None,
+            tail: None,
             cma_from,
             wake_to,
         })
@@ -597,6 +635,13 @@ impl Shm {
             }
             if sent + piece == len {
                 flags |= LAST;
+            }
+            if flags == FIRST {
+                let k = SUFFIX_MAX.min(len);
+                let (d, s) = parts(len - k, k);
+                if !peer.w.write_parts(TAIL, 0, channel, 0, d, s) {
+                    break;
+                }
             }
             let (d, s) = parts(sent, piece);
             if !peer.w.write_parts(DATA, flags, channel, len as u64, d, s) {
@@ -740,6 +785,12 @@ impl Shm {
             if out.sent + piece == len {
                 flags |= LAST;
             }
+            if flags == FIRST {
+                let message = &out.data[out.start..];
+                if !peer.w.write(TAIL, 0, out.channel, 0, &message[message.len() - SUFFIX_MAX.min(message.len())..]) {
+                    break;
+                }
+            }
             let from = out.start + out.sent - out.base;
             if !peer.w.write(DATA, flags, out.channel, len as u64, &out.data[from..from + piece]) {
                 break;
@@ -792,6 +843,7 @@ impl Shm {
         limit: usize,
         max_message: usize,
         defer: Option<&Deferral>,
+        mut dest: Option<&mut Dest>,
     ) -> Result<bool, String> {
         self.unlink_when_attached();
         let doorbell = self.own.region.u64(H_DOORBELL).load(Ordering::Acquire);
@@ -855,20 +907,64 @@ impl Shm {
                             if total > max_message {
                                 return bad("a message longer than the largest allowed");
                             }
-                            peer.partial = Some(Partial { channel, total, data: Vec::with_capacity(total) });
+                            // Into the receive's buffer, all but its end (a
+                            // layer's trailer), where that end (all of it
+                            // here, or told before) says it is the receive's.
+                            let tail = peer.tail.take();
+                            let end = match flags & LAST != 0 {
+                                true => payload,
+                                false => tail.as_deref().unwrap_or_default(),
+                            };
+                            let placed = match (defer, dest.as_deref_mut()) {
+                                (Some(defer), Some(d))
+                                    if d.state == DestState::Free
+                                        && total > defer.tail
+                                        && defer.covers(from, channel, end) =>
+                                {
+                                    d.state = DestState::Filling;
+                                    d.cap.min(total - defer.tail)
+                                }
+                                _ => 0,
+                            };
+                            let data = Vec::with_capacity(total - placed);
+                            peer.partial = Some(Partial { channel, total, got: 0, placed, data });
                         }
                         let Some(p) = peer.partial.as_mut() else { return bad("a piece outside any message") };
-                        if p.channel != channel || p.data.len() + len > p.total {
+                        if p.channel != channel || p.got + len > p.total {
                             return bad("a piece does not fit its message");
                         }
-                        p.data.extend_from_slice(payload);
+                        let placing = p.placed.saturating_sub(p.got).min(len);
+                        if placing > 0 {
+                            let d = dest.as_deref().expect("placed only where there is a buffer");
+                            // SAFETY: `p.got + placing <= p.placed <= d.cap`:
+                            // within the receive's buffer, which is the
+                            // engine's until the deferral ends.
+                            unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), d.ptr.add(p.got), placing) };
+                        }
+                        p.data.extend_from_slice(&payload[placing..]);
+                        p.got += len;
                         if flags & LAST != 0 {
                             let p = peer.partial.take().expect("just matched");
-                            if p.data.len() != p.total {
+                            if p.got != p.total {
                                 return bad("a message ended short");
                             }
-                            *inbox_bytes += p.data.capacity();
-                            inbox.push_back(Inbound::new(from, channel, p.data, 0));
+                            let msg = match dest.as_deref_mut() {
+                                Some(d) if p.placed > 0 => {
+                                    if defer.is_some_and(|x| x.covers(from, channel, &p.data)) {
+                                        d.state = DestState::Holding;
+                                        self.stats[from as usize].read_in_place += 1;
+                                        let lent = LentMessage { len: p.placed, remote: None };
+                                        Inbound { from, channel, data: p.data, start: 0, lent: Some(lent) }
+                                    } else {
+                                        // Not the receive's: taken out of its buffer.
+                                        d.state = DestState::Free;
+                                        Inbound::new(from, channel, d.take(p.placed, &p.data), 0)
+                                    }
+                                }
+                                _ => Inbound::new(from, channel, p.data, 0),
+                            };
+                            *inbox_bytes += msg.data.capacity();
+                            inbox.push_back(msg);
                         }
                     }
                     LARGE => {
@@ -884,7 +980,8 @@ impl Shm {
                         if defer.is_some_and(|d| d.covers(from, channel, suffix)) {
                             // Left where it is: the receive that wants it
                             // reads it into its own buffer.
-                            let lent = LentMessage { pid: peer.pid, addr, len: total, token: extra };
+                            let remote = Some(Remote { pid: peer.pid, addr, token: extra });
+                            let lent = LentMessage { len: total, remote };
                             let data = suffix.to_vec();
                             *inbox_bytes += data.capacity();
                             inbox.push_back(Inbound { from, channel, data, start: 0, lent: Some(lent) });
@@ -896,6 +993,12 @@ impl Shm {
                             peer.done.push_back(extra);
                             acknowledge.push(from);
                         }
+                    }
+                    TAIL => {
+                        if len > SUFFIX_MAX || peer.partial.is_some() {
+                            return bad("a malformed record of a message's end");
+                        }
+                        peer.tail = Some(payload.to_vec());
                     }
                     DONE => match self.lent.get(&extra) {
                         Some(lent) if lent.to == from => {
@@ -935,8 +1038,8 @@ impl Shm {
     /// from `from` left unread when it came, into `dst`, and tells its
     /// sender it was read (whether or not the read succeeded: its memory
     /// is its own again either way).
-    pub fn read_lent(&mut self, from: u32, lent: &LentMessage, dst: &mut [u8]) -> Result<(), String> {
-        let n = dst.len().min(lent.len);
+    pub fn read_lent(&mut self, from: u32, len: usize, lent: &Remote, dst: &mut [u8]) -> Result<(), String> {
+        let n = dst.len().min(len);
         let read = read_remote_into(lent.pid, lent.addr, &mut dst[..n]).map_err(|e| read_failed(from, e));
         if let Some(stats) = self.stats.get_mut(from as usize) {
             stats.read_in_place += 1;
@@ -947,10 +1050,32 @@ impl Shm {
 
     /// [`Shm::read_lent`] of the whole message into a buffer of its own,
     /// followed by `suffix`.
-    pub fn read_lent_whole(&mut self, from: u32, lent: &LentMessage, suffix: &[u8]) -> Result<Vec<u8>, String> {
-        let read = read_remote(lent.pid, lent.addr, lent.len, suffix).map_err(|e| read_failed(from, e));
+    pub fn read_lent_whole(&mut self, from: u32, len: usize, lent: &Remote, suffix: &[u8]) -> Result<Vec<u8>, String> {
+        let read = read_remote(lent.pid, lent.addr, len, suffix).map_err(|e| read_failed(from, e));
         self.answer(from, lent.token);
         read
+    }
+
+    /// The receive whose buffer `dest` is has ended: what is in it goes into
+    /// buffers of their own. A message being written into it continues in
+    /// its own buffer; the start of one in the inbox is for the engine to
+    /// move ([`DestState::Holding`]).
+    pub fn unplace(&mut self, dest: &mut Dest) {
+        if dest.state != DestState::Filling {
+            return;
+        }
+        dest.state = DestState::Free;
+        let Some(p) = self.peers.get_mut(dest.from as usize).and_then(Option::as_mut).and_then(|p| p.partial.as_mut())
+        else {
+            return;
+        };
+        let mut data = Vec::with_capacity(p.total);
+        // SAFETY: the first `min(got, placed)` bytes of the buffer were
+        // written with this message's start.
+        data.extend_from_slice(unsafe { std::slice::from_raw_parts(dest.ptr, p.got.min(p.placed)) });
+        data.extend_from_slice(&p.data);
+        p.data = data;
+        p.placed = 0;
     }
 
     /// Tells `from` that its message lent with `token`, left unread when it
@@ -1123,6 +1248,18 @@ impl Writer {
     }
 }
 
+impl Dest {
+    /// The first `placed` bytes of the buffer, then `rest`, in a buffer of
+    /// their own.
+    pub fn take(&self, placed: usize, rest: &[u8]) -> Vec<u8> {
+        let mut data = Vec::with_capacity(placed + rest.len());
+        // SAFETY: the caller says the first `placed` bytes were written.
+        data.extend_from_slice(unsafe { std::slice::from_raw_parts(self.ptr, placed.min(self.cap)) });
+        data.extend_from_slice(rest);
+        data
+    }
+}
+
 /// Why reading a message from `from`'s memory failed.
 fn read_failed(from: u32, e: io::Error) -> String {
     match e.raw_os_error() {
@@ -1193,8 +1330,62 @@ mod tests {
     fn drain(s: &mut Shm) -> Vec<Inbound> {
         let mut inbox = VecDeque::new();
         let mut bytes = 0;
-        s.poll(&mut inbox, &mut bytes, usize::MAX, 1 << 30, None).unwrap();
+        s.poll(&mut inbox, &mut bytes, usize::MAX, 1 << 30, None, None).unwrap();
         inbox.into()
+    }
+
+    /// A receive's buffer ([`Dest`]) takes only the message whose end its
+    /// deferral covers, told by the end that comes before the first of
+    /// its records (or within its only one); the others come whole in
+    /// buffers of their own, and the buffer outside the message is left
+    /// alone.
+    #[test]
+    fn only_the_message_a_receive_waits_for_goes_into_its_buffer() {
+        let (mut a, mut b) = pair(64 << 10);
+        let message = |n: usize, tag: u8| -> Vec<u8> {
+            let mut m: Vec<u8> = (0..n).map(|k| (k * 13 + n) as u8).collect();
+            m.extend_from_slice(&[tag; 4]);
+            m
+        };
+        // Several records (the ring's pieces are 16 KiB), one record, and
+        // one the buffer cannot hold but in part.
+        let sent = [message(40 << 10, 1), message(40 << 10, 2), message(1000, 2), message(100 << 10, 2)];
+        let deferral =
+            Deferral { channel: 3, from: Some(0), tail: 4, ends_with: Some(vec![2; 4]), not_ending_with: None };
+        let mut buf = vec![0xAAu8; 60 << 10];
+        let mut got = Vec::new();
+        for m in &sent {
+            a.send(1, 3, m.clone(), 0);
+            let mut dest = Dest { ptr: buf.as_mut_ptr(), cap: buf.len(), from: 0, state: DestState::Free };
+            let mut inbox = VecDeque::new();
+            for _ in 0..10_000 {
+                let mut bytes = 0;
+                b.poll(&mut inbox, &mut bytes, usize::MAX, 1 << 30, Some(&deferral), Some(&mut dest)).unwrap();
+                drain(&mut a);
+                a.flush();
+                if !inbox.is_empty() && a.is_idle() {
+                    break;
+                }
+            }
+            let msg = inbox.pop_front().expect("the message came");
+            let placed = msg.lent.as_ref().map(|l| {
+                assert!(l.remote.is_none());
+                assert_eq!(dest.state, DestState::Holding);
+                l.len
+            });
+            if placed.is_none() {
+                assert_eq!(dest.state, DestState::Free);
+            }
+            got.push((placed, dest.take(placed.unwrap_or(0), &msg.data)));
+            // Nothing past what was placed.
+            assert!(buf[placed.unwrap_or(0)..].iter().all(|&x| x == 0xAA), "written past the message");
+            buf.fill(0xAA);
+        }
+        let placed: Vec<Option<usize>> = got.iter().map(|g| g.0).collect();
+        assert_eq!(placed, [None, Some(40 << 10), Some(1000), Some(60 << 10)]);
+        for (g, m) in got.iter().zip(&sent) {
+            assert_eq!(&g.1, m);
+        }
     }
 
     #[test]
@@ -1332,7 +1523,7 @@ mod tests {
         b.own.region.u32(ring.data()).store(1 << 30, Ordering::Relaxed);
         let mut inbox = VecDeque::new();
         let mut bytes = 0;
-        let err = b.poll(&mut inbox, &mut bytes, usize::MAX, 1 << 20, None).unwrap_err();
+        let err = b.poll(&mut inbox, &mut bytes, usize::MAX, 1 << 20, None, None).unwrap_err();
         assert!(err.starts_with("rank 0 broke the protocol") && err.contains("runs past"), "{err}");
         assert!(inbox.is_empty());
     }
