@@ -354,6 +354,9 @@ pub struct World {
     piece: usize,
     /// By rank: reached through shared memory.
     shm_peers: Vec<bool>,
+    /// The last [`World::recv_into`] left messages unread that it had
+    /// deferred (the next ones of a stream, read by the receives after it).
+    left_unread: AtomicBool,
 }
 
 impl World {
@@ -396,7 +399,14 @@ impl World {
             let ranks = e.endpoint.config().ranks;
             Ok((0..ranks).map(|p| e.transport(p) == Transport::Shm).collect())
         })?;
-        Ok(World { rt, matching, small_max: max - TAG_LEN, piece: PIECE_BYTES.min(max - TRAILER), shm_peers })
+        Ok(World {
+            rt,
+            matching,
+            small_max: max - TAG_LEN,
+            piece: PIECE_BYTES.min(max - TRAILER),
+            shm_peers,
+            left_unread: AtomicBool::new(false),
+        })
     }
 
     pub fn rank(&self) -> u32 {
@@ -791,19 +801,28 @@ impl World {
             // message whose copy would cost more than setting this up,
             // is filled by a copy.
             let mut deferral = (len >= PLACE_FROM).then_some(deferral);
+            let defer = |e: &mut Engine, deferral: Deferral| match source {
+                // SAFETY: `buf` is this call's until it returns, and the
+                // deferral ends before that.
+                Source::Rank(_) => unsafe { e.defer_into(deferral, ptr, len) },
+                Source::Any => e.defer(deferral),
+            };
+            // Set before the wait where a message lent may come (the wait's
+            // first turn would read one as it came, before the wait could
+            // say otherwise; so too what the last receive left unread).
+            if len >= LEND_FROM || self.left_unread.load(Ordering::Relaxed) {
+                if let Some(deferral) = deferral.take() {
+                    deferring.set(self.rt.with(|e| Ok(defer(e, deferral)))?);
+                }
+            }
             let turn = |e: &mut Engine, done: bool| {
                 if let Some(deferral) = deferral.take() {
-                    if e.inbox.iter().any(|msg| matches(source, tag, msg)) {
-                        return;
+                    if !e.inbox.iter().any(|msg| matches(source, tag, msg)) {
+                        deferring.set(defer(e, deferral));
                     }
-                    deferring.set(match source {
-                        // SAFETY: `buf` is this call's until it returns,
-                        // and the deferral ends before that.
-                        Source::Rank(_) => unsafe { e.defer_into(deferral, ptr, len) },
-                        Source::Any => e.defer(deferral),
-                    });
                 } else if done && deferring.replace(false) {
                     e.end_deferral();
+                    self.left_unread.store(e.unread() > 0, Ordering::Relaxed);
                 }
             };
             let got = self.take_into(source, tag, ptr, len, turn);

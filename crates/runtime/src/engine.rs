@@ -615,6 +615,12 @@ impl Engine {
         true
     }
 
+    /// Messages left unread when they came ([`Engine::defer`]) and not
+    /// read since: the next turn without a deferral reads them.
+    pub fn unread(&self) -> usize {
+        self.shm.as_ref().map_or(0, Shm::deferred)
+    }
+
     /// Ends the deferral [`Engine::defer`] or [`Engine::defer_into`] set;
     /// what is in the receive's buffer is moved into buffers of its own.
     pub fn end_deferral(&mut self) {
@@ -1848,6 +1854,28 @@ fn progress_thread(inner: &Inner) {
     }
     let mut reported = false;
     while !inner.stop.load(Ordering::SeqCst) {
+        // An application thread that spins does all the engine's work
+        // (reads, timers, the peers on this host) and needs no help: this
+        // thread leaves the engine's lock alone until it stops. Were this
+        // thread to take a turn, the spinner would block on the lock for
+        // it, and a turn may be long: reading a message of 4 MiB that a
+        // peer on this host lent takes hundreds of microseconds.
+        if inner.spinning.load(Ordering::SeqCst) > 0
+            && inner.blocked.load(Ordering::SeqCst) == 0
+            && !inner.app_polls.load(Ordering::SeqCst)
+        {
+            let nap = if inner.collective.load(Ordering::SeqCst) { COLLECTIVE_NAP } else { SPIN_NAP };
+            let mut polls = [
+                libc::pollfd { fd: inner.wake.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+                libc::pollfd { fd: control_fd, events: libc::POLLIN, revents: 0 },
+            ];
+            poll_fds(&mut polls, nap);
+            drain_wake(inner, polls[0].revents);
+            if polls[1].revents != 0 {
+                read_control(inner);
+            }
+            continue;
+        }
         let (fds, timeout, nap) = {
             let mut e = inner.lock();
             // An application thread that polls the sockets reads them and
