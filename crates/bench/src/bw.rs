@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::reference::{Sockets, WindowResult, UDP_MAX_PAYLOAD};
 use crate::rows::{opt, Report, Row};
 use crate::transport::{self, REQUESTED};
-use crate::{intact, io, mb_per_s, sizes, sizes_of};
+use crate::{intact, io, mb_per_s, receive, sizes, sizes_of};
 
 #[derive(clap::Args, Debug, Clone, Serialize, Deserialize)]
 pub struct Args {
@@ -147,18 +147,13 @@ fn bulkwire_window(
             world.wait_borrowed(sends)?;
             world.recv(Source::Rank(peer), Tag::Is(ACK))?;
         } else {
-            // Each message in turn into one buffer, as MPI_Recv into a
-            // buffer of the caller's: a message lent by a peer on this host
-            // is read into it straight from the sender's memory. Its ends
-            // are cleared first, so that a message that did not arrive
-            // whole does not pass for one.
+            // Each message in turn, into one buffer where it goes straight
+            // there (a message lent by a peer on this host is read into it
+            // from the sender's memory).
             for _ in 0..window {
-                if let [first, .., last] = &mut buf[..] {
-                    (*first, *last) = (0, 0);
-                }
-                let got = world.recv_into(Source::Rank(peer), Tag::Is(DATA), &mut buf)?;
-                if round > 0 && intact(&buf[..got.len], size) {
-                    delivered += got.len as u64;
+                let got = receive(world, peer, DATA, &mut buf)?;
+                if round > 0 && intact(&got, size) {
+                    delivered += got.len() as u64;
                 }
             }
             world.send(peer, ACK, &[])?;

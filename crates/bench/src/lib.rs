@@ -28,6 +28,8 @@ mod total_exchange;
 pub mod trace;
 pub mod transport;
 
+use std::borrow::Cow;
+
 use bulkwire_comm::{CommError, World};
 use bulkwire_runtime::Transport;
 use serde::{Deserialize, Serialize};
@@ -334,6 +336,28 @@ fn mb_per_s(bytes: u64, seconds: f64) -> f64 {
     } else {
         0.0
     }
+}
+
+/// Receives the next message from `peer` with `tag`: into `buf` (as
+/// `MPI_Recv` into a buffer of the caller's; [`World::recv_into`]) where
+/// the peer is on this host, and a message goes straight into the buffer;
+/// as a buffer the runtime returns ([`World::recv`]) over UDP, where a
+/// message is put together in a buffer of the runtime's, which
+/// `recv_into` would copy once more (1 MiB ping-pong over loopback, two
+/// alternating runs: a median half round trip of 300-348 us by
+/// `recv_into` against 270 us).
+fn receive<'a>(world: &World, peer: u32, tag: i32, buf: &'a mut [u8]) -> Result<Cow<'a, [u8]>, CommError> {
+    let from = bulkwire_comm::Source::Rank(peer);
+    if world.runtime().transport(peer) == Transport::Shm {
+        // Its ends cleared, so that a message that did not arrive whole does
+        // not pass for one (see [`intact`]).
+        if let [first, .., last] = &mut buf[..] {
+            (*first, *last) = (0, 0);
+        }
+        let status = world.recv_into(from, bulkwire_comm::Tag::Is(tag), buf)?;
+        return Ok(Cow::Borrowed(&buf[..status.len]));
+    }
+    Ok(Cow::Owned(world.recv(from, bulkwire_comm::Tag::Is(tag))?.1))
 }
 
 /// Whether a benchmark message arrived whole: its length and its first and

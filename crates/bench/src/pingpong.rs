@@ -5,13 +5,13 @@
 
 use std::time::Instant;
 
-use bulkwire_comm::{CommError, Source, Tag, World};
+use bulkwire_comm::{CommError, World};
 use serde::{Deserialize, Serialize};
 
 use crate::reference::{Sockets, UDP_MAX_PAYLOAD};
 use crate::rows::{opt, Report, Row};
 use crate::transport::{self, REQUESTED};
-use crate::{io, median_us, sizes, sizes_of};
+use crate::{io, median_us, receive, sizes, sizes_of};
 
 #[derive(clap::Args, Debug, Clone, Serialize, Deserialize)]
 pub struct Args {
@@ -46,17 +46,16 @@ fn rounds(iterations: u32, size: usize) -> usize {
 /// warm up); the initiator sends first. Returns the round trips in seconds.
 fn round_trips(world: &World, peer: u32, initiator: bool, data: &[u8], n: usize) -> Result<Vec<f64>, CommError> {
     let mut samples = Vec::with_capacity(n + n / 10);
-    // Received into a buffer of the caller's, as MPI_Recv does.
     let mut buf = vec![0u8; data.len()];
     for _ in 0..n + n / 10 {
         let t = Instant::now();
         if initiator {
             world.send(peer, PING, data)?;
-            let got = world.recv_into(Source::Rank(peer), Tag::Is(PING), &mut buf)?;
-            debug_assert_eq!(got.len, data.len());
+            let got = receive(world, peer, PING, &mut buf)?;
+            debug_assert_eq!(got.len(), data.len());
         } else {
-            let got = world.recv_into(Source::Rank(peer), Tag::Is(PING), &mut buf)?;
-            world.send(peer, PING, &buf[..got.len])?;
+            let got = receive(world, peer, PING, &mut buf)?;
+            world.send(peer, PING, &got)?;
         }
         samples.push(t.elapsed().as_secs_f64());
     }
