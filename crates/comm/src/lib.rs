@@ -790,22 +790,26 @@ impl World {
                 // Not the pieces of large messages (whose trailer ends so).
                 not_ending_with: Some(MARK.to_le_bytes().to_vec()),
             };
-            // From one source, with no matching message here yet: the next
-            // message from it that comes through the ring is written into
-            // `buf` as it comes, rather than copied there once whole. Set
-            // at the wait's first turn and ended at its last, under the
-            // lock those take anyway.
+            // From one source, with no matching message here yet, also: the
+            // next message from it that comes through the ring is written
+            // into `buf` as it comes, rather than copied there once whole.
+            // Set at the wait's first turn and ended at its last, under the
+            // lock those take anyway (or before the wait, below).
             let (ptr, len) = (buf.as_mut_ptr(), buf.len());
             let deferring = std::cell::Cell::new(false);
             // A buffer too short for a lent message, or for a ring
             // message whose copy would cost more than setting this up,
             // is filled by a copy.
             let mut deferral = (len >= PLACE_FROM).then_some(deferral);
-            let defer = |e: &mut Engine, deferral: Deferral| match source {
-                // SAFETY: `buf` is this call's until it returns, and the
-                // deferral ends before that.
-                Source::Rank(_) => unsafe { e.defer_into(deferral, ptr, len) },
-                Source::Any => e.defer(deferral),
+            let defer = |e: &mut Engine, deferral: Deferral| {
+                match source {
+                    Source::Rank(_) if !e.inbox.iter().any(|msg| matches(source, tag, msg)) => {
+                        // SAFETY: `buf` is this call's until it returns, and
+                        // the deferral ends before that.
+                        unsafe { e.defer_into(deferral, ptr, len) }
+                    }
+                    _ => e.defer(deferral),
+                }
             };
             // Set before the wait where a message lent may come (the wait's
             // first turn would read one as it came, before the wait could
@@ -817,9 +821,7 @@ impl World {
             }
             let turn = |e: &mut Engine, done: bool| {
                 if let Some(deferral) = deferral.take() {
-                    if !e.inbox.iter().any(|msg| matches(source, tag, msg)) {
-                        deferring.set(defer(e, deferral));
-                    }
+                    deferring.set(defer(e, deferral));
                 } else if done && deferring.replace(false) {
                     e.end_deferral();
                     self.left_unread.store(e.unread() > 0, Ordering::Relaxed);
