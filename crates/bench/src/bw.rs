@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::reference::{Sockets, WindowResult, UDP_MAX_PAYLOAD};
 use crate::rows::{opt, Report, Row};
 use crate::transport::{self, REQUESTED};
-use crate::{intact, io, mb_per_s, receive, sizes, sizes_of};
+use crate::{intact, io, mb_per_s, receive, receives_into, sizes, sizes_of};
 
 #[derive(clap::Args, Debug, Clone, Serialize, Deserialize)]
 pub struct Args {
@@ -134,6 +134,7 @@ fn bulkwire_window(
 ) -> Result<WindowResult, CommError> {
     let data = vec![7u8; size];
     let mut buf = vec![0u8; size];
+    let into = receives_into(world, peer);
     let mut delivered = 0u64;
     let mut start = Instant::now();
     for round in 0..windows + 1 {
@@ -151,7 +152,7 @@ fn bulkwire_window(
             // there (a message lent by a peer on this host is read into it
             // from the sender's memory).
             for _ in 0..window {
-                let got = receive(world, peer, DATA, &mut buf)?;
+                let got = receive(world, peer, DATA, into, &mut buf)?;
                 if round > 0 && intact(&got, size) {
                     delivered += got.len() as u64;
                 }

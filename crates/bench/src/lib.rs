@@ -338,17 +338,23 @@ fn mb_per_s(bytes: u64, seconds: f64) -> f64 {
     }
 }
 
-/// Receives the next message from `peer` with `tag`: into `buf` (as
+/// How the benchmarks receive from `peer`: into a buffer of their own (as
 /// `MPI_Recv` into a buffer of the caller's; [`World::recv_into`]) where
 /// the peer is on this host, and a message goes straight into the buffer;
 /// as a buffer the runtime returns ([`World::recv`]) over UDP, where a
 /// message is put together in a buffer of the runtime's, which
 /// `recv_into` would copy once more (1 MiB ping-pong over loopback, two
 /// alternating runs: a median half round trip of 300-348 us by
-/// `recv_into` against 270 us).
-fn receive<'a>(world: &World, peer: u32, tag: i32, buf: &'a mut [u8]) -> Result<Cow<'a, [u8]>, CommError> {
+/// `recv_into` against 270 us). `true`: into a buffer of their own.
+fn receives_into(world: &World, peer: u32) -> bool {
+    world.runtime().transport(peer) == Transport::Shm
+}
+
+/// Receives the next message from `peer` with `tag`, into `buf` where
+/// `into` ([`receives_into`]).
+fn receive<'a>(world: &World, peer: u32, tag: i32, into: bool, buf: &'a mut [u8]) -> Result<Cow<'a, [u8]>, CommError> {
     let from = bulkwire_comm::Source::Rank(peer);
-    if world.runtime().transport(peer) == Transport::Shm {
+    if into {
         // Its ends cleared, so that a message that did not arrive whole does
         // not pass for one (see [`intact`]).
         if let [first, .., last] = &mut buf[..] {

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::reference::{Sockets, UDP_MAX_PAYLOAD};
 use crate::rows::{opt, Report, Row};
 use crate::transport::{self, REQUESTED};
-use crate::{io, median_us, receive, sizes, sizes_of};
+use crate::{io, median_us, receive, receives_into, sizes, sizes_of};
 
 #[derive(clap::Args, Debug, Clone, Serialize, Deserialize)]
 pub struct Args {
@@ -47,14 +47,15 @@ fn rounds(iterations: u32, size: usize) -> usize {
 fn round_trips(world: &World, peer: u32, initiator: bool, data: &[u8], n: usize) -> Result<Vec<f64>, CommError> {
     let mut samples = Vec::with_capacity(n + n / 10);
     let mut buf = vec![0u8; data.len()];
+    let into = receives_into(world, peer);
     for _ in 0..n + n / 10 {
         let t = Instant::now();
         if initiator {
             world.send(peer, PING, data)?;
-            let got = receive(world, peer, PING, &mut buf)?;
+            let got = receive(world, peer, PING, into, &mut buf)?;
             debug_assert_eq!(got.len(), data.len());
         } else {
-            let got = receive(world, peer, PING, &mut buf)?;
+            let got = receive(world, peer, PING, into, &mut buf)?;
             world.send(peer, PING, &got)?;
         }
         samples.push(t.elapsed().as_secs_f64());

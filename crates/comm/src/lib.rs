@@ -776,7 +776,10 @@ impl World {
             // Messages lent to this receive are left unread when they come
             // (only while it waits: a sender blocked on a loan to this
             // process, crossing its own blocking send, is read as ever).
-            let deferral = Deferral {
+            // A buffer too short for a lent message, or for a ring
+            // message whose copy would cost more than setting this up,
+            // is filled by a copy.
+            let mut deferral = (buf.len() >= PLACE_FROM).then(|| Deferral {
                 channel: USER,
                 from: match source {
                     Source::Rank(r) => Some(r),
@@ -789,7 +792,7 @@ impl World {
                 },
                 // Not the pieces of large messages (whose trailer ends so).
                 not_ending_with: Some(MARK.to_le_bytes().to_vec()),
-            };
+            });
             // From one source, with no matching message here yet, also: the
             // next message from it that comes through the ring is written
             // into `buf` as it comes, rather than copied there once whole.
@@ -797,10 +800,6 @@ impl World {
             // lock those take anyway (or before the wait, below).
             let (ptr, len) = (buf.as_mut_ptr(), buf.len());
             let deferring = std::cell::Cell::new(false);
-            // A buffer too short for a lent message, or for a ring
-            // message whose copy would cost more than setting this up,
-            // is filled by a copy.
-            let mut deferral = (len >= PLACE_FROM).then_some(deferral);
             let defer = |e: &mut Engine, deferral: Deferral| {
                 match source {
                     Source::Rank(_) if !e.inbox.iter().any(|msg| matches(source, tag, msg)) => {
