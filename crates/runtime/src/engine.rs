@@ -531,10 +531,10 @@ impl Engine {
         // What was left unread for a receive that has ended is read now:
         // its sender waits for that.
         if self.deferral.is_none() && shm.deferred() > 0 {
-            moved = true;
             for i in 0..self.inbox.len() {
                 if self.inbox[i].lent.is_some() {
                     self.materialize_at(i);
+                    moved = true;
                 }
             }
         }
