@@ -758,11 +758,14 @@ impl World {
     /// longer than `buf` is an error, [`CommError::Truncated`], once its
     /// first `buf.len()` bytes are in `buf`.
     ///
-    /// A message a peer on this host lends (at least as long as the
-    /// shared-memory ring) is read from the sender's memory straight into
-    /// `buf`: one copy in all, into memory the caller has already touched,
-    /// where [`World::recv`] reads it into a buffer of its own. Any other
-    /// message is copied into `buf` as it is taken.
+    /// From a peer on this host, into a buffer of 16 KiB or more: a
+    /// message it lends (at least as long as the shared-memory ring) is
+    /// read from the sender's memory straight into `buf`, one copy in all,
+    /// into memory the caller has already touched, where [`World::recv`]
+    /// reads it into a buffer of its own; a shorter one from a given source
+    /// that comes while the receive waits is written into `buf` as it comes
+    /// out of the ring. Any other message (over UDP, or one that came
+    /// before the receive) is copied into `buf` as it is taken.
     pub fn recv_into(&self, source: Source, tag: Tag, buf: &mut [u8]) -> Result<Status, CommError> {
         if let Source::Rank(r) = source {
             if r >= self.size() {
