@@ -781,9 +781,14 @@ impl World {
             // (only while it waits: a sender blocked on a loan to this
             // process, crossing its own blocking send, is read as ever).
             // A buffer too short for a lent message, or for a ring
-            // message whose copy would cost more than setting this up,
-            // is filled by a copy.
-            let mut deferral = (buf.len() >= PLACE_FROM).then(|| Deferral {
+            // message whose copy would cost more than setting this up, is
+            // filled by a copy; so is one for messages that come over UDP
+            // only (nothing there is lent or comes through a ring).
+            let local = match source {
+                Source::Rank(r) => self.shm_peers[r as usize],
+                Source::Any => self.shm_peers.iter().any(|&on| on),
+            };
+            let mut deferral = (buf.len() >= PLACE_FROM && local).then(|| Deferral {
                 channel: USER,
                 from: match source {
                     Source::Rank(r) => Some(r),

@@ -1864,16 +1864,7 @@ fn progress_thread(inner: &Inner) {
             && inner.blocked.load(Ordering::SeqCst) == 0
             && !inner.app_polls.load(Ordering::SeqCst)
         {
-            let nap = if inner.collective.load(Ordering::SeqCst) { COLLECTIVE_NAP } else { SPIN_NAP };
-            let mut polls = [
-                libc::pollfd { fd: inner.wake.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-                libc::pollfd { fd: control_fd, events: libc::POLLIN, revents: 0 },
-            ];
-            poll_fds(&mut polls, nap);
-            drain_wake(inner, polls[0].revents);
-            if polls[1].revents != 0 {
-                read_control(inner);
-            }
+            nap(inner, control_fd, if inner.collective.load(Ordering::SeqCst) { COLLECTIVE_NAP } else { SPIN_NAP });
             continue;
         }
         let (fds, timeout, nap) = {
@@ -1937,17 +1928,7 @@ fn progress_thread(inner: &Inner) {
         };
         inner.changed.notify_all();
         if let Some(nap) = nap {
-            // Stay out of the application's way (it reads the sockets), but
-            // let a kick or the launcher end the nap.
-            let mut polls = [
-                libc::pollfd { fd: inner.wake.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-                libc::pollfd { fd: control_fd, events: libc::POLLIN, revents: 0 },
-            ];
-            poll_fds(&mut polls, timeout.min(nap));
-            drain_wake(inner, polls[0].revents);
-            if polls[1].revents != 0 {
-                read_control(inner);
-            }
+            self::nap(inner, control_fd, timeout.min(nap));
             continue;
         }
         // Something came by shared memory since the engine was read: look
@@ -1965,6 +1946,20 @@ fn progress_thread(inner: &Inner) {
         if polls[3].revents != 0 {
             read_control(inner);
         }
+    }
+}
+
+/// The progress thread stays out of the application's way (it reads the
+/// sockets) for `timeout`, but lets a kick or the launcher end the nap.
+fn nap(inner: &Inner, control_fd: libc::c_int, timeout: Duration) {
+    let mut polls = [
+        libc::pollfd { fd: inner.wake.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        libc::pollfd { fd: control_fd, events: libc::POLLIN, revents: 0 },
+    ];
+    poll_fds(&mut polls, timeout);
+    drain_wake(inner, polls[0].revents);
+    if polls[1].revents != 0 {
+        read_control(inner);
     }
 }
 
