@@ -997,9 +997,12 @@ struct Inner {
     blocked: AtomicU32,
     /// How long the application spins before it blocks (zero: never spins).
     spin: Duration,
-    /// When the application last left a call (engine time, ns): it is
-    /// likely to call again soon and poll the sockets itself.
-    left_call_at: AtomicU64,
+    /// Calls the application has left: one that left a call lately is
+    /// likely to call again soon and poll the sockets itself. A count, not
+    /// a time: the progress thread notes when it sees it move, and a call
+    /// need not read the clock (a tenth of an 8 B half round trip through
+    /// shared memory went to reading it here).
+    calls_left: AtomicU64,
     /// When the progress thread will wake up by itself (engine time, ns).
     thread_wakes_at: AtomicU64,
     wake: OwnedFd,
@@ -1266,7 +1269,7 @@ impl Runtime {
             app_polls: AtomicBool::new(false),
             blocked: AtomicU32::new(0),
             spin,
-            left_call_at: AtomicU64::new(0),
+            calls_left: AtomicU64::new(0),
             thread_wakes_at: AtomicU64::new(0),
             wake,
             control: Mutex::new(control),
@@ -1562,7 +1565,9 @@ impl Runtime {
         interruptible: bool,
         mut f: impl FnMut(&mut Engine) -> Result<Option<R>, RuntimeError>,
     ) -> Result<R, RuntimeError> {
-        let spin_until = Instant::now() + spin;
+        // Read at the first check, not here: most waits through shared
+        // memory end before it, and need not read the clock at all.
+        let mut spin_until = None;
         self.inner.collective.store(collective, Ordering::SeqCst);
         self.inner.spinning.fetch_add(1, Ordering::SeqCst);
         let mut round = 0u32;
@@ -1583,8 +1588,11 @@ impl Runtime {
             drop(e);
             // The clock at every eighth turn of a spin, which lasts hundreds
             // of turns (at every turn where there is no spin).
-            if (round % 8 == 0 || spin.is_zero()) && Instant::now() >= spin_until {
-                break Ok(None);
+            if round % 8 == 0 || spin.is_zero() {
+                let now = Instant::now();
+                if now >= *spin_until.get_or_insert(now + spin) {
+                    break Ok(None);
+                }
             }
             // The awaited message may need a thread that waits for this core
             // (the peer, a progress thread, anyone when the cores are shared):
@@ -1696,11 +1704,11 @@ impl Runtime {
         Ok(result)
     }
 
-    /// Called as the application leaves a call: notes the time, and wakes
-    /// the progress thread if the engine now wants attention before the
-    /// thread would wake by itself.
+    /// Called as the application leaves a call: counts it, and wakes the
+    /// progress thread if the engine now wants attention before the thread
+    /// would wake by itself.
     fn kick(&self, e: &Engine) {
-        self.inner.left_call_at.store(e.now().as_nanos(), Ordering::SeqCst);
+        self.inner.calls_left.fetch_add(1, Ordering::Relaxed);
         let wanted = e.endpoint.poll_timeout().map_or(u64::MAX, |t| t.as_nanos());
         if wanted < self.inner.thread_wakes_at.load(Ordering::SeqCst) {
             self.inner.wake_thread();
@@ -1853,6 +1861,9 @@ fn progress_thread(inner: &Inner) {
         read_control(inner);
     }
     let mut reported = false;
+    // The application's calls as last seen, and when they were seen to
+    // move: the application left a call no later than that.
+    let (mut calls_seen, mut active_at) = (0u64, None::<Time>);
     while !inner.stop.load(Ordering::SeqCst) {
         // An application thread that spins does all the engine's work
         // (reads, timers, the peers on this host) and needs no help: this
@@ -1886,6 +1897,10 @@ fn progress_thread(inner: &Inner) {
                 e.flush();
             }
             let now = e.now();
+            let calls = inner.calls_left.load(Ordering::Relaxed);
+            if calls != calls_seen {
+                (calls_seen, active_at) = (calls, Some(now));
+            }
             // A peer over loopback that acknowledges nothing is not cut off
             // by a network: it is stopped, hung or starved of a core (64
             // processes on 2 cores went 4 s without a turn), which the
@@ -1913,8 +1928,7 @@ fn progress_thread(inner: &Inner) {
             let nap = app_polls
                 || inner.blocked.load(Ordering::SeqCst) == 0
                     && (inner.spinning.load(Ordering::SeqCst) > 0
-                        || now.as_nanos().saturating_sub(inner.left_call_at.load(Ordering::SeqCst))
-                            < inner.spin.as_nanos() as u64);
+                        || active_at.is_some_and(|at| now.since(at) < inner.spin));
             let nap_length = if app_polls {
                 POLL_NAP
             } else if inner.collective.load(Ordering::SeqCst) {
