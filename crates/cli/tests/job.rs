@@ -336,6 +336,7 @@ fn receives_into_the_caller_s_buffer() {
         } else {
             let mut buf = vec![0xAAu8; 20 * MIB];
             let before = world.runtime().shm_stats().read_in_place;
+            let shared_before = world.runtime().shm_stats().shared_copies;
             let check = |buf: &[u8], tag: i32, len: usize| {
                 if let Some(at) = first_difference(seed_of(0, tag), len, &buf[..len]) {
                     panic!("tag {tag}: {len} bytes differ at byte {at}");
@@ -383,13 +384,19 @@ fn receives_into_the_caller_s_buffer() {
             let in_place = world.runtime().shm_stats().read_in_place - before;
             assert!(!shm || in_place >= 1, "{in_place} read in place");
             assert!(shm || in_place == 0, "{in_place} read in place over UDP");
-            println!("into ok {in_place}");
+            // Lent messages the sender, spinning in its send, wrote half of
+            // into this process's buffer while this process read the other.
+            let shared = world.runtime().shm_stats().shared_copies - shared_before;
+            let split = std::env::var("BULKWIRE_SHM_SPLIT").as_deref() != Ok("0");
+            assert!(!shm || !split || shared >= 1, "{shared} copies shared with the sender");
+            assert!(split || shared == 0, "{shared} copies shared with BULKWIRE_SHM_SPLIT=0");
+            println!("into ok {in_place} shared {shared}");
         }
         world.finalize().unwrap();
         return;
     }
     let test = "receives_into_the_caller_s_buffer";
-    for env in [("BULKWIRE_SHM_RING", "2097152"), ("BULKWIRE_SHM", "0")] {
+    for env in [("BULKWIRE_SHM_RING", "2097152"), ("BULKWIRE_SHM_SPLIT", "0"), ("BULKWIRE_SHM", "0")] {
         let (out, took) = launch_with_env(2, test, &[], &[env]);
         let (stdout, stderr) = text(&out);
         assert!(out.status.success(), "{env:?}\n{stdout}\n{stderr}");

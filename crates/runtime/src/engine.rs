@@ -1365,6 +1365,7 @@ impl Runtime {
             total.single_copy += s.single_copy;
             total.lent += s.lent;
             total.read_in_place += s.read_in_place;
+            total.shared_copies += s.shared_copies;
             total.wakeups_sent += s.wakeups_sent;
         }
         total
