@@ -322,8 +322,8 @@ fn receives_into_the_caller_s_buffer() {
             // goes into the buffer of a receive it is not for.
             world.recv(Source::Rank(1), Tag::Is(13)).unwrap();
             std::thread::sleep(Duration::from_millis(100));
-            world.send(1, 11, &message(11, ring / 2 + 3)).unwrap();
-            world.send(1, 12, &message(12, ring / 2 + 7)).unwrap();
+            world.send(1, 11, &message(11, ring / 3 + 3)).unwrap();
+            world.send(1, 12, &message(12, ring / 3 + 7)).unwrap();
             world.send(1, 14, &message(14, 60_000)).unwrap();
             world.send(1, 11, &message(11, 70_001)).unwrap();
             // Crossing rank 1's receive of tag 7: a blocking send of tag 6
@@ -360,9 +360,9 @@ fn receives_into_the_caller_s_buffer() {
             into(Source::Any, 4, 16 * MIB + 1000);
             world.send(0, 13, &[]).unwrap();
             let placed = world.runtime().shm_stats().read_in_place;
-            into(Source::Rank(0), 12, ring / 2 + 7);
+            into(Source::Rank(0), 12, ring / 3 + 7);
             into(Source::Rank(0), 14, 60_000);
-            into(Source::Rank(0), 11, ring / 2 + 3);
+            into(Source::Rank(0), 11, ring / 3 + 3);
             into(Source::Rank(0), 11, 70_001);
             let placed = world.runtime().shm_stats().read_in_place - placed;
             assert!(!shm || placed >= 1, "{placed} written in place out of the ring");
