@@ -27,6 +27,9 @@ const PATIENCE: Duration = Duration::from_secs(5);
 /// After this long without a datagram a UDP stream is over (its end marker
 /// was lost).
 const SILENCE: Duration = Duration::from_millis(200);
+/// A ping-pong round of several datagrams not whole after this long without
+/// one is lost.
+const ROUND_LOSS: Duration = Duration::from_millis(100);
 
 /// Header of every reference datagram that is not a ping-pong payload:
 /// kind, run, rank of the sender, sequence number (little-endian u32s).
@@ -130,9 +133,11 @@ impl Sockets {
     // ----- round trips -----------------------------------------------------
 
     /// `n` UDP round trips of `data` with `peer` (after a tenth as many to
-    /// warm up), one datagram each way; the initiator sends first. Returns
-    /// the round trips in seconds. `busy`: poll a non-blocking socket
-    /// instead of sleeping in `recv`.
+    /// warm up); the initiator sends first. A message of one datagram goes
+    /// as it is; a longer one in datagrams of at most [`UDP_MAX_PAYLOAD`]
+    /// bytes ([`Sockets::udp_round_trips_large`]). Returns the round trips
+    /// in seconds. `busy`: poll a non-blocking socket instead of sleeping in
+    /// `recv`.
     pub fn udp_round_trips(
         &mut self,
         world: &World,
@@ -142,40 +147,14 @@ impl Sockets {
         n: usize,
         busy: bool,
     ) -> Result<Vec<f64>, CommError> {
-        self.next_run(world)?;
-        let measure = || -> io::Result<_> {
-            let (udp, to) = (&self.udp, self.udp_addrs[peer as usize]);
-            udp.set_nonblocking(busy)?;
-            udp.set_read_timeout(if busy { None } else { Some(PATIENCE) })?;
-            let mut buf = vec![0u8; 65_536];
-            let recv = |buf: &mut [u8]| -> io::Result<usize> {
-                let deadline = Instant::now() + PATIENCE;
-                loop {
-                    match udp.recv(buf) {
-                        Ok(n) => return Ok(n),
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock && Instant::now() < deadline => {
-                            std::hint::spin_loop()
-                        }
-                        Err(e) => return Err(e),
-                    }
-                }
-            };
-            let mut samples = Vec::with_capacity(n + n / 10);
-            for _ in 0..n + n / 10 {
-                let t = Instant::now();
-                if initiator {
-                    udp.send_to(data, to)?;
-                    recv(&mut buf)?;
-                } else {
-                    let got = recv(&mut buf)?;
-                    udp.send_to(&buf[..got], to)?;
-                }
-                samples.push(t.elapsed().as_secs_f64());
-            }
-            udp.set_nonblocking(false)?;
-            Ok(samples.split_off(n / 10))
+        let run = self.next_run(world)?;
+        let ping = UdpPing { udp: &self.udp, to: self.udp_addrs[peer as usize], initiator, n, busy };
+        let samples = match data.len() > UDP_MAX_PAYLOAD {
+            true => ping.large(run, data),
+            false => ping.small(data),
         };
-        measure().map_err(io)
+        self.udp.set_nonblocking(false).map_err(io)?;
+        samples.map_err(io)
     }
 
     /// `n` TCP round trips of `data` with `peer` (after a tenth as many to
@@ -496,4 +475,213 @@ pub fn udp_socket_drops(addr: SocketAddr) -> Option<u64> {
         .map(|line| line.split_whitespace().collect::<Vec<_>>())
         .find(|fields| fields.get(1) == Some(&local.as_str()))
         .and_then(|fields| fields.last()?.parse().ok())
+}
+
+/// One ping-pong measurement of raw UDP with a peer.
+struct UdpPing<'a> {
+    udp: &'a UdpSocket,
+    to: SocketAddr,
+    initiator: bool,
+    /// Round trips timed (after a tenth as many to warm up).
+    n: usize,
+    /// Poll a non-blocking socket rather than sleep in `recv`.
+    busy: bool,
+}
+
+impl UdpPing<'_> {
+    /// Round trips of a message of one datagram, sent as it is.
+    fn small(&self, data: &[u8]) -> io::Result<Vec<f64>> {
+        let (udp, to, initiator, n, busy) = (self.udp, self.to, self.initiator, self.n, self.busy);
+        udp.set_nonblocking(busy)?;
+        udp.set_read_timeout(if busy { None } else { Some(PATIENCE) })?;
+        let mut buf = vec![0u8; 65_536];
+        let recv = |buf: &mut [u8]| -> io::Result<usize> {
+            let deadline = Instant::now() + PATIENCE;
+            loop {
+                match udp.recv(buf) {
+                    Ok(n) => return Ok(n),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                        std::hint::spin_loop()
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        };
+        let mut samples = Vec::with_capacity(n + n / 10);
+        for _ in 0..n + n / 10 {
+            let t = Instant::now();
+            if initiator {
+                udp.send_to(data, to)?;
+                recv(&mut buf)?;
+            } else {
+                let got = recv(&mut buf)?;
+                udp.send_to(&buf[..got], to)?;
+            }
+            samples.push(t.elapsed().as_secs_f64());
+        }
+        Ok(samples.split_off(n / 10))
+    }
+
+    /// Round trips of a message of several datagrams, each a header (run,
+    /// round, index, count) and its piece, sent from `data` where it lies
+    /// and read into the receive buffer at the piece's place where it comes
+    /// in order (as bulkwire reads its datagrams): the floor of a transport
+    /// over UDP, without acknowledgements or resends. A round whose
+    /// datagrams do not all come within [`ROUND_LOSS`] is lost: the
+    /// responder answers anyway, and the initiator leaves it out of the
+    /// samples (an error if more than a tenth are lost).
+    fn large(&self, run: u32, data: &[u8]) -> io::Result<Vec<f64>> {
+        let (udp, initiator, n, busy) = (self.udp, self.initiator, self.n, self.busy);
+        let (to, to_len) = raw_addr(self.to);
+        udp.set_nonblocking(busy)?;
+        udp.set_read_timeout(if busy { None } else { Some(ROUND_LOSS) })?;
+        let count = data.len().div_ceil(UDP_MAX_PAYLOAD);
+        let mut buf = vec![0u8; data.len()];
+        let mut spare = vec![0u8; UDP_MAX_PAYLOAD];
+        let fd = udp.as_raw_fd();
+        let header = |round: u32, index: u32| -> [u8; 16] {
+            let mut h = [0u8; 16];
+            for (k, v) in [run, round, index, count as u32].into_iter().enumerate() {
+                h[4 * k..4 * k + 4].copy_from_slice(&v.to_le_bytes());
+            }
+            h
+        };
+        let send = |round: u32, message: &[u8]| -> io::Result<()> {
+            for (index, piece) in message.chunks(UDP_MAX_PAYLOAD).enumerate() {
+                let h = header(round, index as u32);
+                let mut iov = [
+                    libc::iovec { iov_base: h.as_ptr() as *mut libc::c_void, iov_len: h.len() },
+                    libc::iovec { iov_base: piece.as_ptr() as *mut libc::c_void, iov_len: piece.len() },
+                ];
+                // SAFETY: a msghdr naming the peer's address and two
+                // iovecs over memory that outlives the call.
+                let r = unsafe {
+                    let mut msg: libc::msghdr = std::mem::zeroed();
+                    msg.msg_name = (&to as *const libc::sockaddr_storage) as *mut libc::c_void;
+                    msg.msg_namelen = to_len;
+                    msg.msg_iov = iov.as_mut_ptr();
+                    msg.msg_iovlen = iov.len();
+                    libc::sendmsg(fd, &msg, 0)
+                };
+                if r < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        };
+        // Reads round `round` into `buf`; whether all of it came.
+        let mut receive = |round: u32, buf: &mut [u8]| -> io::Result<bool> {
+            let mut got = vec![false; count];
+            let (mut have, mut next) = (0, 0);
+            let mut deadline = Instant::now() + ROUND_LOSS;
+            while have < count {
+                // The next piece in order is read straight into its
+                // place; one out of order is moved to its own.
+                let (target, room) = match next < count && !got[next] {
+                    true => {
+                        let at = next * UDP_MAX_PAYLOAD;
+                        (buf[at..].as_mut_ptr(), (buf.len() - at).min(UDP_MAX_PAYLOAD))
+                    }
+                    false => (spare.as_mut_ptr(), spare.len()),
+                };
+                let mut h = [0u8; 16];
+                let mut iov = [
+                    libc::iovec { iov_base: h.as_mut_ptr().cast(), iov_len: h.len() },
+                    libc::iovec { iov_base: target.cast(), iov_len: room },
+                ];
+                // SAFETY: two iovecs over buffers that outlive the call.
+                let r = unsafe {
+                    let mut msg: libc::msghdr = std::mem::zeroed();
+                    msg.msg_iov = iov.as_mut_ptr();
+                    msg.msg_iovlen = iov.len();
+                    libc::recvmsg(fd, &mut msg, 0)
+                };
+                if r < 0 {
+                    let e = io::Error::last_os_error();
+                    if !matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) {
+                        return Err(e);
+                    }
+                    if Instant::now() >= deadline {
+                        return Ok(false);
+                    }
+                    std::hint::spin_loop();
+                    continue;
+                }
+                let field = |k: usize| u32::from_le_bytes(h[4 * k..4 * k + 4].try_into().expect("4 bytes"));
+                let index = field(2) as usize;
+                if (r as usize) < h.len() || field(0) != run || field(1) != round || index >= count || got[index] {
+                    continue;
+                }
+                let (len, place) = (r as usize - h.len(), index * UDP_MAX_PAYLOAD);
+                if len != (buf.len() - place).min(UDP_MAX_PAYLOAD) {
+                    continue;
+                }
+                if target != buf[place..].as_mut_ptr() {
+                    // SAFETY: `len` bytes were read to `target` (within
+                    // `buf` or `spare`) and fit at `place` (checked).
+                    unsafe { std::ptr::copy(target, buf[place..].as_mut_ptr(), len) };
+                }
+                got[index] = true;
+                have += 1;
+                next = index + 1;
+                deadline = Instant::now() + ROUND_LOSS;
+            }
+            Ok(true)
+        };
+        let mut samples = Vec::with_capacity(n + n / 10);
+        let mut lost = 0;
+        for round in 0..(n + n / 10) as u32 {
+            let t = Instant::now();
+            let whole = if initiator {
+                send(round, data)?;
+                receive(round, &mut buf)?
+            } else {
+                let whole = receive(round, &mut buf)?;
+                send(round, &buf)?;
+                whole
+            };
+            if whole {
+                samples.push(t.elapsed().as_secs_f64());
+            } else {
+                lost += 1;
+            }
+        }
+        if lost > n / 10 {
+            return Err(io::Error::other(format!(
+                "raw UDP lost {lost} round trips of {} B in {}",
+                data.len(),
+                n + n / 10
+            )));
+        }
+        let warm = (n / 10).min(samples.len().saturating_sub(1));
+        Ok(samples.split_off(warm))
+    }
+}
+
+/// `addr` as the C library takes it.
+fn raw_addr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: a zeroed sockaddr_storage is valid; each arm writes a
+    // sockaddr of its family into it, which it is large enough to hold.
+    unsafe {
+        let mut storage: libc::sockaddr_storage = std::mem::zeroed();
+        let len = match addr {
+            SocketAddr::V4(a) => {
+                let sin = &mut *(&mut storage as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>();
+                sin.sin_family = libc::AF_INET as libc::sa_family_t;
+                sin.sin_port = a.port().to_be();
+                sin.sin_addr = libc::in_addr { s_addr: u32::from_ne_bytes(a.ip().octets()) };
+                std::mem::size_of::<libc::sockaddr_in>()
+            }
+            SocketAddr::V6(a) => {
+                let sin6 = &mut *(&mut storage as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>();
+                sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+                sin6.sin6_port = a.port().to_be();
+                sin6.sin6_addr = libc::in6_addr { s6_addr: a.ip().octets() };
+                sin6.sin6_flowinfo = a.flowinfo();
+                sin6.sin6_scope_id = a.scope_id();
+                std::mem::size_of::<libc::sockaddr_in6>()
+            }
+        };
+        (storage, len as libc::socklen_t)
+    }
 }
