@@ -480,8 +480,18 @@ impl World {
 
     /// Waits until the readers of `loans` have read them. No interrupt ends
     /// the wait (the caller's memory is still to be read); a stop of the job
-    /// does, and the end of a reader's process is an error.
+    /// does, and the end of a reader's process is an error. Either way the
+    /// caller's memory is its own again when this returns: what the
+    /// endpoint has not sent yet it sends from a copy.
     fn await_loans(&self, loans: &[Loan]) -> Result<(), CommError> {
+        let result = self.await_loans_while_running(loans);
+        if result.is_err() {
+            self.rt.release_loans(loans);
+        }
+        result
+    }
+
+    fn await_loans_while_running(&self, loans: &[Loan]) -> Result<(), CommError> {
         let mut gone = None;
         let mut next = 0;
         let reading = loans.iter().map(Loan::read_time).sum();
@@ -1509,12 +1519,12 @@ impl BorrowedSend<'_> {
         let done = match &mut self.how {
             None => return Err(CommError::Completed),
             Some(Borrowed::Lent(loan)) => {
-                let loan = *loan;
+                let loan = &*loan;
                 world
                     .rt
                     .with(|e| {
                         e.progress();
-                        Ok(e.loan_returned(&loan))
+                        Ok(e.loan_returned(loan))
                     })?
                     .map_err(|why| CommError::NotReceived { to: loan.to(), why })
             }

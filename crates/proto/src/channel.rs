@@ -131,27 +131,57 @@ enum Info {
 /// message's buffer, which every packet of the message shares.
 #[derive(Clone, Debug)]
 pub struct SharedPayload {
-    bytes: Arc<Vec<u8>>,
+    bytes: Held,
     range: std::ops::Range<usize>,
     /// Sent before `bytes[range]`: the record header of a piece.
     head: Option<[u8; RECORD_HEADER_LEN]>,
+}
+
+/// Memory a message is sent from that the endpoint does not own: lent by
+/// the layer above until nothing holds it any more, that is until every
+/// packet that carries a piece of it has been acknowledged
+/// ([`crate::Endpoint::send_lent`]; the lender holds one `Arc` of its own
+/// and waits for the count to fall to one).
+pub trait LentBytes: AsRef<[u8]> + Send + Sync + std::fmt::Debug {}
+
+/// The buffer a payload is (a piece of).
+#[derive(Clone, Debug)]
+enum Held {
+    Own(Arc<Vec<u8>>),
+    Lent(Arc<dyn LentBytes>),
+}
+
+impl Held {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Held::Own(a) => a,
+            Held::Lent(l) => (**l).as_ref(),
+        }
+    }
+
+    fn holders(&self) -> usize {
+        match self {
+            Held::Own(a) => Arc::strong_count(a),
+            Held::Lent(l) => Arc::strong_count(l),
+        }
+    }
 }
 
 impl SharedPayload {
     /// A payload of all of `bytes`.
     pub fn whole(bytes: Vec<u8>) -> SharedPayload {
         let range = 0..bytes.len();
-        SharedPayload { bytes: Arc::new(bytes), range, head: None }
+        SharedPayload { bytes: Held::Own(Arc::new(bytes)), range, head: None }
     }
 
-    fn piece(bytes: Arc<Vec<u8>>, range: std::ops::Range<usize>, head: [u8; RECORD_HEADER_LEN]) -> SharedPayload {
+    fn piece(bytes: Held, range: std::ops::Range<usize>, head: [u8; RECORD_HEADER_LEN]) -> SharedPayload {
         SharedPayload { bytes, range, head: Some(head) }
     }
 
     /// The payload: these two, one after the other (the first empty but
     /// for a piece of a message, whose record header it is).
     pub fn parts(&self) -> (&[u8], &[u8]) {
-        (self.head.as_ref().map_or(&[][..], |h| &h[..]), &self.bytes[self.range.clone()])
+        (self.head.as_ref().map_or(&[][..], |h| &h[..]), &self.bytes.as_slice()[self.range.clone()])
     }
 
     pub fn len(&self) -> usize {
@@ -165,23 +195,23 @@ impl SharedPayload {
     /// How many hold its buffer, this one included (the packets of a
     /// message all hold the message's).
     pub fn holders(&self) -> usize {
-        Arc::strong_count(&self.bytes)
+        self.bytes.holders()
     }
 
     /// The memory it stands for: a buffer of its own, or its piece.
     fn held_bytes(&self) -> usize {
-        match self.head {
-            None => self.bytes.capacity(),
-            Some(h) => h.len() + self.range.len(),
+        match (&self.head, &self.bytes) {
+            (None, Held::Own(a)) => a.capacity(),
+            (h, _) => h.map_or(0, |h| h.len()) + self.range.len(),
         }
     }
 
     /// Gives its buffer back to `pool` once nothing else holds it, or
     /// counts it back in (a piece: a message's buffer is never a pool's).
     fn give_back(self, pool: &mut BufferPool) {
-        match self.head {
-            None => pool.give_shared(self.bytes),
-            Some(_) => pool.give_shared_piece(),
+        match (self.head, self.bytes) {
+            (None, Held::Own(a)) => pool.give_shared(a),
+            _ => pool.give_shared_piece(),
         }
     }
 }
@@ -192,30 +222,31 @@ impl SharedPayload {
 enum MessageBytes {
     Owned(Vec<u8>),
     Shared(Arc<Vec<u8>>),
+    /// Lent memory, then a few bytes of the endpoint's own (a layer's
+    /// trailer), sent as one message.
+    Lent {
+        body: Arc<dyn LentBytes>,
+        suffix: Vec<u8>,
+    },
 }
 
 impl MessageBytes {
-    fn as_slice(&self) -> &[u8] {
-        match self {
-            MessageBytes::Owned(v) => v,
-            MessageBytes::Shared(a) => a,
-        }
-    }
-
     fn capacity(&self) -> usize {
         match self {
             MessageBytes::Owned(v) => v.capacity(),
             MessageBytes::Shared(a) => a.capacity(),
+            MessageBytes::Lent { suffix, .. } => suffix.capacity(),
         }
     }
 
     /// Shared from now on.
-    fn share(&mut self) -> Arc<Vec<u8>> {
+    fn share(&mut self) -> Held {
         if let MessageBytes::Owned(v) = self {
             *self = MessageBytes::Shared(Arc::new(std::mem::take(v)));
         }
         match self {
-            MessageBytes::Shared(a) => a.clone(),
+            MessageBytes::Shared(a) => Held::Own(a.clone()),
+            MessageBytes::Lent { body, .. } => Held::Lent(body.clone()),
             MessageBytes::Owned(_) => unreachable!("shared above"),
         }
     }
@@ -252,11 +283,32 @@ struct OutMessage {
 
 impl OutMessage {
     fn len(&self) -> usize {
-        self.data.as_slice().len() - self.headroom
+        match &self.data {
+            MessageBytes::Owned(v) => v.len() - self.headroom,
+            MessageBytes::Shared(a) => a.len() - self.headroom,
+            MessageBytes::Lent { body, suffix } => (**body).as_ref().len() + suffix.len(),
+        }
     }
 
-    fn bytes(&self, range: std::ops::Range<usize>) -> &[u8] {
-        &self.data.as_slice()[self.headroom + range.start..self.headroom + range.end]
+    /// Of a message in lent memory, where that memory ends in it (a piece
+    /// shared where it lies stops there).
+    fn lent_end(&self) -> Option<usize> {
+        match &self.data {
+            MessageBytes::Lent { body, .. } => Some((**body).as_ref().len()),
+            _ => None,
+        }
+    }
+
+    /// Appends the message's bytes in `range` to `out`.
+    fn copy_to(&self, range: std::ops::Range<usize>, out: &mut Vec<u8>) {
+        let (head, tail) = match &self.data {
+            MessageBytes::Owned(v) => (&v[self.headroom..], &[][..]),
+            MessageBytes::Shared(a) => (&a[self.headroom..], &[][..]),
+            MessageBytes::Lent { body, suffix } => ((**body).as_ref(), &suffix[..]),
+        };
+        let split = head.len();
+        out.extend_from_slice(&head[range.start.min(split)..range.end.min(split)]);
+        out.extend_from_slice(&tail[range.start.max(split) - split..range.end.max(split) - split]);
     }
 }
 
@@ -461,7 +513,16 @@ impl Channel {
     /// [`RECORD_HEADER_LEN`] for a framed message).
     pub(crate) fn queue(&mut self, data: Vec<u8>, headroom: usize) {
         debug_assert!(headroom == 0 || headroom == RECORD_HEADER_LEN);
-        let message = OutMessage { data: MessageBytes::Owned(data), headroom, offset: 0 };
+        self.queue_message(OutMessage { data: MessageBytes::Owned(data), headroom, offset: 0 });
+    }
+
+    /// Queues the message of `body` followed by `suffix`, its pieces sent
+    /// from `body` where it lies (see [`LentBytes`]).
+    pub(crate) fn queue_lent(&mut self, body: Arc<dyn LentBytes>, suffix: Vec<u8>) {
+        self.queue_message(OutMessage { data: MessageBytes::Lent { body, suffix }, headroom: 0, offset: 0 });
+    }
+
+    fn queue_message(&mut self, message: OutMessage) {
         self.stats.messages_sent += 1;
         self.stats.bytes_sent += message.len() as u64;
         self.pending.push_back(message);
@@ -1371,7 +1432,11 @@ impl Channel {
         // then does), and the pool's buffer goes back unused.
         let mut piece = None;
         if let Some(msg) = self.pending.front_mut().filter(|_| payload.is_empty()) {
-            let take = (msg.len() - msg.offset).min(room(0));
+            let mut take = (msg.len() - msg.offset).min(room(0));
+            if let Some(end) = msg.lent_end() {
+                // Lent memory ends before the message's own trailer.
+                take = take.min(end.saturating_sub(msg.offset));
+            }
             if take >= SHARED_PIECE_MIN && self.strategy != Strategy::BestEffort {
                 let head = record_header(msg.len() as u32, msg.offset as u32, take as u16);
                 let start = msg.headroom + msg.offset;
@@ -1394,7 +1459,7 @@ impl Channel {
             }
             let take = left.min(room);
             payload.extend_from_slice(&record_header(msg.len() as u32, msg.offset as u32, take as u16));
-            payload.extend_from_slice(msg.bytes(msg.offset..msg.offset + take));
+            msg.copy_to(msg.offset..msg.offset + take, &mut payload);
             msg.offset += take;
             *sh.pending_bytes -= take;
             if msg.offset == msg.len() {

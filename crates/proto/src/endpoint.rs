@@ -1,6 +1,7 @@
 //! One process's end of all its channels.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bulkwire_wire::{
@@ -8,7 +9,7 @@ use bulkwire_wire::{
     LatencyStatus, PacketType, ProbePayload, WarpFeedback, HEADER_LEN, MAC_LEN, OVERHEAD, RECORD_HEADER_LEN,
 };
 
-use crate::channel::{Channel, InPlace, Payload, SendRate, Shared, SharedPayload};
+use crate::channel::{Channel, InPlace, LentBytes, Payload, SendRate, Shared, SharedPayload};
 use crate::clock::ClockEstimate;
 use crate::config::{Config, ConfigError, Strategy};
 use crate::ece::{Decision, Mode, PeerLink};
@@ -316,6 +317,38 @@ impl Endpoint {
             return Err(SendError::NoHeadroom { len: framed.len() });
         }
         self.queue(to, channel, framed, RECORD_HEADER_LEN)
+    }
+
+    /// Queues the message of `body` followed by `suffix` without copying
+    /// `body`: its packets carry pieces of it where it lies (a piece too
+    /// small to be worth sharing, and `suffix`, are copied into packets).
+    /// The caller keeps `body` unchanged until the endpoint holds it no
+    /// more: until `Arc::strong_count` of the caller's own `Arc` is one,
+    /// once every packet that carries a piece of it has been acknowledged.
+    /// A message to this rank itself is copied. Errors as
+    /// [`Endpoint::check_send`], before anything is queued.
+    pub fn send_lent(
+        &mut self,
+        to: u32,
+        channel: u16,
+        body: Arc<dyn LentBytes>,
+        suffix: &[u8],
+    ) -> Result<(), SendError> {
+        self.timeout_cache.set(None);
+        let len = (*body).as_ref().len() + suffix.len();
+        self.check_send(to, channel, len)?;
+        if to == self.cfg.rank {
+            let data = [(*body).as_ref(), suffix].concat();
+            return self.queue(to, channel, data, 0);
+        }
+        let index = self.index(to, channel);
+        if let Some(link) = self.link_mut(to) {
+            link.activate();
+        }
+        self.pending_bytes += len;
+        self.channel_mut(index).queue_lent(body, suffix.to_vec());
+        self.mark_ready(index);
+        Ok(())
     }
 
     /// Queues the message `data[headroom..]`.

@@ -122,12 +122,51 @@ pub enum RuntimeError {
 
 /// A message lent to a peer on this host ([`Engine::lend`]), until it says
 /// it has read it ([`Engine::loan_returned`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct Loan {
     to: u32,
     token: u64,
     len: usize,
     since: Time,
+    /// Lent to the endpoint, for a peer over UDP: returned once nothing
+    /// but this holds it.
+    sent: Option<Arc<LentSlice>>,
+}
+
+/// A caller's slice lent to the endpoint ([`Engine::lend`] to a peer over
+/// UDP): its packets carry pieces of it where it lies. The endpoint reads
+/// it only under the engine's lock, until every packet has been
+/// acknowledged; a loan that ends before that (the job stopped) first
+/// makes the endpoint read a copy instead ([`Engine::release_loans`]).
+#[derive(Debug)]
+pub(crate) struct LentSlice {
+    ptr: std::sync::atomic::AtomicPtr<u8>,
+    len: usize,
+    /// The copy [`LentSlice::keep_copy`] made.
+    copy: std::sync::OnceLock<Box<[u8]>>,
+}
+
+impl AsRef<[u8]> for LentSlice {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `ptr` is the lender's slice, which it leaves unchanged
+        // and alive while the loan lasts, or this slice's own copy; `len`
+        // bytes either way.
+        unsafe { std::slice::from_raw_parts(self.ptr.load(Ordering::Acquire), self.len) }
+    }
+}
+
+impl bulkwire_proto::LentBytes for LentSlice {}
+
+impl LentSlice {
+    /// Copies the lent bytes into memory of its own, read from now on: the
+    /// lender's slice is about to be the lender's again.
+    fn keep_copy(&self) {
+        if self.copy.get().is_none() {
+            let copy: Box<[u8]> = self.as_ref().into();
+            let ptr = self.copy.get_or_init(|| copy).as_ptr().cast_mut();
+            self.ptr.store(ptr, Ordering::Release);
+        }
+    }
 }
 
 impl Loan {
@@ -159,6 +198,9 @@ pub const LEND_SUFFIX_MAX: usize = crate::shm::SUFFIX_MAX;
 /// The shortest message [`Engine::lend`] lends, with any ring: a layer
 /// need not ask about shorter ones.
 pub const LEND_FROM: usize = crate::shm::LARGE_FROM;
+/// `BULKWIRE_UDP_LEND=0` copies every message to a peer over UDP into the
+/// endpoint, rather than lending it the caller's slice ([`Engine::lend`]).
+pub const UDP_LEND: &str = "BULKWIRE_UDP_LEND";
 
 /// How long a loan is out before its lender also checks, at every look,
 /// that the reader's process still exists (the launcher stops the job when
@@ -296,6 +338,10 @@ pub struct Engine {
     /// not read the sockets at every turn.
     all_shm: bool,
     quiet_turns: u32,
+    /// Messages to peers over UDP may be lent to the endpoint ([`UDP_LEND`]).
+    udp_lend: bool,
+    /// Messages lent to the endpoint so far.
+    udp_loans: u64,
 }
 
 /// A layer's work for the progress thread: called with the engine locked
@@ -773,7 +819,7 @@ impl Engine {
     /// progress going meanwhile (the reader's answer comes through it).
     pub fn lend(&mut self, to: u32, channel: u16, data: &[u8], suffix: &[u8]) -> Result<Option<Loan>, SendError> {
         if !self.lends(to, data.len()) {
-            return Ok(None);
+            return self.lend_to_endpoint(to, channel, data, suffix);
         }
         let cfg = self.endpoint.config();
         if channel >= cfg.channels {
@@ -790,7 +836,60 @@ impl Engine {
         let shm = self.shm.as_mut().expect("lends");
         let token = shm.lend(to, channel, data.as_ptr() as u64, data.len(), suffix);
         self.send_wakeups();
-        Ok(Some(Loan { to, token, len, since }))
+        Ok(Some(Loan { to, token, len, since, sent: None }))
+    }
+
+    /// [`Engine::lend`] to a peer over UDP (from [`LEND_FROM`] bytes, unless
+    /// [`UDP_LEND`] says no): the endpoint sends its packets from `data`
+    /// where it lies rather than from a copy, and the loan is returned once
+    /// every packet has been acknowledged (the last of them asks for an
+    /// acknowledgement at once: [`Endpoint::end_phase`]). `None` where the
+    /// endpoint has no room for it now: send a copy, which waits for room.
+    fn lend_to_endpoint(
+        &mut self,
+        to: u32,
+        channel: u16,
+        data: &[u8],
+        suffix: &[u8],
+    ) -> Result<Option<Loan>, SendError> {
+        let local = self.shm.as_ref().is_some_and(|s| s.is_local(to));
+        if !self.udp_lend || local || to == self.endpoint.config().rank || data.len() < LEND_FROM {
+            return Ok(None);
+        }
+        if suffix.len() > LEND_SUFFIX_MAX {
+            return Err(SendError::TooLarge { len: suffix.len(), max: LEND_SUFFIX_MAX });
+        }
+        let slice = Arc::new(LentSlice {
+            ptr: std::sync::atomic::AtomicPtr::new(data.as_ptr().cast_mut()),
+            len: data.len(),
+            copy: std::sync::OnceLock::new(),
+        });
+        match self.endpoint.send_lent(to, channel, slice.clone(), suffix) {
+            Ok(()) => {}
+            Err(SendError::WouldBlock) => return Ok(None),
+            Err(other) => return Err(other),
+        }
+        self.endpoint.end_phase(to, channel);
+        self.udp_loans += 1;
+        let len = data.len() + suffix.len();
+        Ok(Some(Loan { to, token: 0, len, since: self.now(), sent: Some(slice) }))
+    }
+
+    /// Messages to peers over UDP lent to the endpoint so far, not copied.
+    pub fn udp_loans(&self) -> u64 {
+        self.udp_loans
+    }
+
+    /// Ends `loans` whose memory the endpoint may still read (their waits
+    /// ended early: the job stopped): it reads copies from now on, and the
+    /// lenders' memory is theirs again. Loans read by peers on this host
+    /// need nothing (a peer reads them only while the job runs).
+    pub fn release_loans(&mut self, loans: &[Loan]) {
+        for slice in loans.iter().filter_map(|l| l.sent.as_ref()) {
+            if Arc::strong_count(slice) > 1 {
+                slice.keep_copy();
+            }
+        }
     }
 
     /// Whether the reader of `loan` has read the message: `Ok(true)` once it
@@ -798,6 +897,11 @@ impl Engine {
     /// process has ended without saying so (looked at after the loan has
     /// been out 10 ms).
     pub fn loan_returned(&self, loan: &Loan) -> Result<bool, String> {
+        if let Some(slice) = &loan.sent {
+            // Whether every packet was acknowledged (the endpoint let go); a
+            // peer that stops answering stops the job.
+            return Ok(Arc::strong_count(slice) == 1);
+        }
         let shm = self.shm.as_ref().expect("a loan was made");
         if shm.returned(loan.token) {
             return Ok(true);
@@ -1217,6 +1321,9 @@ impl Runtime {
         let direct_read = std::env::var("BULKWIRE_DIRECT_READ").ok();
         let direct_read = crate::env::switch("BULKWIRE_DIRECT_READ", direct_read.as_deref(), true)
             .map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, why))?;
+        let udp_lend = std::env::var(UDP_LEND).ok();
+        let udp_lend = crate::env::switch(UDP_LEND, udp_lend.as_deref(), true)
+            .map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, why))?;
         let rx_stamps = std::env::var("BULKWIRE_RX_STAMPS").ok();
         let rx_stamps = match crate::env::switch("BULKWIRE_RX_STAMPS", rx_stamps.as_deref(), true) {
             Ok(true) => Stamps::Wanted,
@@ -1249,6 +1356,8 @@ impl Runtime {
             hooks: Vec::new(),
             all_shm: shm.as_ref().is_some_and(Shm::all_local) && env.size > 1,
             quiet_turns: 0,
+            udp_lend,
+            udp_loans: 0,
             shm,
             deferral: None,
             dest: None,
@@ -1507,6 +1616,12 @@ impl Runtime {
     /// buffer must be the receive's again once it returns).
     pub fn end_deferral(&self) {
         self.inner.lock().end_deferral();
+    }
+
+    /// [`Engine::release_loans`], whatever state the job is in (a lender's
+    /// memory must be its own again once its wait returns).
+    pub fn release_loans(&self, loans: &[Loan]) {
+        self.inner.lock().release_loans(loans);
     }
 
     /// Waits until `f` returns `Some`: first spinning on the sockets, then
