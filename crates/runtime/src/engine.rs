@@ -120,8 +120,9 @@ pub enum RuntimeError {
     Interrupted,
 }
 
-/// A message lent to a peer on this host ([`Engine::lend`]), until it says
-/// it has read it ([`Engine::loan_returned`]).
+/// A message lent ([`Engine::lend`]): to a peer on this host, until it says
+/// it has read it, or to the endpoint for a peer over UDP, until every
+/// packet of it has been acknowledged ([`Engine::loan_returned`]).
 #[derive(Debug)]
 pub struct Loan {
     to: u32,
@@ -810,13 +811,15 @@ impl Engine {
     /// Sends `data` followed by `suffix` (at most [`LEND_SUFFIX_MAX`] bytes;
     /// a layer's trailer) to `to` on `channel` without copying `data`: `to`
     /// reads it from this process's memory into the buffer it delivers, one
-    /// copy in all. `None` (nothing sent) where [`Engine::lends`] does not
-    /// hold: send a copy instead.
+    /// copy in all, where [`Engine::lends`] holds; else, to a peer over UDP,
+    /// the endpoint sends it from where it lies (see
+    /// [`Engine::lend_to_endpoint`]). `None` (nothing sent) otherwise: send
+    /// a copy instead.
     ///
-    /// What `to` receives is what `data`'s memory holds when `to` reads it:
-    /// the caller leaves it where it is and unchanged until
-    /// [`Engine::loan_returned`] says it was read, keeping the engine's
-    /// progress going meanwhile (the reader's answer comes through it).
+    /// What `to` receives is what `data`'s memory holds when `to` reads it
+    /// (or the endpoint packs or resends it): the caller leaves it where it
+    /// is and unchanged until [`Engine::loan_returned`] says so, keeping the
+    /// engine's progress going meanwhile (the answer comes through it).
     pub fn lend(&mut self, to: u32, channel: u16, data: &[u8], suffix: &[u8]) -> Result<Option<Loan>, SendError> {
         if !self.lends(to, data.len()) {
             return self.lend_to_endpoint(to, channel, data, suffix);
