@@ -811,10 +811,10 @@ impl Engine {
     /// Sends `data` followed by `suffix` (at most [`LEND_SUFFIX_MAX`] bytes;
     /// a layer's trailer) to `to` on `channel` without copying `data`: `to`
     /// reads it from this process's memory into the buffer it delivers, one
-    /// copy in all, where [`Engine::lends`] holds; else, to a peer over UDP,
-    /// the endpoint sends it from where it lies (see
-    /// [`Engine::lend_to_endpoint`]). `None` (nothing sent) otherwise: send
-    /// a copy instead.
+    /// copy in all, where [`Engine::lends`] holds; else, to a peer over UDP
+    /// (from [`LEND_FROM`] bytes, unless [`UDP_LEND`] says no), the endpoint
+    /// sends it from where it lies. `None` (nothing sent) otherwise: send a
+    /// copy instead.
     ///
     /// What `to` receives is what `data`'s memory holds when `to` reads it
     /// (or the endpoint packs or resends it): the caller leaves it where it
