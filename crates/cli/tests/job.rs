@@ -180,6 +180,42 @@ fn a_rank_killed_mid_message_stops_the_job_cleanly() {
     }
 }
 
+/// Over UDP, a rank killed while a peer's blocking send waits for the
+/// acknowledgements of a message lent to the endpoint: the sender's wait
+/// ends (what the endpoint still holds it sends from a copy, and the
+/// caller's buffer is its own again), and the job stops within 5 seconds,
+/// naming the killed rank.
+#[test]
+fn a_rank_killed_while_a_lent_send_over_udp_waits_stops_the_job() {
+    if is_rank() {
+        let world = World::init().unwrap();
+        world.barrier().unwrap();
+        if world.rank() == 1 {
+            // Holding the engine, nothing here reads or acknowledges the
+            // message until this process is gone.
+            let _ = world.runtime().with(|_| {
+                std::thread::sleep(Duration::from_millis(300));
+                // SAFETY: raising a signal in our own process.
+                unsafe { libc::raise(libc::SIGKILL) };
+                Ok(())
+            });
+        }
+        let data = vec![5u8; 4 << 20];
+        let sent = world.send(1, 2, &data);
+        drop(data);
+        println!("rank 0: {sent:?}");
+        std::thread::sleep(Duration::from_secs(60));
+        return;
+    }
+    let test = "a_rank_killed_while_a_lent_send_over_udp_waits_stops_the_job";
+    let (out, took) = launch_with_env(2, test, &[], &[("BULKWIRE_SHM", "0")]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(128 + 9), "{stdout}\n{stderr}");
+    assert!(stderr.contains("rank 1") && stderr.contains("SIGKILL"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+}
+
 /// Two ranks that send each other a large message by a blocking send
 /// before either receives: both sends lend the caller's buffer through
 /// shared memory (the peer reads it from there) and return once the peer
@@ -235,7 +271,7 @@ fn blocking_sends_of_large_messages_to_each_other_before_receiving() {
 /// message, which goes by rendezvous), completes some by `test` and the
 /// rest in one `wait_borrowed`, then receives. Every byte is checked; the
 /// lent ones were read from memory, once each. With `BULKWIRE_SHM=0` the
-/// same sends go over UDP, copied.
+/// same sends go over UDP (the large ones lent to the endpoint).
 #[test]
 fn borrowed_sends_cross_and_arrive_whole() {
     let sizes = |ring: usize| [100, ring, 3 << 20, 5 << 20, (16 << 20) + 1000];
