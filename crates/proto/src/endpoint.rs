@@ -326,7 +326,9 @@ impl Endpoint {
     /// more: until `Arc::strong_count` of the caller's own `Arc` is one,
     /// once every packet that carries a piece of it has been acknowledged.
     /// A message to this rank itself is copied. Errors as
-    /// [`Endpoint::check_send`], before anything is queued.
+    /// [`Endpoint::check_send`], before anything is queued, but for the
+    /// send buffer's limit: the memory is the caller's, not the endpoint's
+    /// (its bytes still count against later sends, which wait behind it).
     pub fn send_lent(
         &mut self,
         to: u32,
@@ -336,7 +338,10 @@ impl Endpoint {
     ) -> Result<(), SendError> {
         self.timeout_cache.set(None);
         let len = (*body).as_ref().len() + suffix.len();
-        self.check_send(to, channel, len)?;
+        match self.check_send(to, channel, len) {
+            Err(SendError::WouldBlock) if to != self.cfg.rank => {}
+            checked => checked?,
+        }
         if to == self.cfg.rank {
             let data = [(*body).as_ref(), suffix].concat();
             return self.queue(to, channel, data, 0);

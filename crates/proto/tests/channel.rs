@@ -1098,6 +1098,20 @@ fn a_lent_message_arrives_whole_and_is_let_go_once_acknowledged() {
     assert_eq!(dropped.get(), 1, "a packet of the first message was lost");
     assert!(pair.ends[0].is_idle());
     assert!(pair.violations.is_empty());
+    // Past the send buffer's limit (the memory is the caller's): queued all
+    // the same, and delivered in order with what was queued before it.
+    let owned: Vec<Vec<u8>> = (0..2).map(|k| vec![k as u8 + 1; 3 << 20]).collect();
+    for m in &owned {
+        pair.ends[0].send_owned(1, 0, m.clone()).unwrap();
+    }
+    assert_eq!(pair.ends[0].send_owned(1, 0, vec![0; 3 << 20]), Err(SendError::WouldBlock), "a copy waits");
+    let big = std::sync::Arc::new(Lent(msg(7, 3 << 20)));
+    pair.ends[0].send_lent(1, 0, big.clone(), b"big").unwrap();
+    pair.run(Duration::from_secs(5));
+    assert_eq!(std::sync::Arc::strong_count(&big), 1);
+    let got: Vec<Vec<u8>> = pair.received[1].drain(..).collect();
+    assert_eq!(got.len(), 3);
+    assert!(got[..2] == owned[..] && got[2] == [&msg(7, 3 << 20)[..], b"big"].concat());
     // To itself: copied at once.
     let body = std::sync::Arc::new(Lent(msg(9, 70_000)));
     pair.ends[0].send_lent(0, 0, body.clone(), b"end").unwrap();
