@@ -463,8 +463,11 @@ impl World {
     /// every read of it; meanwhile the wait keeps the engine going (the
     /// peer's answer, and its own messages, which it reads as they come,
     /// matched or not: two ranks that send to each other before they
-    /// receive both finish their sends). `false` where the message is not
-    /// lent (sent otherwise).
+    /// receive both finish their sends). To a peer over UDP, a message of
+    /// 256 KiB or more is lent to the endpoint instead, which sends its
+    /// packets from `data`, and the send returns once every packet has been
+    /// acknowledged. `false` where the message is not lent (sent
+    /// otherwise).
     fn send_lent(&self, to: u32, tag: i32, data: &[u8]) -> Result<bool, CommError> {
         if to >= self.size() {
             return Err(CommError::NoSuchRank { to, size: self.size() });
@@ -553,7 +556,9 @@ impl World {
     /// shared-memory ring to a peer on this host that reads this process's
     /// memory is lent: the peer reads it from `data` into the buffer its
     /// receive returns, one copy in all, where [`World::isend`] copies it
-    /// first. Any other message goes as [`World::isend`] sends it.
+    /// first; so is one of 256 KiB or more to a peer over UDP, whose packets
+    /// the endpoint sends from `data` until every one is acknowledged. Any
+    /// other message goes as [`World::isend`] sends it.
     pub fn isend_borrowed<'a>(&'a self, to: u32, tag: i32, data: &'a [u8]) -> Result<BorrowedSend<'a>, CommError> {
         if to >= self.size() {
             return Err(CommError::NoSuchRank { to, size: self.size() });
