@@ -1114,31 +1114,35 @@ impl Shm {
     /// is its own again either way).
     pub fn read_lent(&mut self, from: u32, len: usize, lent: &Remote, dst: &mut [u8]) -> Result<(), String> {
         let n = dst.len().min(len);
-        let read = match self.peers.get_mut(from as usize).and_then(Option::as_mut) {
-            // SAFETY: `dst` holds `n` bytes.
-            Some(peer) => unsafe { read_shared(peer, self.split, lent.token, lent.addr, dst.as_mut_ptr(), n) },
-            None => read_remote_into(lent.pid, lent.addr, &mut dst[..n]).map(|()| false),
-        };
-        if let Some(stats) = self.stats.get_mut(from as usize) {
-            stats.read_in_place += 1;
-            stats.shared_copies += read.as_ref().is_ok_and(|&shared| shared) as u64;
-        }
-        self.answer(from, lent.token);
-        read.map(|_| ()).map_err(|e| read_failed(from, e))
+        // SAFETY: `dst` holds `n` bytes.
+        let read = self.read_with(from, lent, |peer, split| unsafe {
+            read_shared(peer, split, lent.token, lent.addr, dst.as_mut_ptr(), n).map(|shared| ((), shared))
+        });
+        self.stats[from as usize].read_in_place += 1;
+        read
     }
 
     /// [`Shm::read_lent`] of the whole message into a buffer of its own,
     /// followed by `suffix`.
     pub fn read_lent_whole(&mut self, from: u32, len: usize, lent: &Remote, suffix: &[u8]) -> Result<Vec<u8>, String> {
-        let read = match self.peers.get_mut(from as usize).and_then(Option::as_mut) {
-            Some(peer) => read_whole(peer, self.split, lent.token, lent.addr, len, suffix),
-            None => read_remote(lent.pid, lent.addr, len, suffix).map(|data| (data, false)),
-        };
-        if let (Some(stats), Ok((_, true))) = (self.stats.get_mut(from as usize), &read) {
-            stats.shared_copies += 1;
-        }
+        self.read_with(from, lent, |peer, split| read_whole(peer, split, lent.token, lent.addr, len, suffix))
+    }
+
+    /// Reads `lent` from `from` (a local peer: only they lend) by `read`,
+    /// which says whether the peer shared the copy; counts that, and tells
+    /// the peer the message was read (whether or not the read succeeded:
+    /// its memory is its own again either way).
+    fn read_with<T>(
+        &mut self,
+        from: u32,
+        lent: &Remote,
+        read: impl FnOnce(&mut Peer, bool) -> io::Result<(T, bool)>,
+    ) -> Result<T, String> {
+        let peer = self.peers[from as usize].as_mut().expect("only local peers lend");
+        let result = read(peer, self.split);
+        self.stats[from as usize].shared_copies += result.as_ref().is_ok_and(|&(_, shared)| shared) as u64;
         self.answer(from, lent.token);
-        read.map(|(data, _)| data).map_err(|e| read_failed(from, e))
+        result.map(|(data, _)| data).map_err(|e| read_failed(from, e))
     }
 
     /// The receive whose buffer `dest` is has ended: what is in it goes into
