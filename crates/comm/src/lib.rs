@@ -17,8 +17,9 @@
 //! Messages are matched by source and tag in the order receives are posted,
 //! and between two ranks they are never overtaken (MPI's rules). A send
 //! copies its data and completes as soon as the data is queued; but a
-//! blocking send of a message at least as long as the shared-memory ring
-//! (2 MiB with two processes on a host; at least 256 KiB) to a peer on
+//! blocking send of a message at least half as long as the shared-memory
+//! ring (1 MiB with two processes on a host, the whole ring with
+//! `BULKWIRE_SHM_SPLIT=0`; at least 256 KiB) to a peer on
 //! this host that can read this process's memory lends the caller's
 //! buffer instead: the peer's runtime reads it from there into the buffer
 //! its receive returns, one copy in all, and the send completes once it
@@ -455,7 +456,7 @@ impl World {
         self.wait(self.isend(to, tag, data)?).map(|_| ())
     }
 
-    /// A blocking send of a message at least as long as the ring to a peer
+    /// A blocking send of a message at least half as long as the ring to a peer
     /// on this host that reads this process's memory: the peer reads it
     /// from `data` itself, into the buffer its receive returns (the one copy
     /// of the message), and the tag after it from the record. The send
@@ -552,7 +553,7 @@ impl World {
 
     /// Starts a send that borrows `data` until it completes (the contract
     /// of `MPI_Isend`: the caller leaves the data alone meanwhile, which
-    /// the borrow enforces). A message at least as long as the
+    /// the borrow enforces). A message at least half as long as the
     /// shared-memory ring to a peer on this host that reads this process's
     /// memory is lent: the peer reads it from `data` into the buffer its
     /// receive returns, one copy in all, where [`World::isend`] copies it
@@ -774,7 +775,7 @@ impl World {
     /// first `buf.len()` bytes are in `buf`.
     ///
     /// From a peer on this host, into a buffer of 16 KiB or more: a
-    /// message it lends (at least as long as the shared-memory ring) is
+    /// message it lends (at least half as long as the shared-memory ring) is
     /// read from the sender's memory straight into `buf`, one copy in all,
     /// into memory the caller has already touched, where [`World::recv`]
     /// reads it into a buffer of its own; a shorter one from a given source
