@@ -846,8 +846,8 @@ impl Engine {
     /// [`UDP_LEND`] says no): the endpoint sends its packets from `data`
     /// where it lies rather than from a copy, and the loan is returned once
     /// every packet has been acknowledged (the last of them asks for an
-    /// acknowledgement at once: [`Endpoint::end_phase`]). `None` where the
-    /// endpoint has no room for it now: send a copy, which waits for room.
+    /// acknowledgement at once: [`Endpoint::end_phase`]). The send
+    /// buffer's limit does not hold it back ([`Endpoint::send_lent`]).
     fn lend_to_endpoint(
         &mut self,
         to: u32,
@@ -867,11 +867,7 @@ impl Engine {
             len: data.len(),
             copy: std::sync::OnceLock::new(),
         });
-        match self.endpoint.send_lent(to, channel, slice.clone(), suffix) {
-            Ok(()) => {}
-            Err(SendError::WouldBlock) => return Ok(None),
-            Err(other) => return Err(other),
-        }
+        self.endpoint.send_lent(to, channel, slice.clone(), suffix)?;
         self.endpoint.end_phase(to, channel);
         self.udp_loans += 1;
         let len = data.len() + suffix.len();
