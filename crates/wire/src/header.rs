@@ -151,6 +151,16 @@ impl Header {
         Some(u32::from_be_bytes(datagram.get(16..20)?.try_into().ok()?))
     }
 
+    /// The length on the wire (header, payload and MAC) a datagram's
+    /// header names, unchecked (no MAC is verified): where a read of
+    /// several datagrams laid end to end by the kernel came without the
+    /// size of each, the first one's names it (every one but the last is
+    /// that long), and the MAC of each piece then decides.
+    pub fn named_length(datagram: &[u8]) -> Option<usize> {
+        let len = u16::from_be_bytes(datagram.get(56..58)?.try_into().ok()?);
+        Some(HEADER_LEN + len as usize + crate::mac::MAC_LEN)
+    }
+
     pub fn new(packet_type: PacketType) -> Header {
         Header {
             packet_type,
