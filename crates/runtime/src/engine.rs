@@ -416,7 +416,10 @@ impl Engine {
                 self.progress_paths(&[])
             }
         } else if both || round % 4 == 0 {
-            self.progress_paths(&[self.hot, cold])
+            // The other path first: a datagram the hot one brings is then
+            // handled and answered without a read of the other after it
+            // (one system call, 0.3-0.4 us, on an answer's way out).
+            self.progress_paths(&[cold, self.hot])
         } else {
             self.progress_paths(&[self.hot])
         }
