@@ -203,9 +203,16 @@ fn after_a_silence_a_burst_starts_on_premium_until_the_receiver_answers() {
         return;
     }
     let Some(bed) = TestBed::bottleneck() else { return };
+    // What is tested is the aging of samples, not the thresholds: they are
+    // set far above any delay the machine's own load causes (a loaded run
+    // once saw 26 switches with a TM of 2 ms), so that the mode stays.
     let out = bed.adaptive_job(
         "after_a_silence_a_burst_starts_on_premium_until_the_receiver_answers",
-        &[("BULKWIRE_LATENCY_LIFETIME_MS", "2")],
+        &[
+            ("BULKWIRE_LATENCY_LIFETIME_MS", "2"),
+            ("BULKWIRE_LATENCY_HIGH_US", "50000"),
+            ("BULKWIRE_LATENCY_LOW_US", "25000"),
+        ],
     );
     drop(bed);
     let (stdout, stderr) = text(&out);
@@ -217,9 +224,8 @@ fn after_a_silence_a_burst_starts_on_premium_until_the_receiver_answers() {
     // A probe every 10 ms: a burst asks unless one left in its last 2 ms;
     // the barrier after the last burst is data after a silence too.
     assert!(asked >= u64::from(BURSTS) / 3 && asked <= u64::from(BURSTS) + 1, "{line}\n{stderr}");
-    // The path stays quiet: the mode does not change, but for a sample a
-    // loaded machine delayed past TM now and then.
-    assert!(switches <= 4, "the mode stayed: {line}\n{stderr}");
+    // The path stays quiet, far below the thresholds: the mode does not change.
+    assert_eq!(switches, 0, "the mode stayed: {line}\n{stderr}");
     assert!(premium >= asked && ordinary >= asked, "{line}\n{stderr}");
     // `--stats`: the "asked" column of rank 0's line to rank 1.
     let row = stderr
