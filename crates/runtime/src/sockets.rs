@@ -347,17 +347,18 @@ impl RecvBatch {
                 header_at.add(k).write(h);
             }
         }
-        // SAFETY: the first `count` headers are written; each points to
-        // iovecs over a live buffer's capacity or (the caller says) a
-        // region lent for writes, and with coalescing to a live control
-        // buffer of the stated length; the kernel writes at most that much
-        // into each.
         // One datagram (a spinning wait's turn) and no control message
         // wanted: recv(2), which copies no message header and no iovec in
         // from user space. Measured (a C loop on an empty socket): 290 ns
         // a call against recvmsg's 400; an 8 B ping-pong over UDP
         // 4.5-4.6 against 4.8 us half round trip.
         let plain = count == 1 && landing.is_none() && !self.stamping;
+        // SAFETY: the first `count` headers are written; each points to
+        // iovecs over a live buffer's capacity or (the caller says) a
+        // region lent for writes, and with coalescing to a live control
+        // buffer of the stated length; the kernel writes at most that much
+        // into each (a plain read: at most the first buffer's capacity,
+        // into it).
         let n = unsafe {
             match count {
                 1 if plain => {
@@ -1025,7 +1026,7 @@ mod tests {
         }
     }
 
-    /// Queues datagram `i` of `lens` (filled with `i`) to `to`.
+    /// Queues datagram `i` of `lens` (see [`datagram`]) to `to`.
     fn queue(batch: &mut SendBatch, lens: &[usize], to: SocketAddr) {
         for (i, &len) in lens.iter().enumerate() {
             batch.next_buffer()[..len].copy_from_slice(&datagram(i, len));
