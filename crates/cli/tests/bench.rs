@@ -121,7 +121,8 @@ fn check_flows(rows: &[Value], bench: &str, senders: u64, bytes_each: &[u64]) {
 
 #[test]
 fn pingpong_reports_every_size_beside_udp_and_tcp() {
-    let v = bench(&["pingpong", "--iterations", "20", "--max-size", "70000"]);
+    // 200 round trips a size: bulkwire and raw UDP take turns.
+    let v = bench(&["pingpong", "--iterations", "200", "--max-size", "70000"]);
     let rows = rows(&v);
     let all = [0, 8, 64, 256, 1024, 4096, 16384, 65536, 70000];
     // On one host, a job asking for shared memory, then one asking for UDP.
@@ -168,7 +169,9 @@ fn pingpong_in_pairs_with_more_ranks_than_cores() {
 
 #[test]
 fn bw_delivers_every_byte_and_reports_udp_loss() {
-    let v = bench(&["bw", "--iterations", "3", "--window", "8", "--max-size", "100000"]);
+    // Eight windows a size: in the first job bulkwire and TCP take turns,
+    // and what the receiver counts over the turns must be all that was sent.
+    let v = bench(&["bw", "--iterations", "8", "--window", "8", "--max-size", "100000"]);
     let rows = rows(&v);
     let all = [1, 8, 64, 256, 1024, 4096, 16384, 65536, 100000];
     assert_eq!(jobs(rows, "bw"), ["shm", "udp"]);
