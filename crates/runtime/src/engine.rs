@@ -257,7 +257,6 @@ pub struct LentMessage {
 /// sender is answered with once it is read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Remote {
-    pub(crate) pid: i32,
     pub(crate) addr: u64,
     pub(crate) token: u64,
 }

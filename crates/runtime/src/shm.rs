@@ -1052,7 +1052,7 @@ impl Shm {
                         if defer.is_some_and(|d| d.covers(from, channel, suffix)) {
                             // Left where it is: the receive that wants it
                             // reads it into its own buffer.
-                            let remote = Some(Remote { pid: peer.pid, addr, token: extra });
+                            let remote = Some(Remote { addr, token: extra });
                             let lent = LentMessage { len: total, remote };
                             let data = suffix.to_vec();
                             *inbox_bytes += data.capacity();
