@@ -1,5 +1,8 @@
 //! Datagram authentication with the job key.
 
+use std::hash::Hasher;
+
+use siphasher::sip128::{Hasher128, SipHasher24};
 use subtle::ConstantTimeEq;
 
 use crate::header::HEADER_LEN;
@@ -12,9 +15,13 @@ pub const MAC_LEN: usize = 16;
 pub enum Coverage {
     /// Header and payload: a datagram altered anywhere is rejected.
     Datagram,
-    /// The header alone (which holds the payload's length), under a key
-    /// derived for this use, so a datagram sealed one way never passes as
-    /// the other. Only for a job whose sockets are all on loopback: there
+    /// The header alone (which holds the payload's length), by SipHash-2-4
+    /// with a 128-bit output under a key derived for this use, so a
+    /// datagram sealed one way never passes as the other. SipHash is a
+    /// keyed pseudorandom function made for short inputs: over the 60-byte
+    /// header it takes about 35 ns where keyed BLAKE3 takes about 90 (one
+    /// compression, behind a hasher's setup and finalisation), and every
+    /// datagram is sealed once and checked once. Only for a job whose sockets are all on loopback: there
     /// the kernel hands each datagram from socket to socket in memory; no
     /// other socket can bind a job socket's port (the runtime sets neither
     /// SO_REUSEADDR nor SO_REUSEPORT), and reading loopback traffic or
@@ -39,7 +46,7 @@ pub struct JobKey {
     bytes: [u8; 32],
     coverage: Coverage,
     /// The key that seals datagrams: `bytes`, or derived from them for
-    /// [`Coverage::Header`].
+    /// [`Coverage::Header`] (whose SipHash takes its first 16 bytes).
     datagram_key: [u8; 32],
 }
 
@@ -99,11 +106,18 @@ impl JobKey {
     /// The MAC of a datagram's header and payload (`body`), over what this
     /// key's [`Coverage`] says.
     pub fn datagram_tag(&self, body: &[u8]) -> [u8; MAC_LEN] {
-        let covered = match self.coverage {
-            Coverage::Datagram => body,
-            Coverage::Header => &body[..body.len().min(HEADER_LEN)],
-        };
-        truncated_mac(&self.datagram_key, covered)
+        match self.coverage {
+            Coverage::Datagram => truncated_mac(&self.datagram_key, body),
+            Coverage::Header => self.header_mac(&body[..body.len().min(HEADER_LEN)]),
+        }
+    }
+
+    /// The MAC of [`Coverage::Header`]: SipHash-2-4-128 of `header`.
+    fn header_mac(&self, header: &[u8]) -> [u8; MAC_LEN] {
+        let key: &[u8; 16] = self.datagram_key[..16].try_into().expect("16 of 32 bytes");
+        let mut hasher = SipHasher24::new_with_key(key);
+        hasher.write(header);
+        hasher.finish128().as_bytes()
     }
 
     /// [`JobKey::datagram_tag`] of the datagram whose header is `header`
@@ -115,12 +129,13 @@ impl JobKey {
     /// [`JobKey::datagram_tag`] of the datagram whose header is `header`
     /// and whose payload lies in `parts`, one after the other.
     pub fn datagram_tag_parts(&self, header: &[u8], parts: &[&[u8]]) -> [u8; MAC_LEN] {
+        if self.coverage == Coverage::Header {
+            return self.header_mac(header);
+        }
         let mut hasher = blake3::Hasher::new_keyed(&self.datagram_key);
         hasher.update(header);
-        if self.coverage == Coverage::Datagram {
-            for part in parts {
-                hasher.update(part);
-            }
+        for part in parts {
+            hasher.update(part);
         }
         let mut tag = [0u8; MAC_LEN];
         tag.copy_from_slice(&hasher.finalize().as_bytes()[..MAC_LEN]);
