@@ -43,8 +43,11 @@ const READ_BATCH: usize = 64;
 /// Datagrams read per system call.
 const RECV_BATCH: usize = 16;
 /// Where every peer is on this host, a spinning wait reads the sockets at
-/// every this many turns ([`Engine::progress_spinning`]).
+/// every this many turns ([`Engine::progress_spinning`]) when each process
+/// has a core of its own, and at every [`QUIET_TURNS_SHARED`]th when they
+/// share cores.
 const QUIET_TURNS: u32 = 1024;
+const QUIET_TURNS_SHARED: u32 = 64;
 /// Datagrams sent per system call: at least this many, and more of small
 /// datagrams, up to [`SEND_BATCH_BYTES`] of buffers ([`send_batch`]).
 const SEND_BATCH: usize = 16;
@@ -341,6 +344,8 @@ pub struct Engine {
     /// not read the sockets at every turn.
     all_shm: bool,
     quiet_turns: u32,
+    /// [`QUIET_TURNS`] or [`QUIET_TURNS_SHARED`].
+    quiet_every: u32,
     /// Messages to peers over UDP may be lent to the endpoint ([`UDP_LEND`]).
     udp_lend: bool,
     /// Messages lent to the endpoint so far.
@@ -415,9 +420,14 @@ impl Engine {
             // system calls, about 0.6 us; at every 64th turn, one 8 B round
             // trip in eight or so met one (four alternating pairs of
             // 400,000: p90 0.64-0.68 against 0.25-0.26 us, median
-            // 0.235-0.241 against 0.226-0.231).
+            // 0.235-0.241 against 0.226-0.231). Where processes share
+            // cores they sleep and are woken often, and every 64th turn
+            // stays: every 1,024th made broadcasts among 8 processes on 2
+            // cores slower (`bench bcast --transport shm`, sum of the
+            // medians up to 1 KiB, six alternating pairs: 589-881 against
+            // 455-644 us).
             self.quiet_turns = self.quiet_turns.wrapping_add(1);
-            if self.quiet_turns % QUIET_TURNS == 0 {
+            if self.quiet_turns % self.quiet_every == 0 {
                 self.progress_paths(&[Path::Ordinary, Path::Premium])
             } else {
                 self.progress_paths(&[])
@@ -1339,7 +1349,7 @@ impl Runtime {
             Ok(false) => Stamps::Off,
             Err(why) => return Err(io::Error::new(io::ErrorKind::InvalidInput, why).into()),
         };
-        let engine = Engine {
+        let mut engine = Engine {
             endpoint,
             sockets,
             peers,
@@ -1365,6 +1375,7 @@ impl Runtime {
             hooks: Vec::new(),
             all_shm: shm.as_ref().is_some_and(Shm::all_local) && env.size > 1,
             quiet_turns: 0,
+            quiet_every: QUIET_TURNS_SHARED,
             udp_lend,
             udp_loans: 0,
             shm,
@@ -1373,6 +1384,9 @@ impl Runtime {
         };
         // Spinning pays only when every process of the job here has a core.
         let cores = crate::env::host_cores();
+        if env.local_size <= cores {
+            engine.quiet_every = QUIET_TURNS;
+        }
         let spin = match std::env::var("BULKWIRE_SPIN_US").ok().and_then(|v| v.trim().parse().ok()) {
             Some(us) => Duration::from_micros(us),
             None if env.local_size <= cores => Duration::from_micros(250),
