@@ -100,7 +100,7 @@ impl JobKey {
 
     /// Constant-time check of `tag` against the MAC of `data`.
     pub fn verify(&self, data: &[u8], tag: &[u8]) -> bool {
-        self.tag(data).ct_eq(tag).into()
+        same_tag(self.tag(data), tag)
     }
 
     /// The MAC of a datagram's header and payload (`body`), over what this
@@ -144,14 +144,22 @@ impl JobKey {
 
     /// Constant-time check of a datagram's `tag`.
     pub fn verify_datagram(&self, body: &[u8], tag: &[u8]) -> bool {
-        self.datagram_tag(body).ct_eq(tag).into()
+        same_tag(self.datagram_tag(body), tag)
     }
 
     /// [`JobKey::verify_datagram`] of a datagram whose header is `header`
     /// and whose payload lies in `parts`.
     pub fn verify_datagram_parts(&self, header: &[u8], parts: &[&[u8]], tag: &[u8]) -> bool {
-        self.datagram_tag_parts(header, parts).ct_eq(tag).into()
+        same_tag(self.datagram_tag_parts(header, parts), tag)
     }
+}
+
+/// Whether `tag` is `expected`, in constant time: the two compared as one
+/// 128-bit number (subtle's comparison of byte slices takes a fence per
+/// byte, about 13 ns a datagram here).
+fn same_tag(expected: [u8; MAC_LEN], tag: &[u8]) -> bool {
+    let Ok(tag) = <[u8; MAC_LEN]>::try_from(tag) else { return false };
+    u128::from_le_bytes(expected).ct_eq(&u128::from_le_bytes(tag)).into()
 }
 
 fn truncated_mac(key: &[u8; 32], data: &[u8]) -> [u8; MAC_LEN] {
