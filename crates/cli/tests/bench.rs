@@ -7,6 +7,12 @@ use serde_json::Value;
 
 /// Runs `bulkwire bench <args> --json` and returns its JSON.
 fn bench(args: &[&str]) -> Value {
+    bench_noted(args).0
+}
+
+/// [`bench`], and the notes it wrote to standard error (why a reference is
+/// missing, say).
+fn bench_noted(args: &[&str]) -> (Value, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_bulkwire"))
         .arg("bench")
         .args(args)
@@ -16,7 +22,8 @@ fn bench(args: &[&str]) -> Value {
         .expect("run bulkwire");
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "bulkwire bench {args:?} failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
-    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{stdout}\nstderr:\n{stderr}"))
+    let v = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{stdout}\nstderr:\n{stderr}"));
+    (v, stderr.into_owned())
 }
 
 /// The rows of a result, each checked for the row format: flat, with
@@ -563,7 +570,7 @@ fn an_unknown_transport_is_refused_by_name() {
 /// ring over shared memory and TCP where it is installed.
 #[test]
 fn put_to_a_neighbour_with_put_and_hpput() {
-    let v = bench(&["put", "--sizes", "1,100000,3000000", "--repetitions", "2"]);
+    let (v, notes) = bench_noted(&["put", "--sizes", "1,100000,3000000", "--repetitions", "2"]);
     let rows = rows(&v);
     let all = [1, 100000, 3000000];
     assert_eq!(jobs(rows, "put"), ["shm", "udp"]);
@@ -585,7 +592,7 @@ fn put_to_a_neighbour_with_put_and_hpput() {
     if open_mpi() {
         for transport in ["shm", "tcp"] {
             let mpi = of(rows, "put", "mpi", &format!("{transport}, Isend/Irecv ring"));
-            assert_eq!(sizes(&mpi), all, "{transport}: {v}");
+            assert_eq!(sizes(&mpi), all, "{transport}: {v}\n{notes}");
             assert!(mpi.iter().all(|r| num(r, "mb_per_s") > 0.0 && num(r, "repetitions_count") == 2.0), "{v}");
         }
     }
