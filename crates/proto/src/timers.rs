@@ -47,8 +47,8 @@ impl Timers {
     pub(crate) fn refresh(&mut self, mut deadline: impl FnMut(usize) -> Option<Time>) {
         // The list keeps its capacity: marking and refreshing happen at
         // every packet, and a list freed here was allocated again at the
-        // next mark (a tenth of an endpoint's time per message in
-        // allocation, two endpoints passing an 8 B message back and forth).
+        // next mark (two endpoints passing an 8 B message back and forth
+        // took 8% longer a message).
         let mut dirty = std::mem::take(&mut self.dirty);
         for &slot in &dirty {
             self.in_dirty[slot] = false;

@@ -413,8 +413,8 @@ impl Engine {
             Path::Premium => Path::Ordinary,
         };
         if self.all_shm {
-            // Only wake-ups and rogue datagrams come by the sockets (and no
-            // wake-up is sent to a process that spins): read them at every
+            // Only wake-ups and rogue datagrams come by the sockets (a
+            // wake-up goes to a process that sleeps): read them at every
             // 1,024th turn of any wait, counted across waits, as a wait of
             // a ping-pong lasts a few turns. Each read of both costs two
             // system calls, about 0.6 us; at every 64th turn, one 8 B round
@@ -422,10 +422,11 @@ impl Engine {
             // 400,000: p90 0.64-0.68 against 0.25-0.26 us, median
             // 0.235-0.241 against 0.226-0.231). Where processes share
             // cores they sleep and are woken often, and every 64th turn
-            // stays: every 1,024th made broadcasts among 8 processes on 2
-            // cores slower (`bench bcast --transport shm`, sum of the
-            // medians up to 1 KiB, six alternating pairs: 589-881 against
-            // 455-644 us).
+            // stays: every 1,024th looked slower there in one series of
+            // broadcasts among 8 processes on 2 cores (`bench bcast
+            // --transport shm`, sum of the medians up to 1 KiB, six
+            // alternating pairs: 589-881 against 455-644 us), though not
+            // clearly beyond the noise.
             self.quiet_turns = self.quiet_turns.wrapping_add(1);
             if self.quiet_turns % self.quiet_every == 0 {
                 self.progress_paths(&[Path::Ordinary, Path::Premium])

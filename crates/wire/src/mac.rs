@@ -21,9 +21,11 @@ pub enum Coverage {
     /// keyed pseudorandom function made for short inputs: over the 60-byte
     /// header it takes about 35 ns where keyed BLAKE3 takes about 90 (one
     /// compression, behind a hasher's setup and finalisation), and every
-    /// datagram is sealed once and checked once. Only for a job whose sockets are all on loopback: there
-    /// the kernel hands each datagram from socket to socket in memory; no
-    /// other socket can bind a job socket's port (the runtime sets neither
+    /// datagram is sealed once and checked once.
+    ///
+    /// Only for a job whose sockets are all on loopback: there the kernel
+    /// hands each datagram from socket to socket in memory; no other
+    /// socket can bind a job socket's port (the runtime sets neither
     /// SO_REUSEADDR nor SO_REUSEPORT), and reading loopback traffic or
     /// sending under another socket's address takes raw sockets, that is
     /// CAP_NET_RAW in the job's network namespace. So what anyone else can
@@ -155,8 +157,8 @@ impl JobKey {
 }
 
 /// Whether `tag` is `expected`, in constant time: the two compared as one
-/// 128-bit number (subtle's comparison of byte slices takes a fence per
-/// byte, about 13 ns a datagram here).
+/// 128-bit number (subtle's comparison of byte slices puts an optimisation
+/// barrier on every byte, about 13 ns a datagram here).
 fn same_tag(expected: [u8; MAC_LEN], tag: &[u8]) -> bool {
     let Ok(tag) = <[u8; MAC_LEN]>::try_from(tag) else { return false };
     u128::from_le_bytes(expected).ct_eq(&u128::from_le_bytes(tag)).into()
