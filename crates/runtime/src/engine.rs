@@ -45,9 +45,10 @@ const RECV_BATCH: usize = 16;
 /// Where every peer is on this host, a spinning wait reads the sockets at
 /// every this many turns ([`Engine::progress_spinning`]) when each process
 /// has a core of its own, and at every [`QUIET_TURNS_SHARED`]th when they
-/// share cores.
+/// share cores. Powers of two: a turn masks its count rather than divide.
 const QUIET_TURNS: u32 = 1024;
 const QUIET_TURNS_SHARED: u32 = 64;
+const _: () = assert!(QUIET_TURNS.is_power_of_two() && QUIET_TURNS_SHARED.is_power_of_two());
 /// Datagrams sent per system call: at least this many, and more of small
 /// datagrams, up to [`SEND_BATCH_BYTES`] of buffers ([`send_batch`]).
 const SEND_BATCH: usize = 16;
@@ -344,8 +345,8 @@ pub struct Engine {
     /// not read the sockets at every turn.
     all_shm: bool,
     quiet_turns: u32,
-    /// [`QUIET_TURNS`] or [`QUIET_TURNS_SHARED`].
-    quiet_every: u32,
+    /// [`QUIET_TURNS`] or [`QUIET_TURNS_SHARED`], less one: a mask.
+    quiet_mask: u32,
     /// Messages to peers over UDP may be lent to the endpoint ([`UDP_LEND`]).
     udp_lend: bool,
     /// Messages lent to the endpoint so far.
@@ -428,7 +429,7 @@ impl Engine {
             // alternating pairs: 589-881 against 455-644 us), though not
             // clearly beyond the noise.
             self.quiet_turns = self.quiet_turns.wrapping_add(1);
-            if self.quiet_turns % self.quiet_every == 0 {
+            if self.quiet_turns & self.quiet_mask == 0 {
                 self.progress_paths(&[Path::Ordinary, Path::Premium])
             } else {
                 self.progress_paths(&[])
@@ -1350,7 +1351,10 @@ impl Runtime {
             Ok(false) => Stamps::Off,
             Err(why) => return Err(io::Error::new(io::ErrorKind::InvalidInput, why).into()),
         };
-        let mut engine = Engine {
+        // Spinning pays only when every process of the job here has a core.
+        let cores = crate::env::host_cores();
+        let shares_cores = env.local_size > cores;
+        let engine = Engine {
             endpoint,
             sockets,
             peers,
@@ -1376,21 +1380,16 @@ impl Runtime {
             hooks: Vec::new(),
             all_shm: shm.as_ref().is_some_and(Shm::all_local) && env.size > 1,
             quiet_turns: 0,
-            quiet_every: QUIET_TURNS_SHARED,
+            quiet_mask: if shares_cores { QUIET_TURNS_SHARED - 1 } else { QUIET_TURNS - 1 },
             udp_lend,
             udp_loans: 0,
             shm,
             deferral: None,
             dest: None,
         };
-        // Spinning pays only when every process of the job here has a core.
-        let cores = crate::env::host_cores();
-        if env.local_size <= cores {
-            engine.quiet_every = QUIET_TURNS;
-        }
         let spin = match std::env::var("BULKWIRE_SPIN_US").ok().and_then(|v| v.trim().parse().ok()) {
             Some(us) => Duration::from_micros(us),
-            None if env.local_size <= cores => Duration::from_micros(250),
+            None if !shares_cores => Duration::from_micros(250),
             None => Duration::ZERO,
         };
         let inner = Arc::new(Inner {
@@ -1418,7 +1417,6 @@ impl Runtime {
         let heartbeat = std::thread::Builder::new()
             .name("bulkwire-heartbeat".into())
             .spawn(move || heartbeat_thread(&heartbeat_inner))?;
-        let shares_cores = env.local_size > cores;
         Ok(Runtime {
             inner,
             thread: Mutex::new(Some(thread)),

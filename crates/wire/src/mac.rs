@@ -110,15 +110,16 @@ impl JobKey {
     pub fn datagram_tag(&self, body: &[u8]) -> [u8; MAC_LEN] {
         match self.coverage {
             Coverage::Datagram => truncated_mac(&self.datagram_key, body),
-            Coverage::Header => self.header_mac(&body[..body.len().min(HEADER_LEN)]),
+            Coverage::Header => self.header_mac(body),
         }
     }
 
-    /// The MAC of [`Coverage::Header`]: SipHash-2-4-128 of `header`.
-    fn header_mac(&self, header: &[u8]) -> [u8; MAC_LEN] {
+    /// The MAC of [`Coverage::Header`]: SipHash-2-4-128 of the first
+    /// [`HEADER_LEN`] bytes of `datagram` (all of it, if shorter).
+    fn header_mac(&self, datagram: &[u8]) -> [u8; MAC_LEN] {
         let key: &[u8; 16] = self.datagram_key[..16].try_into().expect("16 of 32 bytes");
         let mut hasher = SipHasher24::new_with_key(key);
-        hasher.write(header);
+        hasher.write(&datagram[..datagram.len().min(HEADER_LEN)]);
         hasher.finish128().as_bytes()
     }
 
