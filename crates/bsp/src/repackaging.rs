@@ -249,32 +249,41 @@ pub enum Record {
 
 /// Splits a stream, `stream[start..]`, into its records (ranges of all of
 /// `stream`).
+#[cfg(test)]
 pub fn parse(stream: &[u8], start: usize) -> Result<Vec<Record>, String> {
+    let first = stream.get(start..).ok_or("a stream that starts past its end")?;
+    parse_parts(&[first], start)
+}
+
+/// Splits a stream that arrived in pieces, `parts` one after the other,
+/// into its records, without joining the pieces: a record may span
+/// several. Ranges are in the stream's coordinates, which start at `base`
+/// and run on from one part into the next.
+pub fn parse_parts(parts: &[&[u8]], base: usize) -> Result<Vec<Record>, String> {
     let mut records = Vec::new();
-    let mut r = Reader(stream.get(start..).ok_or("a stream that starts past its end")?);
-    let at = |r: &Reader<'_>| stream.len() - r.0.len();
-    while !r.0.is_empty() {
+    let mut r = Chain::new(parts, base);
+    while r.left > 0 {
         let record = match r.u8()? {
             kind @ (PUT | HPPUT) => {
                 let slot = r.u32()?;
                 let offset = r.u64()?;
                 let len = length(r.u64()?)?;
-                let start = at(&r);
-                r.bytes(len)?;
+                let start = r.at;
+                r.skip(len)?;
                 Record::Put { hp: kind == HPPUT, slot, offset, data: start..start + len }
             }
             SEND => {
                 let tag_len = r.u32()? as usize;
                 let len = length(r.u64()?)?;
-                let start = at(&r);
-                r.bytes(tag_len)?;
-                r.bytes(len)?;
+                let start = r.at;
+                r.skip(tag_len)?;
+                r.skip(len)?;
                 Record::Send { tag: start..start + tag_len, payload: start + tag_len..start + tag_len + len }
             }
             REPLY => {
                 let len = length(r.u64()?)?;
-                let start = at(&r);
-                r.bytes(len)?;
+                let start = r.at;
+                r.skip(len)?;
                 Record::Reply { data: start..start + len }
             }
             DIRECT => {
@@ -290,6 +299,79 @@ pub fn parse(stream: &[u8], start: usize) -> Result<Vec<Record>, String> {
         records.push(record);
     }
     Ok(records)
+}
+
+/// A reader of a stream in parts: fields are read across the parts'
+/// boundaries, data is skipped; `at` is the position in the stream's
+/// coordinates.
+struct Chain<'a> {
+    parts: &'a [&'a [u8]],
+    /// The part being read, and the position in it.
+    part: usize,
+    pos: usize,
+    at: usize,
+    left: usize,
+}
+
+impl<'a> Chain<'a> {
+    fn new(parts: &'a [&'a [u8]], base: usize) -> Chain<'a> {
+        Chain { parts, part: 0, pos: 0, at: base, left: parts.iter().map(|p| p.len()).sum() }
+    }
+
+    fn truncated(&self, n: usize) -> String {
+        format!("truncated: {n} bytes wanted, {} left", self.left)
+    }
+
+    fn skip(&mut self, n: usize) -> Result<(), String> {
+        if n > self.left {
+            return Err(self.truncated(n));
+        }
+        self.at += n;
+        self.left -= n;
+        let mut n = n;
+        while n > 0 {
+            let here = (self.parts[self.part].len() - self.pos).min(n);
+            n -= here;
+            self.pos += here;
+            if self.pos == self.parts[self.part].len() {
+                (self.part, self.pos) = (self.part + 1, 0);
+            }
+        }
+        Ok(())
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {
+        if N > self.left {
+            return Err(self.truncated(N));
+        }
+        let mut out = [0; N];
+        let mut filled = 0;
+        while filled < N {
+            let part = self.parts[self.part];
+            let here = (part.len() - self.pos).min(N - filled);
+            out[filled..filled + here].copy_from_slice(&part[self.pos..self.pos + here]);
+            filled += here;
+            self.pos += here;
+            self.at += here;
+            self.left -= here;
+            if self.pos == part.len() {
+                (self.part, self.pos) = (self.part + 1, 0);
+            }
+        }
+        Ok(out)
+    }
+
+    fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.array::<1>()?[0])
+    }
+
+    fn u32(&mut self) -> Result<u32, String> {
+        self.array().map(u32::from_le_bytes)
+    }
+
+    fn u64(&mut self) -> Result<u64, String> {
+        self.array().map(u64::from_le_bytes)
+    }
 }
 
 fn length(len: u64) -> Result<usize, String> {

@@ -57,50 +57,153 @@ const ONE_ROUND_AFTER: u32 = 2;
 /// A received stream: the data pieces of one sender, in order. The first
 /// piece's message becomes the stream as it is, its headers skipped rather
 /// than copied off (a stream of one piece, as on one host, is then never
-/// copied); later pieces are appended.
+/// copied). A later piece that fills most of its buffer (a datagram of
+/// loopback's size, a large piece through shared memory) stays in its
+/// buffer as a part of its own, and records are read across the parts;
+/// smaller pieces (datagrams of an Ethernet's size, each in a buffer for
+/// any datagram) are copied behind the last part.
+///
+/// Positions in the stream (the ranges of [`Stream::records`]) run from
+/// `start` in the first buffer on through the parts, as if each part's
+/// bytes followed the previous one's: [`Stream::flatten`] makes that so.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Stream {
     bytes: Vec<u8>,
     /// Where the stream starts in `bytes`.
     start: usize,
+    /// The later parts: each a buffer and where the stream goes on in it.
+    more: Vec<(Vec<u8>, usize)>,
 }
+
+/// A received stream's parts, each with the position it starts at.
+pub(crate) struct View<'a> {
+    parts: Vec<(usize, &'a [u8])>,
+}
+
+impl View<'_> {
+    /// Copies the stream's bytes at positions `range` into `dst`, which is
+    /// as long (the ranges of [`Stream::records`] are within the stream).
+    pub fn copy_out(&self, range: Range<usize>, dst: &mut [u8]) {
+        debug_assert_eq!(range.len(), dst.len());
+        // The part that holds the range's first byte (or, for an empty
+        // range, any part before it).
+        let first = self.parts.partition_point(|&(at, _)| at <= range.start).saturating_sub(1);
+        for &(at, part) in &self.parts[first..] {
+            if at >= range.end {
+                break;
+            }
+            let (lo, hi) = (range.start.max(at), range.end.min(at + part.len()));
+            if lo < hi {
+                dst[lo - range.start..hi - range.start].copy_from_slice(&part[lo - at..hi - at]);
+            }
+        }
+    }
+}
+
+/// A piece stays in its buffer from this many bytes, if it fills at least
+/// half of it; a smaller one costs less to copy than a part costs to keep.
+const OWN_PART_FROM: usize = 8 << 10;
+/// The room of a part started for smaller pieces: the stream's length so
+/// far, within these bounds.
+const COPIED_PART: usize = 64 << 10;
+const COPIED_PART_MAX: usize = 4 << 20;
 
 impl Stream {
     /// The stream `bytes[start..]` (this process's own puts).
     pub fn new(bytes: Vec<u8>, start: usize) -> Stream {
-        Stream { bytes, start }
+        Stream { bytes, start, more: Vec::new() }
     }
 
-    /// Appends the data of a piece: `message` from `start` on.
-    fn push(&mut self, message: Vec<u8>, start: usize) {
-        if self.bytes.len() == self.start {
-            *self = Stream { bytes: message, start };
-        } else {
-            self.bytes.extend_from_slice(&message[start..]);
+    /// Appends the data of a piece: `message` from `start` on. Returns the
+    /// message's buffer where the piece was copied out of it.
+    fn push(&mut self, message: Vec<u8>, start: usize) -> Option<Vec<u8>> {
+        if self.len() == 0 && self.more.is_empty() {
+            *self = Stream::new(message, start);
+            return None;
         }
+        let piece = message.len() - start;
+        if piece >= OWN_PART_FROM && 2 * piece >= message.capacity() {
+            self.more.push((message, start));
+            return None;
+        }
+        let so_far = self.len();
+        let first = self.more.is_empty();
+        let last = match self.more.last_mut() {
+            Some((last, _)) => last,
+            None => &mut self.bytes,
+        };
+        // Behind the last part while it has room (or while the stream is
+        // small enough that growing its one buffer copies little); else
+        // into a new part, as large as the stream so far within bounds, so
+        // that no part is ever copied to grow.
+        if last.capacity() - last.len() >= piece || (first && so_far < OWN_PART_FROM) {
+            last.extend_from_slice(&message[start..]);
+        } else {
+            let mut part = Vec::with_capacity(piece.max(so_far.clamp(COPIED_PART, COPIED_PART_MAX)));
+            part.extend_from_slice(&message[start..]);
+            self.more.push((part, 0));
+        }
+        Some(message)
     }
 
     pub fn len(&self) -> usize {
-        self.bytes.len() - self.start
+        self.bytes.len() - self.start + self.more.iter().map(|(b, s)| b.len() - s).sum::<usize>()
     }
 
     #[cfg(test)]
-    fn content(&self) -> &[u8] {
-        &self.bytes[self.start..]
+    fn content(&self) -> Vec<u8> {
+        self.parts().concat()
     }
 
-    /// The stream's records, as ranges of [`Stream::into_bytes`].
+    /// The stream's bytes, part by part.
+    fn parts(&self) -> Vec<&[u8]> {
+        std::iter::once(&self.bytes[self.start..]).chain(self.more.iter().map(|(b, s)| &b[*s..])).collect()
+    }
+
+    /// The stream's records, their ranges in the stream's positions.
     pub fn records(&self) -> Result<Vec<Record>, String> {
-        repackaging::parse(&self.bytes, self.start)
+        if self.start > self.bytes.len() {
+            return Err("a stream that starts past its end".into());
+        }
+        repackaging::parse_parts(&self.parts(), self.start)
     }
 
-    /// The bytes the ranges of [`Stream::records`] index.
-    pub fn bytes(&self) -> &[u8] {
+    /// The stream's parts by position, for copying out of.
+    pub fn view(&self) -> View<'_> {
+        let mut at = self.start;
+        let parts = self
+            .parts()
+            .into_iter()
+            .map(|part| {
+                at += part.len();
+                (at - part.len(), part)
+            })
+            .collect();
+        View { parts }
+    }
+
+    /// Joins the parts into the first buffer: the stream's positions then
+    /// index [`Stream::bytes`] (the emptied parts' buffers are kept for
+    /// [`Stream::into_buffers`]).
+    pub fn flatten(&mut self) {
+        self.bytes.reserve(self.more.iter().map(|(b, s)| b.len() - s).sum());
+        for (part, start) in &mut self.more {
+            self.bytes.extend_from_slice(&part[*start..]);
+            part.clear();
+            *start = 0;
+        }
+    }
+
+    /// The first buffer, which the positions index once the stream is
+    /// flat ([`Stream::flatten`]).
+    #[cfg(test)]
+    fn bytes(&self) -> &[u8] {
         &self.bytes
     }
 
-    pub fn into_bytes(self) -> Vec<u8> {
-        self.bytes
+    /// The buffers: the first, then the parts'.
+    pub fn into_buffers(self) -> (Vec<u8>, Vec<Vec<u8>>) {
+        (self.bytes, self.more.into_iter().map(|(b, _)| b).collect())
     }
 }
 
@@ -253,17 +356,19 @@ impl Net {
                 }
                 ends[from as usize] = last;
                 let stream = &mut streams[from as usize];
-                // The first piece of a stream of several: into the buffer
-                // of this sender's last large stream, if there is one (see
-                // `Net::keep`), instead of growing from the piece's own.
+                // The first piece of a stream of several, if small for its
+                // buffer (see `Stream`): into the buffer of this sender's
+                // last large stream, if there is one (see `Net::keep`),
+                // instead of growing from the piece's own.
                 let kept = &mut self.kept[from as usize];
-                if stream.len() == 0 && last == 0 && kept.is_some() {
+                let small = 2 * (m.len() - DATA_HEADER) < data.capacity();
+                if stream.len() == 0 && last == 0 && small && kept.is_some() {
                     let mut buf = kept.take().expect("checked");
                     buf.extend_from_slice(&data[start + DATA_HEADER..]);
                     *stream = Stream::new(buf, 0);
                     self.spare.push(data);
-                } else {
-                    stream.push(data, start + DATA_HEADER);
+                } else if let Some(copied) = stream.push(data, start + DATA_HEADER) {
+                    self.spare.push(copied);
                 }
             }
             DATA => return Err(format!("data of superstep {step} in superstep {superstep}")),
@@ -936,6 +1041,7 @@ impl Bsp {
             .enumerate()
             .map(|(j, s)| s.records().map_err(|why| Reason::Malformed { peer: j as u32, why }))
             .collect::<Result<_, _>>()?;
+        let views: Vec<View<'_>> = streams.iter().map(Stream::view).collect();
 
         for (j, recs) in records.iter().enumerate() {
             let mut replies = recs.iter().filter_map(|r| match r {
@@ -949,7 +1055,7 @@ impl Bsp {
                 if data.len() as u64 != q.len {
                     return Err(Reason::Malformed { peer: j as u32, why: "a get reply of the wrong length".into() });
                 }
-                self.write_target(*target, &streams[j].bytes()[data]);
+                self.write_target(*target, &views[j], data);
             }
             if replies.next().is_some() {
                 return Err(Reason::Malformed { peer: j as u32, why: "a get reply nobody asked for".into() });
@@ -968,7 +1074,7 @@ impl Bsp {
                         let (at, len) = self.check_access(area, *slot, *offset, data.len() as u64, || {
                             format!("{} from process {j}", if *hp { "bsp_hpput" } else { "bsp_put" })
                         })?;
-                        write_area(&mut self.owned, area, at, &streams[j].bytes()[data.start..data.start + len]);
+                        write_area(&mut self.owned, area, at, &views[j], data.start..data.start + len);
                     }
                     Record::Send { tag, payload } => {
                         entries.push(crate::queue::Entry { buffer: j, tag: tag.clone(), payload: payload.clone() })
@@ -1001,10 +1107,25 @@ impl Bsp {
                 net.broken.get_or_insert(reason);
             }
         })?;
+        drop(views);
         // The streams' buffers (most were read from the network in place)
-        // hold the new queue's messages; with none, they are given back to
-        // the runtime now, and the old queue's are given back in any case.
-        let buffers: Vec<Vec<u8>> = streams.into_iter().map(Stream::into_bytes).collect();
+        // hold the new queue's messages, each stream's in one (a stream in
+        // parts that carries messages is joined); with none, they are
+        // given back to the runtime now, and the old queue's are given
+        // back in any case.
+        let mut carries = vec![false; p];
+        for e in &entries {
+            carries[e.buffer] = true;
+        }
+        let mut buffers = Vec::with_capacity(p);
+        for (mut stream, carries) in streams.into_iter().zip(carries) {
+            if carries {
+                stream.flatten();
+            }
+            let (first, parts) = stream.into_buffers();
+            self.net.spare.extend(parts);
+            buffers.push(first);
+        }
         let old = if entries.is_empty() {
             for (j, buffer) in buffers.into_iter().enumerate() {
                 match j == me {
@@ -1040,21 +1161,20 @@ impl Bsp {
         Ok(())
     }
 
-    fn write_target(&mut self, target: GetTarget, data: &[u8]) {
-        match target {
-            GetTarget::Raw(addr) => {
-                if !data.is_empty() {
-                    // SAFETY: the caller of get_raw promised `len` writable
-                    // bytes at `dst` until the sync ends.
-                    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), addr as *mut u8, data.len()) };
-                }
-            }
-            GetTarget::Owned { index, at } => {
-                if let Some(area) = &mut self.owned[index] {
-                    area.bytes_mut()[at..at + data.len()].copy_from_slice(data);
-                }
-            }
-        }
+    /// Writes a get's reply, the stream's bytes at `data`, where the get
+    /// asked.
+    fn write_target(&mut self, target: GetTarget, view: &View<'_>, data: Range<usize>) {
+        let dst = match target {
+            GetTarget::Raw(_) if data.is_empty() => return,
+            // SAFETY: the caller of get_raw promised `len` writable bytes at
+            // `dst` until the sync ends.
+            GetTarget::Raw(addr) => unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, data.len()) },
+            GetTarget::Owned { index, at } => match &mut self.owned[index] {
+                Some(area) => &mut area.bytes_mut()[at..at + data.len()],
+                None => return,
+            },
+        };
+        view.copy_out(data, dst);
     }
 }
 
@@ -1090,11 +1210,18 @@ pub(crate) struct Lent {
     buffers: Vec<Vec<u8>>,
 }
 
-fn write_area(owned: &mut [Option<Box<dyn crate::OwnedArea>>], area: Area, offset: usize, data: &[u8]) {
+/// Writes the stream's bytes at `data` into `area` from `offset` on.
+fn write_area(
+    owned: &mut [Option<Box<dyn crate::OwnedArea>>],
+    area: Area,
+    offset: usize,
+    view: &View<'_>,
+    data: Range<usize>,
+) {
     let dst = area_mut(owned, area, offset, data.len());
     // An owned area gone since the access was checked takes nothing.
     if dst.len() == data.len() {
-        dst.copy_from_slice(data);
+        view.copy_out(data, dst);
     }
 }
 
@@ -1134,7 +1261,7 @@ mod tests {
         assert_eq!(streams[1].content(), b"abcd");
         assert_eq!(streams[1].bytes().as_ptr(), at, "in the kept buffer");
         // A stream of one piece stays in its message, and the kept buffer waits.
-        net.keep(1, streams.into_iter().nth(1).unwrap().into_bytes());
+        net.keep(1, streams.into_iter().nth(1).unwrap().into_buffers().0);
         net.sort(1, piece(5, LAST, b"one"), 0, 5).unwrap();
         assert_eq!(net.take_streams()[1].content(), b"one");
         assert!(net.kept[1].is_some());
@@ -1170,10 +1297,91 @@ mod tests {
         let at = datagram.as_ptr();
         net.sort(1, datagram, 70, 4).unwrap();
         let streams = net.take_streams();
-        assert_eq!((streams[1].content(), streams[1].bytes().as_ptr()), (&b"in place"[..], at));
+        assert_eq!((&streams[1].content()[..], streams[1].bytes().as_ptr()), (&b"in place"[..], at));
         assert!(net.sort(1, vec![0; 75], 70, 5).unwrap_err().contains("too short"));
         let records = Stream::new(vec![9], 0).records();
         assert!(records.unwrap_err().contains("unknown record kind 9"));
+    }
+
+    /// A data message of `piece` in a buffer of `room` bytes, as read
+    /// from a datagram.
+    fn piece_in(superstep: u64, last: u8, piece: &[u8], room: usize) -> Vec<u8> {
+        let mut m = Vec::with_capacity(room.max(DATA_HEADER + piece.len()));
+        m.extend_from_slice(&data_message(superstep, last, piece));
+        m
+    }
+
+    #[test]
+    fn large_pieces_stay_where_they_landed_and_records_span_them() {
+        // Records that cross every boundary: puts of 7,000 bytes in pieces
+        // of 10,000 (each filling its buffer), small pieces behind them.
+        let mut out = OutStream::new(0);
+        let data: Vec<Vec<u8>> = (0..9u8).map(|i| vec![i; 7_000 + i as usize]).collect();
+        for (i, d) in data.iter().enumerate() {
+            out.put(1, i as u64 * 8_000, d);
+        }
+        out.reply(b"tail");
+        let whole = out.bytes(0..out.len()).to_vec();
+        let cuts: Vec<Range<usize>> =
+            (0..whole.len()).step_by(10_000).map(|at| at..(at + 10_000).min(whole.len())).collect();
+        let mut net = Net::new(3, 10_000, 8);
+        let mut addresses = Vec::new();
+        for (k, cut) in cuts.iter().enumerate() {
+            // The last piece is small for its buffer: copied behind.
+            let small = cut.len() < OWN_PART_FROM;
+            let room = if small { 65_536 } else { DATA_HEADER + cut.len() };
+            let last = if k + 1 == cuts.len() { LAST } else { 0 };
+            let message = piece_in(4, last, &whole[cut.clone()], room);
+            addresses.push(message.as_ptr());
+            net.sort(1, message, 0, 4).unwrap();
+        }
+        assert!(net.whole(1, false));
+        let stream = net.take_streams().swap_remove(1);
+        assert!(stream.more.len() >= cuts.len() - 2, "the large pieces were not copied");
+        assert_eq!(stream.more[0].0.as_ptr(), addresses[1]);
+        assert_eq!(stream.content(), whole);
+        let records = stream.records().unwrap();
+        let view = stream.view();
+        for (i, d) in data.iter().enumerate() {
+            let Record::Put { slot: 1, offset, data: ref range, .. } = records[i] else { panic!("{:?}", records[i]) };
+            assert_eq!(offset, i as u64 * 8_000);
+            let mut got = vec![0; range.len()];
+            view.copy_out(range.clone(), &mut got);
+            assert_eq!(&got, d, "put {i}");
+        }
+        let Record::Reply { data: ref range } = records[9] else { panic!() };
+        let mut got = [0; 4];
+        view.copy_out(range.clone(), &mut got);
+        assert_eq!(&got, b"tail");
+        // Joined, the same positions index the first buffer.
+        let mut flat = stream.clone();
+        flat.flatten();
+        assert_eq!(&flat.bytes()[range.clone()], b"tail");
+        assert_eq!(flat.records().unwrap(), records);
+        // Cut short anywhere, the stream is malformed, never a panic.
+        for cut in [1, 10_000, 10_001, whole.len() - 1] {
+            let mut short = Stream::default();
+            for piece in whole[..cut].chunks(10_000) {
+                let _ = short.push(piece_in(4, 0, piece, 0)[..].to_vec(), DATA_HEADER);
+            }
+            assert!(short.records().is_err(), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn small_pieces_are_copied_into_parts_that_never_grow() {
+        let mut stream = Stream::default();
+        let mut expected = Vec::new();
+        for i in 0..200u32 {
+            let piece = vec![i as u8; 1_400];
+            expected.extend_from_slice(&piece);
+            let copied = stream.push(piece_in(4, 0, &piece, 65_536), DATA_HEADER);
+            assert_eq!(copied.is_some(), i > 0, "piece {i}: the first is the stream's first buffer");
+        }
+        assert_eq!(stream.content(), expected);
+        let rooms: Vec<usize> = stream.more.iter().map(|(b, _)| b.capacity()).collect();
+        assert!(rooms.len() >= 2, "{rooms:?}");
+        assert_eq!(stream.bytes.capacity(), 65_536, "the first buffer was filled, not grown");
     }
 
     #[test]
