@@ -33,6 +33,7 @@
 //! only into the datagram.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use bulkwire_wire::RECORD_HEADER_LEN;
 
@@ -68,6 +69,13 @@ pub struct OutStream {
     /// Empty, or [`HEADROOM`] bytes and then the bytes of the stream that
     /// have not been handed off.
     buf: Vec<u8>,
+    /// That buffer, once pieces of it were lent to the runtime to send
+    /// where they lie ([`OutStream::lend`]; `buf` is then empty).
+    lent: Option<Arc<Vec<u8>>>,
+    /// A buffer lent in an earlier superstep, kept for this one's stream
+    /// ([`OutStream::reuse`]): taken back when the stream starts, if the
+    /// runtime has let go of it by then.
+    waiting: Option<Arc<Vec<u8>>>,
     /// How many bytes of the stream were handed off, in front of `buf`'s.
     handed_off: usize,
     /// Spare capacity kept behind the stream, so that the small messages
@@ -76,13 +84,44 @@ pub struct OutStream {
     slack: usize,
 }
 
+/// A stream's buffer kept for the next superstep's stream to the same
+/// destination ([`OutStream::take_buffer`]): its own, or one still lent
+/// to the runtime (its last packets not yet acknowledged).
+#[derive(Debug)]
+pub enum Kept {
+    Own(Vec<u8>),
+    Lent(Arc<Vec<u8>>),
+}
+
+/// A piece of a stream lent to the runtime: its packets carry the bytes
+/// where they lie in the stream's buffer, which stays unchanged while any
+/// piece of it is held.
+#[derive(Debug)]
+struct LentPiece {
+    buf: Arc<Vec<u8>>,
+    range: Range<usize>,
+}
+
+impl AsRef<[u8]> for LentPiece {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf[self.range.clone()]
+    }
+}
+
+impl bulkwire_proto::LentBytes for LentPiece {}
+
 impl OutStream {
     pub fn new(slack: usize) -> OutStream {
-        OutStream { buf: Vec::new(), handed_off: 0, slack }
+        OutStream { slack, ..OutStream::default() }
+    }
+
+    /// The buffer: `buf`, or the lent one.
+    fn data(&self) -> &[u8] {
+        self.lent.as_deref().unwrap_or(&self.buf)
     }
 
     pub fn len(&self) -> usize {
-        self.handed_off + self.buf.len().saturating_sub(HEADROOM)
+        self.handed_off + self.data().len().saturating_sub(HEADROOM)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -124,7 +163,16 @@ impl OutStream {
 
     /// The buffer, ready for `additional` more bytes.
     fn extend(&mut self, additional: usize) -> &mut Vec<u8> {
+        if let Some(lent) = self.lent.take() {
+            // Added to after pieces went (not done by the sync): the
+            // buffer is taken back, or copied while the runtime holds it.
+            self.buf = Arc::try_unwrap(lent).unwrap_or_else(|held| (*held).clone());
+        }
         if self.buf.is_empty() {
+            if let Some(Ok(mut buf)) = self.waiting.take().map(Arc::try_unwrap) {
+                buf.clear();
+                self.buf = buf;
+            }
             self.buf.reserve(HEADROOM + additional + self.slack);
             self.buf.resize(HEADROOM, 0);
         } else {
@@ -135,17 +183,38 @@ impl OutStream {
 
     /// Bytes `range` of the stream (none of them handed off).
     pub fn bytes(&self, range: Range<usize>) -> &[u8] {
+        &self.data()[self.at(range)]
+    }
+
+    /// Where bytes `range` of the stream are in the buffer.
+    fn at(&self, range: Range<usize>) -> Range<usize> {
         let skip = self.handed_off;
-        &self.buf[HEADROOM + range.start - skip..HEADROOM + range.end - skip]
+        HEADROOM + range.start - skip..HEADROOM + range.end - skip
+    }
+
+    /// Bytes `range` of the stream (none of them handed off), lent to the
+    /// runtime to send where they lie: the buffer is shared from now on,
+    /// and left unchanged while the runtime holds any piece of it.
+    pub fn lend(&mut self, range: Range<usize>) -> Arc<dyn bulkwire_proto::LentBytes> {
+        let at = self.at(range);
+        let buf = self.lent.get_or_insert_with(|| Arc::new(std::mem::take(&mut self.buf)));
+        Arc::new(LentPiece { buf: buf.clone(), range: at })
+    }
+
+    /// Whether [`OutStream::hand_off`] of the rest from `offset` on would
+    /// hand off the buffer.
+    pub fn hands_off_at(&self, offset: usize) -> bool {
+        offset == self.handed_off && self.lent.is_none()
     }
 
     /// The rest of the stream from `offset` on, as one data message whose
     /// headers, `header` behind room for the protocol's record header, go
     /// in front of it, in the buffer it was built in; `None` if some of
-    /// that buffer's bytes come before `offset` (they went as copies). The
-    /// stream keeps its length; what is added later starts a new buffer.
+    /// that buffer's bytes come before `offset` (they went as copies or
+    /// lent). The stream keeps its length; what is added later starts a
+    /// new buffer.
     pub fn hand_off(&mut self, offset: usize, header: &[u8; DATA_HEADER]) -> Option<Vec<u8>> {
-        if offset != self.handed_off {
+        if !self.hands_off_at(offset) {
             return None;
         }
         let len = self.len();
@@ -159,32 +228,38 @@ impl OutStream {
     }
 
     /// The buffer of a stream of at least [`REUSE_FROM`] bytes that went
-    /// as copies (never handed off), emptied, for the next superstep's
-    /// stream to the same destination ([`OutStream::reuse`]): a buffer
-    /// that large is otherwise new pages every superstep, each one faulted
-    /// in and cleared by the kernel. A buffer so kept and not used (no
-    /// stream this superstep) is kept again; one that held a smaller
-    /// stream goes.
-    pub fn take_buffer(&mut self) -> Option<Vec<u8>> {
-        let unused = self.is_empty() && self.buf.capacity() >= REUSE_FROM;
+    /// as copies or lent (never handed off), emptied, for the next
+    /// superstep's stream to the same destination ([`OutStream::reuse`]):
+    /// a buffer that large is otherwise new pages every superstep, each
+    /// one faulted in and cleared by the kernel. A buffer so kept and not
+    /// used (no stream this superstep) is kept again; one that held a
+    /// smaller stream goes.
+    pub fn take_buffer(&mut self) -> Option<Kept> {
+        let unused = self.is_empty() && (self.buf.capacity() >= REUSE_FROM || self.waiting.is_some());
         if self.handed_off > 0 || (self.len() < REUSE_FROM && !unused) {
             return None;
         }
+        if let Some(lent) = self.lent.take().or_else(|| self.waiting.take()) {
+            return Some(Kept::Lent(lent));
+        }
         let mut buf = std::mem::take(&mut self.buf);
         buf.clear();
-        Some(buf)
+        Some(Kept::Own(buf))
     }
 
-    /// Builds the stream in `buf` (empty), whose room it keeps.
-    pub fn reuse(&mut self, buf: Vec<u8>) {
-        debug_assert!(self.buf.is_empty() && buf.is_empty());
-        self.buf = buf;
+    /// Builds the stream in `kept` (see [`Kept`]), whose room it keeps.
+    pub fn reuse(&mut self, kept: Kept) {
+        debug_assert!(self.buf.is_empty() && self.lent.is_none());
+        match kept {
+            Kept::Own(buf) => self.buf = buf,
+            Kept::Lent(lent) => self.waiting = Some(lent),
+        }
     }
 
     /// The stream's buffer and where the stream starts in it, for a stream
-    /// that was never handed off (a process's own puts).
+    /// that was never handed off or lent (a process's own puts).
     pub fn into_bytes(self) -> (Vec<u8>, usize) {
-        debug_assert_eq!(self.handed_off, 0, "a process's own stream is never sent");
+        debug_assert!(self.handed_off == 0 && self.lent.is_none(), "a process's own stream is never sent");
         let start = HEADROOM.min(self.buf.len());
         (self.buf, start)
     }
@@ -522,21 +597,57 @@ mod tests {
     fn a_large_stream_s_buffer_is_kept_while_unused_and_dropped_for_a_small_one() {
         let mut s = OutStream::new(0);
         s.put(1, 0, &vec![7; REUSE_FROM]);
-        let buf = s.take_buffer().expect("a large stream's buffer");
+        let Some(Kept::Own(buf)) = s.take_buffer() else { panic!("a large stream's buffer") };
         assert!(buf.is_empty() && buf.capacity() >= REUSE_FROM);
         let mut next = OutStream::new(0);
-        next.reuse(buf);
+        next.reuse(Kept::Own(buf));
         // Unused in a superstep: kept again.
         let buf = next.take_buffer().expect("kept while unused");
         let mut small = OutStream::new(0);
         small.reuse(buf);
         small.put(1, 0, b"ab");
-        assert_eq!(small.take_buffer(), None, "a small stream's buffer goes");
+        assert!(small.take_buffer().is_none(), "a small stream's buffer goes");
         // One handed off is the runtime's.
         let mut sent = OutStream::new(0);
         sent.put(1, 0, &vec![7; REUSE_FROM]);
         sent.hand_off(0, &[0; DATA_HEADER]).unwrap();
-        assert_eq!(sent.take_buffer(), None);
+        assert!(sent.take_buffer().is_none());
+    }
+
+    #[test]
+    fn a_lent_stream_s_buffer_is_taken_back_once_the_runtime_lets_go() {
+        let mut s = OutStream::new(0);
+        s.put(1, 0, &vec![7; REUSE_FROM]);
+        s.put(2, 0, b"tail");
+        let len = s.len();
+        let first = s.lend(0..1000);
+        let second = s.lend(1000..len);
+        assert_eq!((*first).as_ref(), s.bytes(0..1000));
+        assert!((*second).as_ref().ends_with(b"tail"));
+        assert!(!s.hands_off_at(0), "lent: never handed off");
+        assert_eq!(s.hand_off(0, &[0; DATA_HEADER]), None);
+        let at = (*first).as_ref().as_ptr();
+        let Some(Kept::Lent(kept)) = s.take_buffer() else { panic!("a large lent stream's buffer") };
+        // Still held by the runtime when the next stream starts: a new buffer.
+        let mut next = OutStream::new(0);
+        next.reuse(Kept::Lent(kept.clone()));
+        next.put(1, 0, b"ab");
+        assert_ne!(next.bytes(0..2).as_ptr(), at);
+        // Let go by then: the same buffer, emptied.
+        let mut again = OutStream::new(0);
+        again.reuse(Kept::Lent(kept));
+        drop((first, second));
+        again.put(3, 0, b"cd");
+        assert_eq!(again.bytes(0..PUT_HEADER + 2).as_ptr(), at, "the lent buffer, taken back");
+        assert_eq!(again.len(), PUT_HEADER + 2);
+        // Added to while lent (the sync never does): copied, not changed under the runtime.
+        let mut s = OutStream::new(0);
+        s.put(1, 0, b"abcd");
+        let piece = s.lend(0..s.len());
+        let before = (*piece).as_ref().to_vec();
+        s.put(2, 0, b"more");
+        assert_eq!((*piece).as_ref(), &before[..]);
+        assert_eq!(s.bytes(0..before.len()), &before[..]);
     }
 
     #[test]

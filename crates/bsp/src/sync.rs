@@ -993,10 +993,20 @@ impl Bsp {
                 if !e.can_send(to, CHANNEL, DATA_HEADER + piece.len()) {
                     break;
                 }
-                let (message, framed) = piece_message(stream, piece, s, LAST);
-                if let Some(message) = try_send(e, to, message, framed)? {
-                    // Not after `can_send`; if it were, the piece goes next.
-                    net.outgoing.push_back(Outgoing { to, message, framed });
+                // Over UDP a piece goes where it lies in the stream (the
+                // protocol keeps it until acknowledged), unless it is the
+                // whole stream: that goes in its own buffer as it is.
+                let whole = last && stream.hands_off_at(piece.start);
+                if !local && !whole {
+                    let header = data_header(s, if last { LAST } else { 0 });
+                    let body = stream.lend(piece);
+                    e.send_shared(to, CHANNEL, &header, body).map_err(|e| Reason::Runtime(e.to_string()))?;
+                } else {
+                    let (message, framed) = piece_message(stream, piece, s, LAST);
+                    if let Some(message) = try_send(e, to, message, framed)? {
+                        // Not after `can_send`; if it were, the piece goes next.
+                        net.outgoing.push_back(Outgoing { to, message, framed });
+                    }
                 }
                 offset = end;
                 if !local && ((last && ask_last) || in_flight + 1 >= window) {
@@ -1028,8 +1038,8 @@ impl Bsp {
         // A large stream's buffer serves the next superstep's to the same
         // destination (one superstep's streams at most are kept).
         for (old, new) in outboxes.iter_mut().zip(self.outboxes.iter_mut()) {
-            if let Some(buf) = old.stream.take_buffer() {
-                new.stream.reuse(buf);
+            if let Some(kept) = old.stream.take_buffer() {
+                new.stream.reuse(kept);
             }
         }
         let lent = Lent {

@@ -799,8 +799,11 @@ fn interrupting_the_launcher_leaves_no_process_behind() {
 }
 
 /// Two network namespaces joined by a veth pair; needs root and iproute2,
-/// and is skipped (with a note) where they are missing.
-struct Netns;
+/// and is skipped (with a note) where they are missing. One test at a time
+/// holds them (the names are fixed).
+struct Netns(#[allow(dead_code)] std::sync::MutexGuard<'static, ()>);
+
+static NETNS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Netns {
     const A: &'static str = "bwtestA";
@@ -812,6 +815,7 @@ impl Netns {
         if unsafe { libc::geteuid() } != 0 || !sh("command -v ip >/dev/null") {
             return None;
         }
+        let held = NETNS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         Netns::down();
         let ok = sh(&format!(
             "ip netns add {a} && ip netns add {b} && \
@@ -825,7 +829,7 @@ impl Netns {
             b = Netns::B
         ));
         if ok {
-            Some(Netns)
+            Some(Netns(held))
         } else {
             Netns::down();
             None
@@ -836,7 +840,11 @@ impl Netns {
         let _ = Command::new("sh")
             .args([
                 "-c",
-                &format!("ip netns del {} 2>/dev/null; ip netns del {} 2>/dev/null; true", Netns::A, Netns::B),
+                &format!(
+                    "ip netns del {} 2>/dev/null; ip netns del {} 2>/dev/null; ip link del bwtA 2>/dev/null; true",
+                    Netns::A,
+                    Netns::B
+                ),
             ])
             .status();
     }
@@ -864,10 +872,24 @@ fn a_job_across_two_network_namespaces() {
         world.finalize().unwrap();
         return;
     }
-    let Some(_ns) = Netns::up() else {
+    let Some(out) = across_namespaces("a_job_across_two_network_namespaces") else {
         eprintln!("skipped: needs root and iproute2 to create network namespaces");
         return;
     };
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("netns rank 0 talks to 10.77.0.2:"), "{stdout}");
+    assert!(stdout.contains("netns rank 1 talks to 10.77.0.1:"), "{stdout}");
+    // Jumbo frames of different sizes at the two ends (MTU 9000 and 4000):
+    // both ranks send what the smaller carries (4000 - 28 bytes of IPv4 and
+    // UDP headers).
+    assert_eq!(stdout.matches("in datagrams of 3972").count(), 2, "{stdout}");
+}
+
+/// Runs `test` as a job of two ranks, rank 0 in one network namespace and
+/// rank 1 in the other ([`Netns`]); `None` where they cannot be made.
+fn across_namespaces(test: &str) -> Option<Output> {
+    let _ns = Netns::up()?;
     let exe = std::env::current_exe().unwrap();
     let script = format!(
         "if [ \"$BULKWIRE_RANK\" = 1 ]; then exec ip netns exec {} \"$0\" \"$@\"; else exec \"$0\" \"$@\"; fi",
@@ -877,18 +899,48 @@ fn a_job_across_two_network_namespaces() {
         .args(["netns", "exec", Netns::A, env!("CARGO_BIN_EXE_bulkwire"), "run", "-n", "2", "--bind", "10.77.0.1"])
         .args(["sh", "-c", &script])
         .arg(exe)
-        .args(["--exact", "a_job_across_two_network_namespaces", "--nocapture", "--test-threads=1"])
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
         .stdin(Stdio::null())
         .output()
         .unwrap();
+    Some(out)
+}
+
+/// A BSP superstep between two hosts: puts, an hpput and messages larger
+/// than a datagram go as pieces of their streams, sent from where they lie
+/// in datagrams of 3,972 bytes, and land whole.
+#[test]
+fn a_bsp_superstep_across_two_network_namespaces() {
+    if is_rank() {
+        let mut bsp = bulkwire_bsp::Bsp::begin().unwrap();
+        let (me, other) = (bsp.pid(), 1 - bsp.pid());
+        let area = bsp.register::<u8>(5 << 20).unwrap();
+        bsp.set_tagsize(8).unwrap();
+        bsp.sync().unwrap();
+        for step in 0..3u64 {
+            let seed = |pid: u32| u64::from(pid) * 1000 + step;
+            bsp.put(other, &pattern(seed(me), 3 << 20), &area, 0).unwrap();
+            bsp.put(other, &pattern(seed(me) + 7, 5_000), &area, (4 << 20) + 3).unwrap();
+            bsp.send(other, &step.to_le_bytes(), &pattern(seed(me) + 9, 100_000)).unwrap();
+            bsp.sync().unwrap();
+            let got = bsp.area(&area);
+            assert_eq!(first_difference(seed(other), 3 << 20, &got[..3 << 20]), None, "step {step}");
+            assert_eq!(&got[(4 << 20) + 3..(4 << 20) + 5_003], &pattern(seed(other) + 7, 5_000)[..]);
+            let mut payload = vec![0; 100_000];
+            assert_eq!(bsp.move_message(&mut payload).unwrap(), 100_000);
+            assert_eq!(payload, pattern(seed(other) + 9, 100_000), "step {step}");
+        }
+        println!("netns bsp rank {me} done");
+        bsp.end().unwrap();
+        return;
+    }
+    let Some(out) = across_namespaces("a_bsp_superstep_across_two_network_namespaces") else {
+        eprintln!("skipped: needs root and iproute2 to create network namespaces");
+        return;
+    };
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert!(stdout.contains("netns rank 0 talks to 10.77.0.2:"), "{stdout}");
-    assert!(stdout.contains("netns rank 1 talks to 10.77.0.1:"), "{stdout}");
-    // Jumbo frames of different sizes at the two ends (MTU 9000 and 4000):
-    // both ranks send what the smaller carries (4000 - 28 bytes of IPv4 and
-    // UDP headers).
-    assert_eq!(stdout.matches("in datagrams of 3972").count(), 2, "{stdout}");
+    assert_eq!(stdout.matches("netns bsp rank").count(), 2, "{stdout}");
 }
 
 fn have(program: &str) -> bool {

@@ -133,8 +133,34 @@ enum Info {
 pub struct SharedPayload {
     bytes: Held,
     range: std::ops::Range<usize>,
-    /// Sent before `bytes[range]`: the record header of a piece.
-    head: Option<[u8; RECORD_HEADER_LEN]>,
+    /// Sent before `bytes[range]`: the record header of a piece (and, in
+    /// the first packet of a lent message, the message's prefix).
+    head: Option<Head>,
+}
+
+/// The most bytes a lent message may carry in front of its lent memory
+/// ([`crate::Endpoint::send_lent`]): a layer's header.
+pub const LENT_PREFIX_MAX: usize = 16;
+
+/// A piece's record header and what of its message's own bytes precede
+/// the lent memory: kept inline, copied with every packet.
+#[derive(Clone, Copy, Debug)]
+struct Head {
+    bytes: [u8; RECORD_HEADER_LEN + LENT_PREFIX_MAX],
+    len: u8,
+}
+
+impl Head {
+    fn new(record_header: &[u8; RECORD_HEADER_LEN], prefix: &[u8]) -> Head {
+        let mut bytes = [0; RECORD_HEADER_LEN + LENT_PREFIX_MAX];
+        bytes[..RECORD_HEADER_LEN].copy_from_slice(record_header);
+        bytes[RECORD_HEADER_LEN..RECORD_HEADER_LEN + prefix.len()].copy_from_slice(prefix);
+        Head { bytes, len: (RECORD_HEADER_LEN + prefix.len()) as u8 }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
 }
 
 /// Memory a message is sent from that the endpoint does not own: lent by
@@ -174,18 +200,18 @@ impl SharedPayload {
         SharedPayload { bytes: Held::Own(Arc::new(bytes)), range, head: None }
     }
 
-    fn piece(bytes: Held, range: std::ops::Range<usize>, head: [u8; RECORD_HEADER_LEN]) -> SharedPayload {
+    fn piece(bytes: Held, range: std::ops::Range<usize>, head: Head) -> SharedPayload {
         SharedPayload { bytes, range, head: Some(head) }
     }
 
     /// The payload: these two, one after the other (the first empty but
     /// for a piece of a message, whose record header it is).
     pub fn parts(&self) -> (&[u8], &[u8]) {
-        (self.head.as_ref().map_or(&[][..], |h| &h[..]), &self.bytes.as_slice()[self.range.clone()])
+        (self.head.as_ref().map_or(&[][..], Head::as_slice), &self.bytes.as_slice()[self.range.clone()])
     }
 
     pub fn len(&self) -> usize {
-        self.head.map_or(0, |h| h.len()) + self.range.len()
+        self.head.map_or(0, |h| h.len as usize) + self.range.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -202,7 +228,7 @@ impl SharedPayload {
     fn held_bytes(&self) -> usize {
         match (&self.head, &self.bytes) {
             (None, Held::Own(a)) => a.capacity(),
-            (h, _) => h.map_or(0, |h| h.len()) + self.range.len(),
+            (h, _) => h.map_or(0, |h| h.len as usize) + self.range.len(),
         }
     }
 
@@ -222,9 +248,10 @@ impl SharedPayload {
 enum MessageBytes {
     Owned(Vec<u8>),
     Shared(Arc<Vec<u8>>),
-    /// Lent memory, then a few bytes of the endpoint's own (a layer's
-    /// trailer), sent as one message.
+    /// Lent memory between a few bytes of the endpoint's own (a layer's
+    /// header and trailer), sent as one message.
     Lent {
+        prefix: Vec<u8>,
         body: Arc<dyn LentBytes>,
         suffix: Vec<u8>,
     },
@@ -235,7 +262,7 @@ impl MessageBytes {
         match self {
             MessageBytes::Owned(v) => v.capacity(),
             MessageBytes::Shared(a) => a.capacity(),
-            MessageBytes::Lent { suffix, .. } => suffix.capacity(),
+            MessageBytes::Lent { prefix, suffix, .. } => prefix.capacity() + suffix.capacity(),
         }
     }
 
@@ -286,29 +313,34 @@ impl OutMessage {
         match &self.data {
             MessageBytes::Owned(v) => v.len() - self.headroom,
             MessageBytes::Shared(a) => a.len() - self.headroom,
-            MessageBytes::Lent { body, suffix } => (**body).as_ref().len() + suffix.len(),
+            MessageBytes::Lent { prefix, body, suffix } => prefix.len() + (**body).as_ref().len() + suffix.len(),
         }
     }
 
-    /// Of a message in lent memory, where that memory ends in it (a piece
-    /// shared where it lies stops there).
-    fn lent_end(&self) -> Option<usize> {
+    /// Of a message in lent memory, its prefix and where that memory ends
+    /// in the message (a piece shared where it lies stops there).
+    fn lent(&self) -> Option<(&[u8], usize)> {
         match &self.data {
-            MessageBytes::Lent { body, .. } => Some((**body).as_ref().len()),
+            MessageBytes::Lent { prefix, body, .. } => Some((prefix, prefix.len() + (**body).as_ref().len())),
             _ => None,
         }
     }
 
     /// Appends the message's bytes in `range` to `out`.
     fn copy_to(&self, range: std::ops::Range<usize>, out: &mut Vec<u8>) {
-        let (head, tail) = match &self.data {
-            MessageBytes::Owned(v) => (&v[self.headroom..], &[][..]),
-            MessageBytes::Shared(a) => (&a[self.headroom..], &[][..]),
-            MessageBytes::Lent { body, suffix } => ((**body).as_ref(), &suffix[..]),
+        let parts: [&[u8]; 3] = match &self.data {
+            MessageBytes::Owned(v) => [&v[self.headroom..], &[], &[]],
+            MessageBytes::Shared(a) => [&a[self.headroom..], &[], &[]],
+            MessageBytes::Lent { prefix, body, suffix } => [prefix, (**body).as_ref(), suffix],
         };
-        let split = head.len();
-        out.extend_from_slice(&head[range.start.min(split)..range.end.min(split)]);
-        out.extend_from_slice(&tail[range.start.max(split) - split..range.end.max(split) - split]);
+        let mut at = 0;
+        for part in parts {
+            let (lo, hi) = (range.start.max(at), range.end.min(at + part.len()));
+            if lo < hi {
+                out.extend_from_slice(&part[lo - at..hi - at]);
+            }
+            at += part.len();
+        }
     }
 }
 
@@ -518,8 +550,9 @@ impl Channel {
 
     /// Queues the message of `body` followed by `suffix`, its pieces sent
     /// from `body` where it lies (see [`LentBytes`]).
-    pub(crate) fn queue_lent(&mut self, body: Arc<dyn LentBytes>, suffix: Vec<u8>) {
-        self.queue_message(OutMessage { data: MessageBytes::Lent { body, suffix }, headroom: 0, offset: 0 });
+    pub(crate) fn queue_lent(&mut self, prefix: Vec<u8>, body: Arc<dyn LentBytes>, suffix: Vec<u8>) {
+        let data = MessageBytes::Lent { prefix, body, suffix };
+        self.queue_message(OutMessage { data, headroom: 0, offset: 0 });
     }
 
     fn queue_message(&mut self, message: OutMessage) {
@@ -1433,14 +1466,24 @@ impl Channel {
         let mut piece = None;
         if let Some(msg) = self.pending.front_mut().filter(|_| payload.is_empty()) {
             let mut take = (msg.len() - msg.offset).min(room(0));
-            if let Some(end) = msg.lent_end() {
-                // Lent memory ends before the message's own trailer.
-                take = take.min(end.saturating_sub(msg.offset));
-            }
-            if take >= SHARED_PIECE_MIN && self.strategy != Strategy::BestEffort {
-                let head = record_header(msg.len() as u32, msg.offset as u32, take as u16);
-                let start = msg.headroom + msg.offset;
-                piece = Some(SharedPayload::piece(msg.data.share(), start..start + take, head));
+            // Of a lent message, the first packet carries its prefix in
+            // front of the lent memory, and lent memory ends before the
+            // message's own trailer.
+            let (prefix, carried) = match msg.lent() {
+                Some((prefix, end)) => {
+                    take = take.min(end.saturating_sub(msg.offset));
+                    (prefix.len(), if msg.offset == 0 { prefix } else { &[][..] })
+                }
+                None => (0, &[][..]),
+            };
+            let lies = msg.offset == 0 || msg.offset >= prefix;
+            if lies && take >= carried.len() + SHARED_PIECE_MIN && self.strategy != Strategy::BestEffort {
+                let head = Head::new(&record_header(msg.len() as u32, msg.offset as u32, take as u16), carried);
+                // Where the piece's bytes after the head start in the
+                // shared buffer (lent memory starts behind the prefix).
+                let start = msg.headroom + msg.offset + head.len as usize - RECORD_HEADER_LEN - prefix;
+                let len = take - (head.len as usize - RECORD_HEADER_LEN);
+                piece = Some(SharedPayload::piece(msg.data.share(), start..start + len, head));
                 msg.offset += take;
                 *sh.pending_bytes -= take;
                 if msg.offset == msg.len() {

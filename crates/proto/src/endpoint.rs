@@ -9,7 +9,7 @@ use bulkwire_wire::{
     LatencyStatus, PacketType, ProbePayload, WarpFeedback, HEADER_LEN, MAC_LEN, OVERHEAD, RECORD_HEADER_LEN,
 };
 
-use crate::channel::{Channel, InPlace, LentBytes, Payload, SendRate, Shared, SharedPayload};
+use crate::channel::{Channel, InPlace, LentBytes, Payload, SendRate, Shared, SharedPayload, LENT_PREFIX_MAX};
 use crate::clock::ClockEstimate;
 use crate::config::{Config, ConfigError, Strategy};
 use crate::ece::{Decision, Mode, PeerLink};
@@ -319,31 +319,38 @@ impl Endpoint {
         self.queue(to, channel, framed, RECORD_HEADER_LEN)
     }
 
-    /// Queues the message of `body` followed by `suffix` without copying
-    /// `body`: its packets carry pieces of it where it lies (a piece too
-    /// small to be worth sharing, and `suffix`, are copied into packets).
-    /// The caller keeps `body` unchanged until the endpoint holds it no
-    /// more: until `Arc::strong_count` of the caller's own `Arc` is one,
-    /// once every packet that carries a piece of it has been acknowledged.
-    /// A message to this rank itself is copied. Errors as
-    /// [`Endpoint::check_send`], before anything is queued, but for the
-    /// send buffer's limit: the memory is the caller's, not the endpoint's
-    /// (its bytes still count against later sends, which wait behind it).
+    /// Queues the message of `prefix`, `body` and `suffix`, one after the
+    /// other, without copying `body`: its packets carry pieces of it where
+    /// it lies (a piece too small to be worth sharing, `prefix` and
+    /// `suffix` are copied into packets; the first packet carries `prefix`
+    /// in front of the first piece). The caller keeps `body` unchanged
+    /// until the endpoint holds it no more: until `Arc::strong_count` of
+    /// the caller's own `Arc` is one, once every packet that carries a
+    /// piece of it has been acknowledged. A message to this rank itself is
+    /// copied. Errors as [`Endpoint::check_send`], before anything is
+    /// queued, but for the send buffer's limit: the memory is the
+    /// caller's, not the endpoint's (its bytes still count against later
+    /// sends, which wait behind it); and [`SendError::TooLarge`] for a
+    /// prefix of more than [`LENT_PREFIX_MAX`] bytes.
     pub fn send_lent(
         &mut self,
         to: u32,
         channel: u16,
+        prefix: &[u8],
         body: Arc<dyn LentBytes>,
         suffix: &[u8],
     ) -> Result<(), SendError> {
         self.timeout_cache.set(None);
-        let len = (*body).as_ref().len() + suffix.len();
+        if prefix.len() > LENT_PREFIX_MAX {
+            return Err(SendError::TooLarge { len: prefix.len(), max: LENT_PREFIX_MAX });
+        }
+        let len = prefix.len() + (*body).as_ref().len() + suffix.len();
         match self.check_send(to, channel, len) {
             Err(SendError::WouldBlock) if to != self.cfg.rank => {}
             checked => checked?,
         }
         if to == self.cfg.rank {
-            let data = [(*body).as_ref(), suffix].concat();
+            let data = [prefix, (*body).as_ref(), suffix].concat();
             return self.queue(to, channel, data, 0);
         }
         let index = self.index(to, channel);
@@ -351,7 +358,7 @@ impl Endpoint {
             link.activate();
         }
         self.pending_bytes += len;
-        self.channel_mut(index).queue_lent(body, suffix.to_vec());
+        self.channel_mut(index).queue_lent(prefix.to_vec(), body, suffix.to_vec());
         self.mark_ready(index);
         Ok(())
     }

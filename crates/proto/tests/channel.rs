@@ -1087,7 +1087,7 @@ fn a_lent_message_arrives_whole_and_is_let_go_once_acknowledged() {
     for (i, len) in [(1usize, 300_000usize), (2, 5_000), (3, 0)] {
         let body = std::sync::Arc::new(Lent(msg(i, len)));
         let lent: std::sync::Arc<dyn bulkwire_proto::LentBytes> = body.clone();
-        pair.ends[0].send_lent(1, 0, lent, &[i as u8; 4]).unwrap();
+        pair.ends[0].send_lent(1, 0, &[], lent, &[i as u8; 4]).unwrap();
         assert!(std::sync::Arc::strong_count(&body) > 1, "held while queued");
         pair.run(Duration::from_secs(5));
         assert_eq!(std::sync::Arc::strong_count(&body), 1, "let go once acknowledged");
@@ -1106,7 +1106,7 @@ fn a_lent_message_arrives_whole_and_is_let_go_once_acknowledged() {
     }
     assert_eq!(pair.ends[0].send_owned(1, 0, vec![0; 3 << 20]), Err(SendError::WouldBlock), "a copy waits");
     let big = std::sync::Arc::new(Lent(msg(7, 3 << 20)));
-    pair.ends[0].send_lent(1, 0, big.clone(), b"big").unwrap();
+    pair.ends[0].send_lent(1, 0, &[], big.clone(), b"big").unwrap();
     pair.run(Duration::from_secs(5));
     assert_eq!(std::sync::Arc::strong_count(&big), 1);
     let got: Vec<Vec<u8>> = pair.received[1].drain(..).collect();
@@ -1114,8 +1114,35 @@ fn a_lent_message_arrives_whole_and_is_let_go_once_acknowledged() {
     assert!(got[..2] == owned[..] && got[2] == [&msg(7, 3 << 20)[..], b"big"].concat());
     // To itself: copied at once.
     let body = std::sync::Arc::new(Lent(msg(9, 70_000)));
-    pair.ends[0].send_lent(0, 0, body.clone(), b"end").unwrap();
+    pair.ends[0].send_lent(0, 0, &[], body.clone(), b"end").unwrap();
     assert_eq!(std::sync::Arc::strong_count(&body), 1);
     pair.flush();
     assert_eq!(pair.received[0].pop().unwrap(), [&msg(9, 70_000)[..], b"end"].concat());
+}
+
+/// A lent message with a prefix (a layer's header): the first packet
+/// carries the prefix in front of the lent memory, whatever the sizes, and
+/// a lost packet is resent the same way.
+#[test]
+fn a_lent_message_s_prefix_goes_in_front_of_its_memory() {
+    // Datagrams of loopback's size: pieces go where they lie.
+    let big = |rank| Config { max_datagram: 65_000, ..config(rank) };
+    let mut pair = Pair::new(big(0), big(1));
+    pair.drop = Box::new(|s| {
+        s.from == 0 && s.packet_type == PacketType::Data as u8 && s.sequence % 3 == 0 && !s.retransmission
+    });
+    let prefix = *b"0123456789";
+    for (i, len) in [(1usize, 300_000usize), (2, 20_000), (3, 5_000), (4, 0)] {
+        let body = std::sync::Arc::new(Lent(msg(i, len)));
+        let lent: std::sync::Arc<dyn bulkwire_proto::LentBytes> = body.clone();
+        pair.ends[0].send_lent(1, 0, &prefix, lent, &[i as u8; 2]).unwrap();
+        pair.run(Duration::from_secs(5));
+        assert_eq!(std::sync::Arc::strong_count(&body), 1, "let go once acknowledged");
+        let got = pair.received[1].pop().expect("delivered");
+        assert_eq!(got, [&prefix[..], &msg(i, len), &[i as u8; 2]].concat(), "message {i}");
+    }
+    assert!(pair.violations.is_empty());
+    let too_long = [0; bulkwire_proto::LENT_PREFIX_MAX + 1];
+    let body: std::sync::Arc<dyn bulkwire_proto::LentBytes> = std::sync::Arc::new(Lent(msg(5, 10)));
+    assert!(matches!(pair.ends[0].send_lent(1, 0, &too_long, body, &[]), Err(SendError::TooLarge { .. })));
 }

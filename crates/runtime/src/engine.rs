@@ -889,7 +889,7 @@ impl Engine {
             len: data.len(),
             copy: std::sync::OnceLock::new(),
         });
-        self.endpoint.send_lent(to, channel, slice.clone(), suffix)?;
+        self.endpoint.send_lent(to, channel, &[], slice.clone(), suffix)?;
         self.endpoint.end_phase(to, channel);
         self.udp_loans += 1;
         let len = data.len() + suffix.len();
@@ -955,6 +955,27 @@ impl Engine {
                 self.endpoint.send_owned(to, channel, whole)
             }
         }
+    }
+
+    /// Sends `prefix` followed by `body` to `to` on `channel` as one
+    /// message. To a peer over UDP the endpoint sends `body` where it lies,
+    /// holding it until every packet that carries a piece of it has been
+    /// acknowledged ([`Endpoint::send_lent`], whose send-buffer limit this
+    /// checks first: use it for memory the caller would otherwise copy);
+    /// to a peer on this host, as [`Engine::send_parts`]. Errors as
+    /// [`Engine::check_send`], before anything is sent.
+    pub fn send_shared(
+        &mut self,
+        to: u32,
+        channel: u16,
+        prefix: &[u8],
+        body: Arc<dyn bulkwire_proto::LentBytes>,
+    ) -> Result<(), SendError> {
+        if self.shm.as_ref().is_some_and(|s| s.is_local(to)) {
+            return self.send_parts(to, channel, prefix, (*body).as_ref());
+        }
+        self.endpoint.check_send(to, channel, prefix.len() + (*body).as_ref().len())?;
+        self.endpoint.send_lent(to, channel, prefix, body, &[])
     }
 
     /// Sends `data` to `to` on `channel`: through shared memory to a peer
