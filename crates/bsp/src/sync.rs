@@ -73,6 +73,8 @@ pub(crate) struct Stream {
     start: usize,
     /// The later parts: each a buffer and where the stream goes on in it.
     more: Vec<(Vec<u8>, usize)>,
+    /// The stream's bytes in those parts.
+    more_len: usize,
 }
 
 /// A received stream's parts, each with the position it starts at.
@@ -111,7 +113,7 @@ const COPIED_PART_MAX: usize = 4 << 20;
 impl Stream {
     /// The stream `bytes[start..]` (this process's own puts).
     pub fn new(bytes: Vec<u8>, start: usize) -> Stream {
-        Stream { bytes, start, more: Vec::new() }
+        Stream { bytes, start, more: Vec::new(), more_len: 0 }
     }
 
     /// Appends the data of a piece: `message` from `start` on. Returns the
@@ -124,6 +126,7 @@ impl Stream {
         let piece = message.len() - start;
         if piece >= OWN_PART_FROM && 2 * piece >= message.capacity() {
             self.more.push((message, start));
+            self.more_len += piece;
             return None;
         }
         let so_far = self.len();
@@ -138,16 +141,18 @@ impl Stream {
         // that no part is ever copied to grow.
         if last.capacity() - last.len() >= piece || (first && so_far < OWN_PART_FROM) {
             last.extend_from_slice(&message[start..]);
+            self.more_len += if first { 0 } else { piece };
         } else {
             let mut part = Vec::with_capacity(piece.max(so_far.clamp(COPIED_PART, COPIED_PART_MAX)));
             part.extend_from_slice(&message[start..]);
             self.more.push((part, 0));
+            self.more_len += piece;
         }
         Some(message)
     }
 
     pub fn len(&self) -> usize {
-        self.bytes.len() - self.start + self.more.iter().map(|(b, s)| b.len() - s).sum::<usize>()
+        self.bytes.len() - self.start + self.more_len
     }
 
     #[cfg(test)]
@@ -186,12 +191,13 @@ impl Stream {
     /// index [`Stream::bytes`] (the emptied parts' buffers are kept for
     /// [`Stream::into_buffers`]).
     pub fn flatten(&mut self) {
-        self.bytes.reserve(self.more.iter().map(|(b, s)| b.len() - s).sum());
+        self.bytes.reserve(self.more_len);
         for (part, start) in &mut self.more {
             self.bytes.extend_from_slice(&part[*start..]);
             part.clear();
             *start = 0;
         }
+        self.more_len = 0;
     }
 
     /// The first buffer, which the positions index once the stream is
@@ -1350,6 +1356,7 @@ mod tests {
         assert!(stream.more.len() >= cuts.len() - 2, "the large pieces were not copied");
         assert_eq!(stream.more[0].0.as_ptr(), addresses[1]);
         assert_eq!(stream.content(), whole);
+        assert_eq!(stream.len(), whole.len());
         let records = stream.records().unwrap();
         let view = stream.view();
         for (i, d) in data.iter().enumerate() {
@@ -1366,6 +1373,7 @@ mod tests {
         // Joined, the same positions index the first buffer.
         let mut flat = stream.clone();
         flat.flatten();
+        assert_eq!(flat.len(), whole.len());
         assert_eq!(&flat.bytes()[range.clone()], b"tail");
         assert_eq!(flat.records().unwrap(), records);
         // Cut short anywhere, the stream is malformed, never a panic.
@@ -1389,6 +1397,7 @@ mod tests {
             assert_eq!(copied.is_some(), i > 0, "piece {i}: the first is the stream's first buffer");
         }
         assert_eq!(stream.content(), expected);
+        assert_eq!(stream.len(), expected.len());
         let rooms: Vec<usize> = stream.more.iter().map(|(b, _)| b.capacity()).collect();
         assert!(rooms.len() >= 2, "{rooms:?}");
         assert_eq!(stream.bytes.capacity(), 65_536, "the first buffer was filled, not grown");
