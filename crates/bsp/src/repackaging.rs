@@ -76,12 +76,42 @@ pub struct OutStream {
     /// ([`OutStream::reuse`]): taken back when the stream starts, if the
     /// runtime has let go of it by then.
     waiting: Option<Arc<Vec<u8>>>,
+    /// Bytes of the stream left where the caller has them (large hpputs to
+    /// a process over UDP, [`OutStream::hpput_in_place`]), in the order of
+    /// their positions; `buf` holds the rest.
+    external: Vec<External>,
     /// How many bytes of the stream were handed off, in front of `buf`'s.
     handed_off: usize,
     /// Spare capacity kept behind the stream, so that the small messages
     /// that share its packet (a barrier's, on one host) fit without the
     /// buffer growing.
     slack: usize,
+}
+
+/// `len` bytes at `addr` in this process that are the stream's from
+/// position `at` on; `before`: the stream's external bytes in front of
+/// them.
+#[derive(Clone, Copy, Debug)]
+struct External {
+    at: usize,
+    addr: usize,
+    len: usize,
+    before: usize,
+}
+
+/// At most this many bytes of a stream's own go in front of its external
+/// bytes in one piece (the put's header, in the prefix of the message that
+/// carries them, [`bulkwire_proto::LENT_PREFIX_MAX`]); more end the piece
+/// before the external bytes.
+pub const OWN_BEFORE_EXTERNAL: usize = bulkwire_proto::LENT_PREFIX_MAX - DATA_HEADER;
+
+/// What a piece of a stream ([`OutStream::piece_end`]) is made of: bytes of
+/// the stream's buffer, then, if any, bytes in the caller's memory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PieceParts {
+    pub own: Range<usize>,
+    /// Address and length.
+    pub external: Option<(usize, usize)>,
 }
 
 /// A stream's buffer kept for the next superstep's stream to the same
@@ -121,7 +151,98 @@ impl OutStream {
     }
 
     pub fn len(&self) -> usize {
-        self.handed_off + self.data().len().saturating_sub(HEADROOM)
+        self.handed_off + self.data().len().saturating_sub(HEADROOM) + self.external_len()
+    }
+
+    fn external_len(&self) -> usize {
+        self.external.last().map_or(0, |e| e.before + e.len)
+    }
+
+    /// A put of `bsp_hpput` to a process over UDP whose source stays where
+    /// it is: the stream holds the put's header and where the `len` bytes
+    /// are, and its pieces are sent from there ([`OutStream::piece_parts`]).
+    ///
+    /// # Safety
+    ///
+    /// `len` bytes at `addr` stay readable and unchanged while the stream
+    /// is read and while any piece lent from them is held.
+    pub unsafe fn hpput_in_place(&mut self, slot: u32, offset: u64, addr: usize, len: usize) {
+        put_header(self.extend(PUT_HEADER), true, slot, offset, len as u64);
+        let before = self.external_len();
+        self.external.push(External { at: self.len(), addr, len, before });
+    }
+
+    /// Whether some of the stream's bytes are where the caller has them.
+    pub fn has_external(&self) -> bool {
+        !self.external.is_empty()
+    }
+
+    /// Of the externals, the first that ends after `pos`.
+    fn external_after(&self, pos: usize) -> Option<&External> {
+        self.external.get(self.external.partition_point(|e| e.at + e.len <= pos))
+    }
+
+    /// Where the stream's own byte at position `pos` is in the buffer.
+    fn own_index(&self, pos: usize) -> usize {
+        let before = self.external_after(pos).map_or(self.external_len(), |e| e.before);
+        HEADROOM + pos - self.handed_off - before
+    }
+
+    /// Where a piece that starts at `start` and would end at `end` ends:
+    /// a piece is the stream's own bytes, or a few of them and then bytes
+    /// in the caller's memory, or those alone ([`OutStream::piece_parts`]).
+    pub fn piece_end(&self, start: usize, end: usize) -> usize {
+        match self.external_after(start) {
+            Some(e) if e.at < end => {
+                if e.at <= start || e.at - start <= OWN_BEFORE_EXTERNAL {
+                    end.min(e.at + e.len)
+                } else {
+                    e.at
+                }
+            }
+            _ => end,
+        }
+    }
+
+    /// What the piece `range` (cut by [`OutStream::piece_end`]) is made
+    /// of: its own bytes, as a range of the buffer, then its external ones.
+    pub fn piece_parts(&self, range: Range<usize>) -> PieceParts {
+        match self.external_after(range.start) {
+            Some(e) if e.at < range.end => {
+                // The own bytes right in front of the external ones.
+                let own_end = e.at.max(range.start);
+                let at_external = HEADROOM + e.at - self.handed_off - e.before;
+                let own = at_external - (own_end - range.start)..at_external;
+                let from = own_end - e.at;
+                PieceParts { own, external: Some((e.addr + from, range.end.min(e.at + e.len) - own_end)) }
+            }
+            _ => PieceParts {
+                own: self.own_index(range.start)..self.own_index(range.start) + range.len(),
+                external: None,
+            },
+        }
+    }
+
+    /// Bytes `range` of the buffer (the own part of a piece,
+    /// [`OutStream::piece_parts`]).
+    pub fn own_bytes(&self, range: Range<usize>) -> &[u8] {
+        &self.data()[range]
+    }
+
+    /// Appends bytes `range` of the stream to `out`, wherever they are.
+    pub fn copy_range(&self, range: Range<usize>, out: &mut Vec<u8>) {
+        let mut at = range.start;
+        while at < range.end {
+            let end = self.piece_end(at, range.end);
+            let parts = self.piece_parts(at..end);
+            out.extend_from_slice(&self.data()[parts.own]);
+            if let Some((addr, len)) = parts.external {
+                // SAFETY: whoever made the stream's externals promised
+                // their bytes readable while it is read (`hpput_in_place`).
+                out.extend_from_slice(unsafe { std::slice::from_raw_parts(addr as *const u8, len) });
+            }
+            at = end;
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -181,15 +302,18 @@ impl OutStream {
         &mut self.buf
     }
 
-    /// Bytes `range` of the stream (none of them handed off).
+    /// Bytes `range` of the stream (none of them handed off, all in its
+    /// buffer).
+    #[cfg(test)]
     pub fn bytes(&self, range: Range<usize>) -> &[u8] {
         &self.data()[self.at(range)]
     }
 
-    /// Where bytes `range` of the stream are in the buffer.
+    /// Where bytes `range` of the stream, all in its buffer, are there.
     fn at(&self, range: Range<usize>) -> Range<usize> {
-        let skip = self.handed_off;
-        HEADROOM + range.start - skip..HEADROOM + range.end - skip
+        let start = self.own_index(range.start);
+        debug_assert_eq!(self.piece_parts(range.clone()).external, None, "bytes outside the buffer");
+        start..start + range.len()
     }
 
     /// Bytes `range` of the stream (none of them handed off), lent to the
@@ -204,7 +328,7 @@ impl OutStream {
     /// Whether [`OutStream::hand_off`] of the rest from `offset` on would
     /// hand off the buffer.
     pub fn hands_off_at(&self, offset: usize) -> bool {
-        offset == self.handed_off && self.lent.is_none()
+        offset == self.handed_off && self.lent.is_none() && self.external.is_empty()
     }
 
     /// The rest of the stream from `offset` on, as one data message whose
@@ -260,6 +384,7 @@ impl OutStream {
     /// that was never handed off or lent (a process's own puts).
     pub fn into_bytes(self) -> (Vec<u8>, usize) {
         debug_assert!(self.handed_off == 0 && self.lent.is_none(), "a process's own stream is never sent");
+        debug_assert!(self.external.is_empty(), "a process's own hpputs are copied");
         let start = HEADROOM.min(self.buf.len());
         (self.buf, start)
     }
@@ -648,6 +773,55 @@ mod tests {
         s.put(2, 0, b"more");
         assert_eq!((*piece).as_ref(), &before[..]);
         assert_eq!(s.bytes(0..before.len()), &before[..]);
+    }
+
+    #[test]
+    fn an_hpput_left_in_place_goes_in_pieces_from_its_source() {
+        let sources: Vec<Vec<u8>> = (0..2u8).map(|i| (0..100_000u32).map(|k| (k as u8) ^ i).collect()).collect();
+        let mut s = OutStream::new(0);
+        let mut copied = OutStream::new(0);
+        s.put(1, 0, &[9; 100]);
+        copied.put(1, 0, &[9; 100]);
+        for (i, src) in sources.iter().enumerate() {
+            // SAFETY: `sources` outlives the stream.
+            unsafe { s.hpput_in_place(2, i as u64, src.as_ptr() as usize, src.len()) };
+            copied.hpput(2, i as u64, src);
+        }
+        s.reply(b"xy");
+        copied.reply(b"xy");
+        assert!(s.has_external());
+        assert_eq!(s.len(), copied.len());
+        assert!(!s.hands_off_at(0), "never handed off");
+        let whole = copied.bytes(0..copied.len()).to_vec();
+        let mut gathered = Vec::new();
+        s.copy_range(0..s.len(), &mut gathered);
+        assert_eq!(gathered, whole);
+        // Cut into pieces of 30,000 bytes: each is the stream's own bytes,
+        // or at most a put's header of them and then its source's bytes.
+        let (mut at, mut sent, mut from_sources) = (0, Vec::new(), 0);
+        while at < s.len() {
+            let end = s.piece_end(at, (at + 30_000).min(s.len()));
+            assert!(end > at && end - at <= 30_000);
+            let parts = s.piece_parts(at..end);
+            sent.extend_from_slice(s.own_bytes(parts.own.clone()));
+            if let Some((addr, len)) = parts.external {
+                assert!(parts.own.len() <= OWN_BEFORE_EXTERNAL, "{parts:?}");
+                from_sources += len;
+                // SAFETY: an address inside `sources`.
+                sent.extend_from_slice(unsafe { std::slice::from_raw_parts(addr as *const u8, len) });
+            }
+            let mut piece = Vec::new();
+            s.copy_range(at..end, &mut piece);
+            assert_eq!(piece, whole[at..end]);
+            at = end;
+        }
+        assert_eq!(sent, whole);
+        assert_eq!(from_sources, 200_000, "every source byte from its source");
+        assert_eq!(parse(&sent, 0).unwrap(), parse(&whole, 0).unwrap());
+        // A lent piece of the stream's own bytes is where they are.
+        let last = s.len() - REPLY_HEADER - 2;
+        assert_eq!(s.piece_parts(last..s.len()).external, None);
+        assert_eq!((*s.lend(last..s.len())).as_ref(), &whole[last..]);
     }
 
     #[test]

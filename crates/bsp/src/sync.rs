@@ -439,6 +439,7 @@ pub fn empty_sync_message_len(p: u32) -> usize {
 }
 
 /// A data message carrying a copy of `piece`.
+#[cfg(test)]
 fn data_message(superstep: u64, last: u8, piece: &[u8]) -> Vec<u8> {
     let mut m = Vec::with_capacity(DATA_HEADER + piece.len());
     m.extend_from_slice(&data_header(superstep, last));
@@ -458,7 +459,10 @@ fn piece_message(stream: &mut OutStream, piece: Range<usize>, superstep: u64, la
             return (message, true);
         }
     }
-    (data_message(superstep, mark, stream.bytes(piece)), false)
+    let mut message = Vec::with_capacity(DATA_HEADER + piece.len());
+    message.extend_from_slice(&data_header(superstep, mark));
+    stream.copy_range(piece, &mut message);
+    (message, false)
 }
 
 /// Waits in the runtime until `step` returns `Some`, sorting what arrives
@@ -540,8 +544,23 @@ fn gone(e: &Engine, peer: u32, superstep: u64, phase: &'static str) -> Result<()
 }
 
 impl Bsp {
-    /// The sync (and, with `call == End`, the last one).
+    /// The sync (and, with `call == End`, the last one). One that fails
+    /// with pieces of hpputs' sources still lent to the runtime makes it
+    /// read copies of them instead: the caller may change the sources once
+    /// the sync has returned.
     pub(crate) fn superstep_end(&mut self, call: Call) -> Result<(), BspError> {
+        let result = self.sync_once(call);
+        if !self.loans.is_empty() {
+            let loans = std::mem::take(&mut self.loans);
+            if let Some(rt) = &self.rt {
+                // Released whatever state the job is in.
+                rt.release_loans(&loans);
+            }
+        }
+        result
+    }
+
+    fn sync_once(&mut self, call: Call) -> Result<(), BspError> {
         let entered = Instant::now();
         let computation = entered.duration_since(self.computation_started);
         let before = self.profile.is_some().then(|| self.packet_stats());
@@ -680,6 +699,7 @@ impl Bsp {
         // they are done.
         let lent = self.land().map_err(fail)?;
         self.await_reads(&lent).map_err(fail)?;
+        self.await_loans().map_err(fail)?;
         // The buffers wait for the next superstep with direct puts, which
         // they replace (a superstep without them keeps them).
         if !lent.buffers.is_empty() {
@@ -726,6 +746,16 @@ impl Bsp {
                 let outbox = &mut self.outboxes[h.to as usize];
                 outbox.stream.direct(true, h.slot, h.offset, h.len as u64, h.src as u64);
                 outbox.direct = true;
+                continue;
+            }
+            if h.len >= crate::DIRECT_PUT_MIN && self.lends_over_udp(h.to) {
+                // Sent from the source itself, which the sync keeps until
+                // every packet that carries it is acknowledged.
+                // SAFETY: the caller of hpput_raw promised `len` readable
+                // bytes at `src` until the sync ends; it ends once the
+                // runtime has let go of them (`await_loans`, or
+                // `release_loans` if it fails).
+                unsafe { self.outboxes[h.to as usize].stream.hpput_in_place(h.slot, h.offset, h.src, h.len) };
                 continue;
             }
             let data = if h.len > 0 {
@@ -959,6 +989,7 @@ impl Bsp {
         }
         let rt = self.rt.as_ref().expect("the runtime is there until end");
         let outboxes = &mut self.outboxes;
+        let loans = &mut self.loans;
         let asked: Vec<bool> = outboxes.iter().map(|o| !o.requests.is_empty()).collect();
         // Each visit starts after what went eagerly.
         let start = |visit: usize| plan.get(visit).map_or(0, |v| eager[v.to as usize]);
@@ -982,6 +1013,9 @@ impl Bsp {
                     break;
                 }
                 let piece = repackaging::piece(offset, stream.len(), if local { SHM_PIECE } else { packet });
+                // A piece ends where an hpput's source left in place begins,
+                // unless only its header comes before it.
+                let piece = piece.start..stream.piece_end(piece.start, piece.end);
                 if let (Some(rate), false) = (rate, local) {
                     let now = Instant::now();
                     let pacer = pacer.get_or_insert_with(|| Pacer::new(rate, packet, now));
@@ -1003,10 +1037,27 @@ impl Bsp {
                 // protocol keeps it until acknowledged), unless it is the
                 // whole stream: that goes in its own buffer as it is.
                 let whole = last && stream.hands_off_at(piece.start);
+                let runtime = |e: SendError| Reason::Runtime(e.to_string());
                 if !local && !whole {
                     let header = data_header(s, if last { LAST } else { 0 });
-                    let body = stream.lend(piece);
-                    e.send_shared(to, CHANNEL, &header, body).map_err(|e| Reason::Runtime(e.to_string()))?;
+                    let parts = stream.piece_parts(piece.clone());
+                    if let Some((addr, len)) = parts.external {
+                        // The piece's own bytes (a put's header) go in the
+                        // prefix, the source's from where they lie.
+                        let prefix = [&header[..], stream.own_bytes(parts.own)].concat();
+                        // SAFETY: an hpput's source, readable until the
+                        // sync ends (see `read_hpputs`).
+                        let data = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
+                        // SAFETY: the sync returns only once the loan is
+                        // returned, or released (`superstep_end`).
+                        match unsafe { e.lend_piece(to, CHANNEL, &prefix, data) }.map_err(runtime)? {
+                            Some(loan) => loans.push(loan),
+                            None => e.send_owned(to, CHANNEL, [&prefix[..], data].concat()).map_err(runtime)?,
+                        }
+                    } else {
+                        let body = stream.lend(piece);
+                        e.send_shared(to, CHANNEL, &header, body).map_err(runtime)?;
+                    }
                 } else {
                     let (message, framed) = piece_message(stream, piece, s, LAST);
                     if let Some(message) = try_send(e, to, message, framed)? {
@@ -1015,7 +1066,11 @@ impl Bsp {
                     }
                 }
                 offset = end;
-                if !local && ((last && ask_last) || in_flight + 1 >= window) {
+                // The last piece of a stream sent partly from hpputs'
+                // sources asks for an acknowledgement at once too: the sync
+                // waits for it.
+                let ask = ask_last || stream.has_external();
+                if !local && ((last && ask) || in_flight + 1 >= window) {
                     e.end_phase(to, CHANNEL);
                 }
             }
@@ -1179,6 +1234,30 @@ impl Bsp {
 
     /// Writes a get's reply, the stream's bytes at `data`, where the get
     /// asked.
+    /// Waits until the runtime has let go of every piece of an hpput's
+    /// source it was lent (every packet acknowledged; the last piece to
+    /// each destination asked for that at once).
+    fn await_loans(&mut self) -> Result<(), Reason> {
+        if self.loans.is_empty() {
+            return Ok(());
+        }
+        let s = self.superstep;
+        let rt = self.rt.as_ref().expect("the runtime is there until end");
+        let loans = &self.loans;
+        // The streams were taken: what comes now is the next superstep's.
+        wait(rt, &mut self.net, s + 1, |e, _| {
+            for loan in loans {
+                if !e.loan_returned(loan).map_err(Reason::Runtime)? {
+                    waiting_for(e, loan.to(), s, "acknowledgements of the hpputs sent from their sources")?;
+                    return Ok(None);
+                }
+            }
+            Ok(Some(()))
+        })?;
+        self.loans.clear();
+        Ok(())
+    }
+
     fn write_target(&mut self, target: GetTarget, view: &View<'_>, data: Range<usize>) {
         let dst = match target {
             GetTarget::Raw(_) if data.is_empty() => return,

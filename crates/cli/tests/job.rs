@@ -906,26 +906,38 @@ fn across_namespaces(test: &str) -> Option<Output> {
     Some(out)
 }
 
-/// A BSP superstep between two hosts: puts, an hpput and messages larger
+/// A BSP superstep between two hosts: puts, hpputs and messages larger
 /// than a datagram go as pieces of their streams, sent from where they lie
-/// in datagrams of 3,972 bytes, and land whole.
+/// (an hpput's from its source) in datagrams of 3,972 bytes, and land
+/// whole.
 #[test]
 fn a_bsp_superstep_across_two_network_namespaces() {
     if is_rank() {
         let mut bsp = bulkwire_bsp::Bsp::begin().unwrap();
         let (me, other) = (bsp.pid(), 1 - bsp.pid());
-        let area = bsp.register::<u8>(5 << 20).unwrap();
+        let mut area = vec![0u8; 5 << 20];
+        let at = area.as_mut_ptr();
+        // SAFETY: `area` outlives the registration (the computation ends first).
+        unsafe { bsp.push_reg_raw(at, area.len()).unwrap() };
         bsp.set_tagsize(8).unwrap();
         bsp.sync().unwrap();
         for step in 0..3u64 {
             let seed = |pid: u32| u64::from(pid) * 1000 + step;
-            bsp.put(other, &pattern(seed(me), 3 << 20), &area, 0).unwrap();
-            bsp.put(other, &pattern(seed(me) + 7, 5_000), &area, (4 << 20) + 3).unwrap();
+            let puts = [(0, pattern(seed(me), 3 << 20)), ((4 << 20) + 3, pattern(seed(me) + 7, 5_000))];
+            for (offset, data) in &puts {
+                // SAFETY: `data` is read before the call returns.
+                unsafe { bsp.put_raw(other, data.as_ptr(), at, *offset, data.len()).unwrap() };
+            }
+            let source = pattern(seed(me) + 5, 600_000);
+            // SAFETY: `source` stays as it is until the sync has returned.
+            unsafe { bsp.hpput_raw(other, source.as_ptr(), at, (3 << 20) + 1, source.len()).unwrap() };
             bsp.send(other, &step.to_le_bytes(), &pattern(seed(me) + 9, 100_000)).unwrap();
             bsp.sync().unwrap();
-            let got = bsp.area(&area);
-            assert_eq!(first_difference(seed(other), 3 << 20, &got[..3 << 20]), None, "step {step}");
-            assert_eq!(&got[(4 << 20) + 3..(4 << 20) + 5_003], &pattern(seed(other) + 7, 5_000)[..]);
+            drop(source);
+            assert_eq!(first_difference(seed(other), 3 << 20, &area[..3 << 20]), None, "step {step}");
+            assert_eq!(&area[(4 << 20) + 3..(4 << 20) + 5_003], &pattern(seed(other) + 7, 5_000)[..]);
+            let hp = &area[(3 << 20) + 1..(3 << 20) + 600_001];
+            assert_eq!(first_difference(seed(other) + 5, 600_000, hp), None, "step {step}");
             let mut payload = vec![0; 100_000];
             assert_eq!(bsp.move_message(&mut payload).unwrap(), 100_000);
             assert_eq!(payload, pattern(seed(other) + 9, 100_000), "step {step}");

@@ -139,8 +139,9 @@ pub struct SharedPayload {
 }
 
 /// The most bytes a lent message may carry in front of its lent memory
-/// ([`crate::Endpoint::send_lent`]): a layer's header.
-pub const LENT_PREFIX_MAX: usize = 16;
+/// ([`crate::Endpoint::send_lent`]): a layer's header and a few bytes of
+/// its own.
+pub const LENT_PREFIX_MAX: usize = 64;
 
 /// A piece's record header and what of its message's own bytes precede
 /// the lent memory: kept inline, copied with every packet.

@@ -896,6 +896,45 @@ impl Engine {
         Ok(Some(Loan { to, token: 0, len, since: self.now(), sent: Some(slice) }))
     }
 
+    /// Sends `prefix` followed by `data` to `to`, a peer over UDP, on
+    /// `channel` as one message whose packets carry `data` where it lies
+    /// ([`Endpoint::send_lent`]; the send buffer's limit is the caller's
+    /// to check); the loan is returned once every packet has been
+    /// acknowledged ([`Engine::loan_returned`]). `None` where lending is
+    /// off (`BULKWIRE_UDP_LEND=0`) or `to` is on this host or this process:
+    /// nothing was sent.
+    ///
+    /// # Safety
+    ///
+    /// `data` stays valid and unchanged until the loan is returned or
+    /// released ([`Engine::release_loans`]).
+    pub unsafe fn lend_piece(
+        &mut self,
+        to: u32,
+        channel: u16,
+        prefix: &[u8],
+        data: &[u8],
+    ) -> Result<Option<Loan>, SendError> {
+        if !self.lends_over_udp(to) {
+            return Ok(None);
+        }
+        let slice = Arc::new(LentSlice {
+            ptr: std::sync::atomic::AtomicPtr::new(data.as_ptr().cast_mut()),
+            len: data.len(),
+            copy: std::sync::OnceLock::new(),
+        });
+        self.endpoint.send_lent(to, channel, prefix, slice.clone(), &[])?;
+        self.udp_loans += 1;
+        let len = prefix.len() + data.len();
+        Ok(Some(Loan { to, token: 0, len, since: self.now(), sent: Some(slice) }))
+    }
+
+    /// Whether a message to `to` may be lent to the endpoint: `to` is
+    /// another process reached over UDP, and lending is on.
+    pub fn lends_over_udp(&self, to: u32) -> bool {
+        self.udp_lend && to != self.endpoint.config().rank && self.transport(to) == crate::Transport::Udp
+    }
+
     /// Messages to peers over UDP lent to the endpoint so far, not copied.
     pub fn udp_loans(&self) -> u64 {
         self.udp_loans
