@@ -30,7 +30,10 @@
 //! headers of the data message that will carry it: a stream that goes in
 //! one piece then travels in the buffer it was built in, and the protocol
 //! keeps that buffer for resending, so its bytes are copied on their way
-//! only into the datagram.
+//! only into the datagram. Over UDP the pieces of a longer stream are lent
+//! to the protocol from the buffer ([`OutStream::lend`]), and a large
+//! `bsp_hpput`'s bytes stay in its source, from where its pieces are lent
+//! ([`OutStream::hpput_in_place`]): the receiver sees the same records.
 
 use std::ops::Range;
 use std::sync::Arc;

@@ -1037,7 +1037,7 @@ impl Bsp {
                 // protocol keeps it until acknowledged), unless it is the
                 // whole stream: that goes in its own buffer as it is.
                 let whole = last && stream.hands_off_at(piece.start);
-                let runtime = |e: SendError| Reason::Runtime(e.to_string());
+                let runtime = |err: SendError| Reason::Runtime(err.to_string());
                 if !local && !whole {
                     let header = data_header(s, if last { LAST } else { 0 });
                     let parts = stream.piece_parts(piece.clone());
