@@ -1244,13 +1244,17 @@ impl Bsp {
         let s = self.superstep;
         let rt = self.rt.as_ref().expect("the runtime is there until end");
         let loans = &self.loans;
+        // Those returned are not looked at again (a stream between hosts
+        // lends a piece per datagram).
+        let mut returned = 0;
         // The streams were taken: what comes now is the next superstep's.
         wait(rt, &mut self.net, s + 1, |e, _| {
-            for loan in loans {
+            while let Some(loan) = loans.get(returned) {
                 if !e.loan_returned(loan).map_err(Reason::Runtime)? {
                     waiting_for(e, loan.to(), s, "acknowledgements of the hpputs sent from their sources")?;
                     return Ok(None);
                 }
+                returned += 1;
             }
             Ok(Some(()))
         })?;
