@@ -286,7 +286,7 @@ pub struct Bsp {
     /// one's (a fresh buffer's pages cost the kernel a fault and a clearing
     /// each); they hold as many bytes as that superstep's direct puts.
     spare_lent: Vec<Vec<u8>>,
-    /// Pieces of hpputs' sources lent to the runtime in this sync
+    /// The sources of hpputs lent to the runtime in this sync
     /// (`OutStream::hpput_in_place`): the sync ends once every one is
     /// returned, or releases them if it fails.
     loans: Vec<bulkwire_runtime::Loan>,
@@ -772,12 +772,6 @@ impl Bsp {
     /// Whether a put of `len` bytes to `pid` goes as a direct put:
     /// [`DIRECT_PUT_MIN`] bytes or more, to another process that reads this
     /// one's memory.
-    /// Whether pieces of a stream to `pid` may be lent to the runtime from
-    /// where they lie: `pid` is another process, reached over UDP.
-    pub(crate) fn lends_over_udp(&self, pid: u32) -> bool {
-        self.rt.as_ref().is_some_and(|rt| rt.with(|e| Ok(e.lends_over_udp(pid))).unwrap_or(false))
-    }
-
     pub(crate) fn reads_here(&self, pid: u32, len: usize) -> bool {
         len >= DIRECT_PUT_MIN
             && pid != self.pid

@@ -93,13 +93,24 @@ pub struct OutStream {
 
 /// `len` bytes at `addr` in this process that are the stream's from
 /// position `at` on; `before`: the stream's external bytes in front of
-/// them.
+/// them; `tag`: the caller's name for them.
 #[derive(Clone, Copy, Debug)]
 struct External {
     at: usize,
     addr: usize,
     len: usize,
     before: usize,
+    tag: usize,
+}
+
+/// The external bytes of a piece: `len` at `addr`, which are bytes
+/// `from..from + len` of the external bytes the caller named `tag`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExternalPart {
+    pub addr: usize,
+    pub len: usize,
+    pub tag: usize,
+    pub from: usize,
 }
 
 /// At most this many bytes of a stream's own go in front of its external
@@ -113,8 +124,7 @@ pub const OWN_BEFORE_EXTERNAL: usize = bulkwire_proto::LENT_PREFIX_MAX - DATA_HE
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PieceParts {
     pub own: Range<usize>,
-    /// Address and length.
-    pub external: Option<(usize, usize)>,
+    pub external: Option<ExternalPart>,
 }
 
 /// A stream's buffer kept for the next superstep's stream to the same
@@ -163,16 +173,17 @@ impl OutStream {
 
     /// A put of `bsp_hpput` to a process over UDP whose source stays where
     /// it is: the stream holds the put's header and where the `len` bytes
-    /// are, and its pieces are sent from there ([`OutStream::piece_parts`]).
+    /// are, and its pieces are sent from there ([`OutStream::piece_parts`],
+    /// which names the source `tag`).
     ///
     /// # Safety
     ///
     /// `len` bytes at `addr` stay readable and unchanged while the stream
     /// is read and while any piece lent from them is held.
-    pub unsafe fn hpput_in_place(&mut self, slot: u32, offset: u64, addr: usize, len: usize) {
+    pub unsafe fn hpput_in_place(&mut self, slot: u32, offset: u64, addr: usize, len: usize, tag: usize) {
         put_header(self.extend(PUT_HEADER), true, slot, offset, len as u64);
         let before = self.external_len();
-        self.external.push(External { at: self.len(), addr, len, before });
+        self.external.push(External { at: self.len(), addr, len, before, tag });
     }
 
     /// Whether some of the stream's bytes are where the caller has them.
@@ -217,7 +228,8 @@ impl OutStream {
                 let at_external = HEADROOM + e.at - self.handed_off - e.before;
                 let own = at_external - (own_end - range.start)..at_external;
                 let from = own_end - e.at;
-                PieceParts { own, external: Some((e.addr + from, range.end.min(e.at + e.len) - own_end)) }
+                let len = range.end.min(e.at + e.len) - own_end;
+                PieceParts { own, external: Some(ExternalPart { addr: e.addr + from, len, tag: e.tag, from }) }
             }
             _ => PieceParts {
                 own: self.own_index(range.start)..self.own_index(range.start) + range.len(),
@@ -239,10 +251,10 @@ impl OutStream {
             let end = self.piece_end(at, range.end);
             let parts = self.piece_parts(at..end);
             out.extend_from_slice(&self.data()[parts.own]);
-            if let Some((addr, len)) = parts.external {
+            if let Some(x) = parts.external {
                 // SAFETY: whoever made the stream's externals promised
                 // their bytes readable while it is read (`hpput_in_place`).
-                out.extend_from_slice(unsafe { std::slice::from_raw_parts(addr as *const u8, len) });
+                out.extend_from_slice(unsafe { std::slice::from_raw_parts(x.addr as *const u8, x.len) });
             }
             at = end;
         }
@@ -787,7 +799,7 @@ mod tests {
         copied.put(1, 0, &[9; 100]);
         for (i, src) in sources.iter().enumerate() {
             // SAFETY: `sources` outlives the stream.
-            unsafe { s.hpput_in_place(2, i as u64, src.as_ptr() as usize, src.len()) };
+            unsafe { s.hpput_in_place(2, i as u64, src.as_ptr() as usize, src.len(), 10 + i) };
             copied.hpput(2, i as u64, src);
         }
         s.reply(b"xy");
@@ -807,11 +819,12 @@ mod tests {
             assert!(end > at && end - at <= 30_000);
             let parts = s.piece_parts(at..end);
             sent.extend_from_slice(s.own_bytes(parts.own.clone()));
-            if let Some((addr, len)) = parts.external {
+            if let Some(x) = parts.external {
                 assert!(parts.own.len() <= OWN_BEFORE_EXTERNAL, "{parts:?}");
-                from_sources += len;
-                // SAFETY: an address inside `sources`.
-                sent.extend_from_slice(unsafe { std::slice::from_raw_parts(addr as *const u8, len) });
+                let source = &sources[x.tag - 10];
+                assert_eq!(x.addr, source.as_ptr() as usize + x.from, "{parts:?}");
+                from_sources += x.len;
+                sent.extend_from_slice(&source[x.from..x.from + x.len]);
             }
             let mut piece = Vec::new();
             s.copy_range(at..end, &mut piece);

@@ -748,15 +748,23 @@ impl Bsp {
                 outbox.direct = true;
                 continue;
             }
-            if h.len >= crate::DIRECT_PUT_MIN && self.lends_over_udp(h.to) {
-                // Sent from the source itself, which the sync keeps until
-                // every packet that carries it is acknowledged.
+            if h.len >= crate::DIRECT_PUT_MIN {
+                // Sent from the source itself, lent to the runtime: the
+                // sync ends once every packet that carries a piece of it is
+                // acknowledged (`await_loans`), or, if it fails, once the
+                // runtime has taken a copy (`release_loans`).
                 // SAFETY: the caller of hpput_raw promised `len` readable
-                // bytes at `src` until the sync ends; it ends once the
-                // runtime has let go of them (`await_loans`, or
-                // `release_loans` if it fails).
-                unsafe { self.outboxes[h.to as usize].stream.hpput_in_place(h.slot, h.offset, h.src, h.len) };
-                continue;
+                // bytes at `src` until the sync ends.
+                let source = unsafe { std::slice::from_raw_parts(h.src as *const u8, h.len) };
+                // SAFETY: as above: the loan ends before the sync does.
+                let lend = |e: &mut Engine| Ok(unsafe { e.lend_region(h.to, source) });
+                if let Some(loan) = self.rt.as_ref().and_then(|rt| rt.with(lend).ok()).flatten() {
+                    let tag = self.loans.len();
+                    self.loans.push(loan);
+                    // SAFETY: as above.
+                    unsafe { self.outboxes[h.to as usize].stream.hpput_in_place(h.slot, h.offset, h.src, h.len, tag) };
+                    continue;
+                }
             }
             let data = if h.len > 0 {
                 // SAFETY: the caller of hpput_raw promised `len` readable
@@ -989,7 +997,7 @@ impl Bsp {
         }
         let rt = self.rt.as_ref().expect("the runtime is there until end");
         let outboxes = &mut self.outboxes;
-        let loans = &mut self.loans;
+        let loans = &self.loans;
         let asked: Vec<bool> = outboxes.iter().map(|o| !o.requests.is_empty()).collect();
         // Each visit starts after what went eagerly.
         let start = |visit: usize| plan.get(visit).map_or(0, |v| eager[v.to as usize]);
@@ -1041,19 +1049,12 @@ impl Bsp {
                 if !local && !whole {
                     let header = data_header(s, if last { LAST } else { 0 });
                     let parts = stream.piece_parts(piece.clone());
-                    if let Some((addr, len)) = parts.external {
+                    if let Some(x) = parts.external {
                         // The piece's own bytes (a put's header) go in the
-                        // prefix, the source's from where they lie.
+                        // prefix, the source's from where they lie, a part
+                        // of the source's loan (see `read_hpputs`).
                         let prefix = [&header[..], stream.own_bytes(parts.own)].concat();
-                        // SAFETY: an hpput's source, readable until the
-                        // sync ends (see `read_hpputs`).
-                        let data = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
-                        // SAFETY: the sync returns only once the loan is
-                        // returned, or released (`superstep_end`).
-                        match unsafe { e.lend_piece(to, CHANNEL, &prefix, data) }.map_err(runtime)? {
-                            Some(loan) => loans.push(loan),
-                            None => e.send_owned(to, CHANNEL, [&prefix[..], data].concat()).map_err(runtime)?,
-                        }
+                        e.send_lent_part(&loans[x.tag], CHANNEL, &prefix, x.from..x.from + x.len).map_err(runtime)?;
                     } else {
                         let body = stream.lend(piece);
                         e.send_shared(to, CHANNEL, &header, body).map_err(runtime)?;
@@ -1244,8 +1245,7 @@ impl Bsp {
         let s = self.superstep;
         let rt = self.rt.as_ref().expect("the runtime is there until end");
         let loans = &self.loans;
-        // Those returned are not looked at again (a stream between hosts
-        // lends a piece per datagram).
+        // Those returned are not looked at again.
         let mut returned = 0;
         // The streams were taken: what comes now is the next superstep's.
         wait(rt, &mut self.net, s + 1, |e, _| {

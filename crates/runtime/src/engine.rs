@@ -165,6 +165,23 @@ impl AsRef<[u8]> for LentSlice {
 
 impl bulkwire_proto::LentBytes for LentSlice {}
 
+/// Bytes `range` of a region lent to the endpoint ([`Engine::lend_region`]),
+/// the body of one message: the region's loan is returned once no part of
+/// it is held.
+#[derive(Debug)]
+struct LentPart {
+    region: Arc<LentSlice>,
+    range: std::ops::Range<usize>,
+}
+
+impl AsRef<[u8]> for LentPart {
+    fn as_ref(&self) -> &[u8] {
+        &(*self.region).as_ref()[self.range.clone()]
+    }
+}
+
+impl bulkwire_proto::LentBytes for LentPart {}
+
 impl LentSlice {
     /// Copies the lent bytes into memory of its own, read from now on: the
     /// lender's slice is about to be the lender's again.
@@ -896,37 +913,47 @@ impl Engine {
         Ok(Some(Loan { to, token: 0, len, since: self.now(), sent: Some(slice) }))
     }
 
-    /// Sends `prefix` followed by `data` to `to`, a peer over UDP, on
-    /// `channel` as one message whose packets carry `data` where it lies
-    /// ([`Endpoint::send_lent`]; the send buffer's limit is the caller's
-    /// to check); the loan is returned once every packet has been
-    /// acknowledged ([`Engine::loan_returned`]). `None` where lending is
-    /// off (`BULKWIRE_UDP_LEND=0`) or `to` is on this host or this process:
-    /// nothing was sent.
+    /// Lends `data` to the endpoint for messages to `to`, a peer over UDP,
+    /// that carry parts of it where they lie ([`Engine::send_lent_part`]):
+    /// the loan is returned once the endpoint holds no part of it, every
+    /// packet that carried one acknowledged ([`Engine::loan_returned`]).
+    /// `None` where lending is off (`BULKWIRE_UDP_LEND=0`) or `to` is on
+    /// this host or this process.
     ///
     /// # Safety
     ///
     /// `data` stays valid and unchanged until the loan is returned or
     /// released ([`Engine::release_loans`]).
-    pub unsafe fn lend_piece(
-        &mut self,
-        to: u32,
-        channel: u16,
-        prefix: &[u8],
-        data: &[u8],
-    ) -> Result<Option<Loan>, SendError> {
+    pub unsafe fn lend_region(&mut self, to: u32, data: &[u8]) -> Option<Loan> {
         if !self.lends_over_udp(to) {
-            return Ok(None);
+            return None;
         }
         let slice = Arc::new(LentSlice {
             ptr: std::sync::atomic::AtomicPtr::new(data.as_ptr().cast_mut()),
             len: data.len(),
             copy: std::sync::OnceLock::new(),
         });
-        self.endpoint.send_lent(to, channel, prefix, slice.clone(), &[])?;
+        Some(Loan { to, token: 0, len: data.len(), since: self.now(), sent: Some(slice) })
+    }
+
+    /// Sends `prefix` followed by bytes `range` of the region of `loan`
+    /// ([`Engine::lend_region`]) to its peer on `channel`, as one message
+    /// whose packets carry the region's bytes where they lie
+    /// ([`Endpoint::send_lent`]; the send buffer's limit is the caller's
+    /// to check).
+    pub fn send_lent_part(
+        &mut self,
+        loan: &Loan,
+        channel: u16,
+        prefix: &[u8],
+        range: std::ops::Range<usize>,
+    ) -> Result<(), SendError> {
+        let region = loan.sent.as_ref().expect("a region lent to the endpoint");
+        assert!(range.end <= region.len, "a part beyond its region");
+        let part = Arc::new(LentPart { region: region.clone(), range });
+        self.endpoint.send_lent(loan.to, channel, prefix, part, &[])?;
         self.udp_loans += 1;
-        let len = prefix.len() + data.len();
-        Ok(Some(Loan { to, token: 0, len, since: self.now(), sent: Some(slice) }))
+        Ok(())
     }
 
     /// Whether a message to `to` may be lent to the endpoint: `to` is
