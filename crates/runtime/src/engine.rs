@@ -142,7 +142,8 @@ pub struct Loan {
 }
 
 /// A caller's slice lent to the endpoint ([`Engine::lend`] to a peer over
-/// UDP): its packets carry pieces of it where it lies. The endpoint reads
+/// UDP, or [`Engine::lend_region`]): its packets carry pieces of it where
+/// it lies. The endpoint reads
 /// it only under the engine's lock, until every packet has been
 /// acknowledged; a loan that ends before that (the job stopped) first
 /// makes the endpoint read a copy instead ([`Engine::release_loans`]).
@@ -958,7 +959,7 @@ impl Engine {
 
     /// Whether a message to `to` may be lent to the endpoint: `to` is
     /// another process reached over UDP, and lending is on.
-    pub fn lends_over_udp(&self, to: u32) -> bool {
+    fn lends_over_udp(&self, to: u32) -> bool {
         self.udp_lend && to != self.endpoint.config().rank && self.transport(to) == crate::Transport::Udp
     }
 
