@@ -136,23 +136,6 @@ pub enum Kept {
     Lent(Arc<Vec<u8>>),
 }
 
-/// A piece of a stream lent to the runtime: its packets carry the bytes
-/// where they lie in the stream's buffer, which stays unchanged while any
-/// piece of it is held.
-#[derive(Debug)]
-struct LentPiece {
-    buf: Arc<Vec<u8>>,
-    range: Range<usize>,
-}
-
-impl AsRef<[u8]> for LentPiece {
-    fn as_ref(&self) -> &[u8] {
-        &self.buf[self.range.clone()]
-    }
-}
-
-impl bulkwire_proto::LentBytes for LentPiece {}
-
 impl OutStream {
     pub fn new(slack: usize) -> OutStream {
         OutStream { slack, ..OutStream::default() }
@@ -231,10 +214,10 @@ impl OutStream {
                 let len = range.end.min(e.at + e.len) - own_end;
                 PieceParts { own, external: Some(ExternalPart { addr: e.addr + from, len, tag: e.tag, from }) }
             }
-            _ => PieceParts {
-                own: self.own_index(range.start)..self.own_index(range.start) + range.len(),
-                external: None,
-            },
+            _ => {
+                let start = self.own_index(range.start);
+                PieceParts { own: start..start + range.len(), external: None }
+            }
         }
     }
 
@@ -250,7 +233,7 @@ impl OutStream {
         while at < range.end {
             let end = self.piece_end(at, range.end);
             let parts = self.piece_parts(at..end);
-            out.extend_from_slice(&self.data()[parts.own]);
+            out.extend_from_slice(self.own_bytes(parts.own));
             if let Some(x) = parts.external {
                 // SAFETY: whoever made the stream's externals promised
                 // their bytes readable while it is read (`hpput_in_place`).
@@ -337,7 +320,7 @@ impl OutStream {
     pub fn lend(&mut self, range: Range<usize>) -> Arc<dyn bulkwire_proto::LentBytes> {
         let at = self.at(range);
         let buf = self.lent.get_or_insert_with(|| Arc::new(std::mem::take(&mut self.buf)));
-        Arc::new(LentPiece { buf: buf.clone(), range: at })
+        Arc::new(bulkwire_proto::LentRange { whole: buf.clone(), range: at })
     }
 
     /// Whether [`OutStream::hand_off`] of the rest from `offset` on would

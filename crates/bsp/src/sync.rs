@@ -119,7 +119,7 @@ impl Stream {
     /// Appends the data of a piece: `message` from `start` on. Returns the
     /// message's buffer where the piece was copied out of it.
     fn push(&mut self, message: Vec<u8>, start: usize) -> Option<Vec<u8>> {
-        if self.len() == 0 && self.more.is_empty() {
+        if self.len() == 0 {
             *self = Stream::new(message, start);
             return None;
         }
@@ -438,12 +438,11 @@ pub fn empty_sync_message_len(p: u32) -> usize {
     HEADER + 4 + reduction.encode().len()
 }
 
-/// A data message carrying a copy of `piece`.
-#[cfg(test)]
-fn data_message(superstep: u64, last: u8, piece: &[u8]) -> Vec<u8> {
-    let mut m = Vec::with_capacity(DATA_HEADER + piece.len());
+/// A data message's headers, with room behind them for a piece of `len`
+/// bytes.
+fn data_message(superstep: u64, last: u8, len: usize) -> Vec<u8> {
+    let mut m = Vec::with_capacity(DATA_HEADER + len);
     m.extend_from_slice(&data_header(superstep, last));
-    m.extend_from_slice(piece);
     m
 }
 
@@ -459,8 +458,7 @@ fn piece_message(stream: &mut OutStream, piece: Range<usize>, superstep: u64, la
             return (message, true);
         }
     }
-    let mut message = Vec::with_capacity(DATA_HEADER + piece.len());
-    message.extend_from_slice(&data_header(superstep, mark));
+    let mut message = data_message(superstep, mark, piece.len());
     stream.copy_range(piece, &mut message);
     (message, false)
 }
@@ -1329,7 +1327,9 @@ mod tests {
     use super::*;
 
     fn piece(superstep: u64, last: u8, bytes: &[u8]) -> Vec<u8> {
-        data_message(superstep, last, bytes)
+        let mut m = data_message(superstep, last, bytes.len());
+        m.extend_from_slice(bytes);
+        m
     }
 
     #[test]
@@ -1404,9 +1404,9 @@ mod tests {
 
     /// A data message of `piece` in a buffer of `room` bytes, as read
     /// from a datagram.
-    fn piece_in(superstep: u64, last: u8, piece: &[u8], room: usize) -> Vec<u8> {
-        let mut m = Vec::with_capacity(room.max(DATA_HEADER + piece.len()));
-        m.extend_from_slice(&data_message(superstep, last, piece));
+    fn piece_in(superstep: u64, last: u8, bytes: &[u8], room: usize) -> Vec<u8> {
+        let mut m = Vec::with_capacity(room.max(DATA_HEADER + bytes.len()));
+        m.extend_from_slice(&piece(superstep, last, bytes));
         m
     }
 

@@ -171,6 +171,23 @@ impl Head {
 /// and waits for the count to fall to one).
 pub trait LentBytes: AsRef<[u8]> + Send + Sync + std::fmt::Debug {}
 
+/// Bytes `range` of memory shared by several messages, each such range
+/// the body of one ([`crate::Endpoint::send_lent`]): the whole is held
+/// until no range of it is.
+#[derive(Debug)]
+pub struct LentRange<T> {
+    pub whole: Arc<T>,
+    pub range: std::ops::Range<usize>,
+}
+
+impl<T: AsRef<[u8]>> AsRef<[u8]> for LentRange<T> {
+    fn as_ref(&self) -> &[u8] {
+        &(*self.whole).as_ref()[self.range.clone()]
+    }
+}
+
+impl<T: AsRef<[u8]> + Send + Sync + std::fmt::Debug> LentBytes for LentRange<T> {}
+
 /// The buffer a payload is (a piece of).
 #[derive(Clone, Debug)]
 enum Held {

@@ -166,23 +166,6 @@ impl AsRef<[u8]> for LentSlice {
 
 impl bulkwire_proto::LentBytes for LentSlice {}
 
-/// Bytes `range` of a region lent to the endpoint ([`Engine::lend_region`]),
-/// the body of one message: the region's loan is returned once no part of
-/// it is held.
-#[derive(Debug)]
-struct LentPart {
-    region: Arc<LentSlice>,
-    range: std::ops::Range<usize>,
-}
-
-impl AsRef<[u8]> for LentPart {
-    fn as_ref(&self) -> &[u8] {
-        &(*self.region).as_ref()[self.range.clone()]
-    }
-}
-
-impl bulkwire_proto::LentBytes for LentPart {}
-
 impl LentSlice {
     /// Copies the lent bytes into memory of its own, read from now on: the
     /// lender's slice is about to be the lender's again.
@@ -895,23 +878,21 @@ impl Engine {
         data: &[u8],
         suffix: &[u8],
     ) -> Result<Option<Loan>, SendError> {
-        let local = self.shm.as_ref().is_some_and(|s| s.is_local(to));
-        if !self.udp_lend || local || to == self.endpoint.config().rank || data.len() < LEND_FROM {
+        if data.len() < LEND_FROM || !self.lends_over_udp(to) {
             return Ok(None);
         }
         if suffix.len() > LEND_SUFFIX_MAX {
             return Err(SendError::TooLarge { len: suffix.len(), max: LEND_SUFFIX_MAX });
         }
-        let slice = Arc::new(LentSlice {
-            ptr: std::sync::atomic::AtomicPtr::new(data.as_ptr().cast_mut()),
-            len: data.len(),
-            copy: std::sync::OnceLock::new(),
-        });
-        self.endpoint.send_lent(to, channel, &[], slice.clone(), suffix)?;
+        // SAFETY: `lend`'s caller leaves `data` as it is until the loan is
+        // returned (or released).
+        let Some(mut loan) = (unsafe { self.lend_region(to, data) }) else { unreachable!("checked above") };
+        let slice = loan.sent.clone().expect("lent to the endpoint");
+        self.endpoint.send_lent(to, channel, &[], slice, suffix)?;
         self.endpoint.end_phase(to, channel);
         self.udp_loans += 1;
-        let len = data.len() + suffix.len();
-        Ok(Some(Loan { to, token: 0, len, since: self.now(), sent: Some(slice) }))
+        loan.len += suffix.len();
+        Ok(Some(loan))
     }
 
     /// Lends `data` to the endpoint for messages to `to`, a peer over UDP,
@@ -951,7 +932,7 @@ impl Engine {
     ) -> Result<(), SendError> {
         let region = loan.sent.as_ref().expect("a region lent to the endpoint");
         assert!(range.end <= region.len, "a part beyond its region");
-        let part = Arc::new(LentPart { region: region.clone(), range });
+        let part = Arc::new(bulkwire_proto::LentRange { whole: region.clone(), range });
         self.endpoint.send_lent(loan.to, channel, prefix, part, &[])?;
         self.udp_loans += 1;
         Ok(())
