@@ -55,10 +55,13 @@
 //!   this size leave before the barrier rather than after it in schedule
 //!   order (default 65536 when the job runs on one host, 0 otherwise; see
 //!   [`Bsp::set_eager`]);
-//! - `BULKWIRE_BSP_BARRIER=star|dissemination`: how the barrier's
-//!   reduction flows: to process 0 and back (`star`, the default where
-//!   processes outnumber cores: the fewest messages), or by dissemination
-//!   (the default elsewhere: the fewest rounds); process 0's value;
+//! - `BULKWIRE_BSP_BARRIER=board|star|dissemination`: how the barrier's
+//!   reduction flows: through shared memory, each process posting its own
+//!   and reading everyone's (`board`, the default where every process of
+//!   the job is on one host, up to 16 of them: no message at all), to
+//!   process 0 and back (`star`, the default elsewhere where processes
+//!   outnumber cores: the fewest messages), or by dissemination (the
+//!   default elsewhere: the fewest rounds); process 0's value;
 //! - `BULKWIRE_BSP_FANOUT=K`: partners per round of the dissemination
 //!   (default 7, one round up to 8 processes, or 2 where processes
 //!   outnumber cores; 1 is the classic dissemination barrier), process 0's
@@ -368,9 +371,12 @@ impl Bsp {
         // fan-out 2 measured best against 1 and 7 with 8 processes on 2
         // cores); fewer rounds where each has its own.
         let shared_cores = rt.shares_cores();
+        // The board where every process is on this host, if not too many.
+        let on_board = rt.with(|e| Ok(e.on_board())).unwrap_or(false);
+        let board = on_board && size <= reduction::BOARD_DEFAULT_MAX;
         // Every process checks the setting, but process 0's counts: a bad
         // value there must stop the job, not leave the others waiting.
-        let barrier = barrier_setting(shared_cores).map_err(|reason| {
+        let barrier = barrier_setting(shared_cores, board, on_board).map_err(|reason| {
             let error = fail(reason);
             rt.fail(&error.to_string());
             error
@@ -1139,10 +1145,12 @@ fn begin_message(maxprocs: i64, barrier: u32) -> Vec<u8> {
 }
 
 /// The barrier process 0 chooses for the job from [`BARRIER_ENV`] and
-/// [`FANOUT_ENV`]: by default the star where processes outnumber cores
-/// (`shared_cores`), else the dissemination; a fan-out set alone chooses
-/// the dissemination.
-fn barrier_setting(shared_cores: bool) -> Result<Barrier, Reason> {
+/// [`FANOUT_ENV`]: by default the board where `board` says so (every
+/// process on this host, and not too many), else the star where processes
+/// outnumber cores (`shared_cores`), else the dissemination; a fan-out set
+/// alone chooses the dissemination. The board asked for where the job is
+/// not all on this host (`on_board`) is an error.
+fn barrier_setting(shared_cores: bool, board: bool, on_board: bool) -> Result<Barrier, Reason> {
     let fanout = match std::env::var(FANOUT_ENV) {
         Ok(v) => match v.trim().parse::<u32>() {
             Ok(k) if k >= 1 => Some(k),
@@ -1158,8 +1166,16 @@ fn barrier_setting(shared_cores: bool) -> Result<Barrier, Reason> {
     match std::env::var(BARRIER_ENV).as_deref().map(str::trim) {
         Ok("star") => Ok(Barrier::Star),
         Ok("dissemination") => Ok(dissemination),
-        Ok(other) => Err(Reason::Invalid(format!("{BARRIER_ENV}={other}: expected star or dissemination"))),
-        Err(_) if shared_cores && fanout.is_none() => Ok(Barrier::Star),
+        Ok("board") if on_board => Ok(Barrier::Board),
+        Ok("board") => Err(Reason::Invalid(format!(
+            "{BARRIER_ENV}=board: the board needs every process of the job on this host, reached through shared \
+             memory (not with {} = 0)",
+            bulkwire_runtime::SHM
+        ))),
+        Ok(other) => Err(Reason::Invalid(format!("{BARRIER_ENV}={other}: expected board, star or dissemination"))),
+        Err(_) if fanout.is_some() => Ok(dissemination),
+        Err(_) if board => Ok(Barrier::Board),
+        Err(_) if shared_cores => Ok(Barrier::Star),
         Err(_) => Ok(dissemination),
     }
 }

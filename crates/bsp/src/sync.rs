@@ -832,6 +832,7 @@ impl Bsp {
             }
         }
         let fanout = match self.barrier {
+            Barrier::Board => return self.reduce_board(acc),
             _ if self.eager_to_all_streak >= ONE_ROUND_AFTER => p.saturating_sub(1),
             Barrier::Star => return self.reduce_star(acc),
             Barrier::Dissemination(k) => k,
@@ -867,6 +868,46 @@ impl Bsp {
         let others: Vec<u32> = (1..p).collect();
         self.hear(UP, &others, |bytes| acc.merge_encoded(bytes))?;
         self.tell(DOWN, &acc, others);
+        Ok(acc)
+    }
+
+    /// The reduction on the board ([`Barrier::Board`]): every process
+    /// posts its reduction in shared memory and merges the others' posts
+    /// where they lie, in one step, without a message.
+    fn reduce_board(&mut self, mut acc: Reduction) -> Result<Reduction, Reason> {
+        let (me, p, s) = (self.pid, self.nprocs, self.superstep);
+        self.barrier_rounds = u32::from(p > 1);
+        if p == 1 {
+            return Ok(acc);
+        }
+        let rt = self.rt.as_ref().expect("the runtime is there until end");
+        let encoded = acc.encode();
+        let seq = rt
+            .with(|e| Ok(e.post(&encoded)))
+            .map_err(|e| Reason::Runtime(e.to_string()))?
+            .map_err(|why| Reason::Runtime(format!("posting the barrier's reduction: {why}")))?;
+        let mut heard: Vec<bool> = (0..p).map(|j| j == me).collect();
+        let mut post = Vec::with_capacity(encoded.len());
+        wait(rt, &mut self.net, s, |e, _| {
+            let mut all = true;
+            for j in 0..p {
+                if heard[j as usize] {
+                    continue;
+                }
+                match e.read_post(j, seq, &mut post) {
+                    Ok(true) => {
+                        acc.merge_encoded(&post).map_err(|why| Reason::Malformed { peer: j, why })?;
+                        heard[j as usize] = true;
+                    }
+                    Ok(false) => {
+                        waiting_for(e, j, s, "the barrier")?;
+                        all = false;
+                    }
+                    Err(why) => return Err(Reason::Malformed { peer: j, why }),
+                }
+            }
+            Ok(all.then_some(()))
+        })?;
         Ok(acc)
     }
 

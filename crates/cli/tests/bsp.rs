@@ -144,12 +144,16 @@ fn semantics_for_every_order_and_under_loss() {
     // data goes, not what arrives, with loss as without.
     let lossy = [("BULKWIRE_TEST_DROP", "0.05"), ("BULKWIRE_TEST_DROP_SEED", "11"), ("BULKWIRE_BSP_EAGER", "0")];
     let paced = [("BULKWIRE_BSP_RATE", "50mbit"), ("BULKWIRE_TEST_DROP", "0.05"), ("BULKWIRE_TEST_DROP_SEED", "7")];
-    // Where processes outnumber cores the barrier is a star by default,
-    // elsewhere a dissemination: each where the other is the default.
+    // The runs above, through shared memory, reduce on the board (the
+    // default on one host). Over UDP, where processes outnumber cores the
+    // barrier is a star by default, elsewhere a dissemination: each where
+    // the other is the default.
     let star = [("BULKWIRE_BSP_BARRIER", "star"), lossy[0], lossy[1]];
     let dissemination = [("BULKWIRE_BSP_BARRIER", "dissemination"), lossy[0], lossy[1]];
+    let udp = [("BULKWIRE_SHM", "0")];
     type Env<'a> = &'a [(&'a str, &'a str)];
-    let runs: [(&[u32], Env, &str); 6] = [
+    let runs: [(&[u32], Env, &str); 7] = [
+        (&[2, 8], &udp, "over UDP"),
         (&[3, 8], &lossy[..2], "5% loss"),
         (&[3, 8], &lossy, "5% loss, nothing eager"),
         (&[2, 8], &paced[..1], "paced at 50 Mbit/s"),
@@ -167,7 +171,7 @@ fn semantics_for_every_order_and_under_loss() {
     let bad = [
         ("BULKWIRE_BSP_RATE", "fast", "BULKWIRE_BSP_RATE", "unknown unit"),
         ("BULKWIRE_BSP_EAGER", "lots", "BULKWIRE_BSP_EAGER=lots", "not a number of bytes"),
-        ("BULKWIRE_BSP_BARRIER", "ring", "BULKWIRE_BSP_BARRIER=ring", "expected star or dissemination"),
+        ("BULKWIRE_BSP_BARRIER", "ring", "BULKWIRE_BSP_BARRIER=ring", "expected board, star or dissemination"),
     ];
     for (name, value, named, why) in bad {
         let out = launch(2, "semantics_for_every_order_and_under_loss", &[(name, value)]);
@@ -175,6 +179,11 @@ fn semantics_for_every_order_and_under_loss() {
         assert!(!out.status.success(), "{all}");
         assert!(all.contains(named) && all.contains(why), "{all}");
     }
+    // So does the board where the processes do not share memory.
+    let out = launch(2, "semantics_for_every_order_and_under_loss", &[("BULKWIRE_BSP_BARRIER", "board"), udp[0]]);
+    let all = text(&out);
+    assert!(!out.status.success(), "{all}");
+    assert!(all.contains("BULKWIRE_BSP_BARRIER=board: the board needs every process of the job on this host"), "{all}");
 }
 
 /// Large puts and hpputs between processes of one host, which the
@@ -413,6 +422,52 @@ fn the_barrier_takes_one_round_in_a_run_of_total_exchanges() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// On one host the barrier's reductions meet on the board in shared
+/// memory, not in messages: a run of empty syncs sends no message past
+/// `bsp_begin`'s, where the star sends one each way per process and sync
+/// (`bulkwire run --stats` counts what went through shared memory).
+#[test]
+fn on_one_host_the_barrier_sends_no_message() {
+    const SYNCS: u64 = 100;
+    let test = "on_one_host_the_barrier_sends_no_message";
+    if is_rank() {
+        let mut bsp = Bsp::begin().unwrap();
+        for _ in 0..SYNCS {
+            bsp.sync().unwrap();
+        }
+        let me = bsp.pid();
+        bsp.end().unwrap();
+        println!("ok pid {me}");
+        return;
+    }
+    for (barrier, fewest, most) in [("board", 0, 3), ("star", 3 * SYNCS, u64::MAX)] {
+        let exe = std::env::current_exe().unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_bulkwire"))
+            .env("BULKWIRE_BSP_BARRIER", barrier)
+            .args(["run", "-n", "4", "--stats"])
+            .arg(exe)
+            .args(["--exact", test, "--nocapture", "--test-threads=1"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        expect_ok(&out, 4, barrier);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        // The table's rows, "from>to messages MB ...", up to its end.
+        let table = stderr.split("shared memory (peers on the rank's host)").nth(1).expect("a table of shared memory");
+        let messages: u64 = table
+            .lines()
+            .skip(2)
+            .map_while(|l| {
+                let mut words = l.split_whitespace();
+                let pair = words.next().filter(|w| w.contains('>'))?;
+                Some((pair.to_owned(), words.next()?.parse::<u64>().ok()?))
+            })
+            .map(|(_, n)| n)
+            .sum();
+        assert!((fewest..=most).contains(&messages), "{barrier}: {messages} messages\n{stderr}");
+    }
 }
 
 #[test]

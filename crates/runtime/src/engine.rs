@@ -17,7 +17,7 @@ use crate::loss::LossInjector;
 use crate::paths::Paths;
 use crate::rate;
 use crate::rendezvous::{Control, PeerReport, ToLauncher, ToRank};
-use crate::shm::{Dest, DestState, Shm, ShmOptions};
+use crate::shm::{Dest, DestState, Shm, ShmOptions, POST_MAX};
 use crate::sockets::{PathSockets, RecvBatch, SendBatch, SocketOptions};
 
 /// A peer that acknowledges nothing for this long is declared unreachable.
@@ -772,6 +772,31 @@ impl Engine {
         }
     }
 
+    /// Whether every other process of the job runs on this host and is
+    /// reached through shared memory: a collective of the whole job may
+    /// then go through the board ([`Engine::post`]) instead of messages.
+    pub fn on_board(&self) -> bool {
+        self.shm.as_ref().is_some_and(Shm::all_local)
+    }
+
+    /// Posts `bytes` on the board as this process's next contribution to a
+    /// collective of the whole job, which every process makes in the same
+    /// order, and returns the number by which the others read it
+    /// ([`Engine::read_post`]). Fails if the job is not all on the board
+    /// ([`Engine::on_board`]) or `bytes` is longer than [`POST_MAX`].
+    pub fn post(&mut self, bytes: &[u8]) -> Result<u64, String> {
+        let shm = self.shm.as_mut().filter(|s| s.all_local()).ok_or("not every process of the job is on this host")?;
+        let seq = shm.post(bytes).ok_or_else(|| format!("a post of {} bytes (at most {POST_MAX})", bytes.len()))?;
+        self.send_wakeups();
+        Ok(seq)
+    }
+
+    /// Copies `peer`'s post number `seq` into `dst` if it has made it, and
+    /// says whether it has; an error is the peer's violation.
+    pub fn read_post(&self, peer: u32, seq: u64, dst: &mut Vec<u8>) -> Result<bool, String> {
+        self.shm.as_ref().ok_or("no shared memory with any peer")?.read_post(peer, seq, dst)
+    }
+
     /// How this process reaches `peer`.
     pub fn transport(&self, peer: u32) -> crate::Transport {
         match &self.shm {
@@ -1078,8 +1103,8 @@ impl Engine {
     /// Before this thread sleeps in poll(2) on the sockets: whether it may
     /// (nothing came by shared memory meanwhile); a sender that writes
     /// after this wakes it with a datagram.
-    fn may_sleep(&self) -> bool {
-        self.shm.as_ref().is_none_or(Shm::may_sleep)
+    fn may_sleep(&mut self) -> bool {
+        self.shm.as_mut().is_none_or(Shm::may_sleep)
     }
 
     fn awake(&self) {

@@ -23,6 +23,11 @@
 //! kernel refuses that (a ptrace policy), the message goes through the
 //! ring in pieces.
 //!
+//! After the header each file has a board: two slots in which its owner
+//! posts its contribution to a collective of the whole job ([`Shm::post`];
+//! the BSP barrier's reduction), which every peer reads where it lies
+//! instead of receiving a message from each process.
+//!
 //! No reliability machinery runs here: nothing is lost between processes
 //! of one host. A record becomes visible to its reader only once it is
 //! written whole (the ring's tail is stored after the data, with release
@@ -86,7 +91,7 @@ pub const SHM_RING: &str = "BULKWIRE_SHM_RING";
 pub const SHM_SPLIT: &str = "BULKWIRE_SHM_SPLIT";
 
 const MAGIC: u64 = u64::from_le_bytes(*b"bwshm\0\0\x01");
-const VERSION: u32 = 3;
+const VERSION: u32 = 4;
 /// The file's header: fixed fields, the doorbell and the sleep flag on
 /// lines of their own, the host identity.
 const HEADER: usize = 4096;
@@ -101,6 +106,22 @@ const H_DOORBELL: usize = 128;
 const H_SLEEPING: usize = 256;
 const H_HOST: usize = 512;
 const HOST_MAX: usize = 1024;
+/// The board, after the header: two slots in which this process posts its
+/// contributions to a collective of the job's processes (the BSP barrier's
+/// reduction, see [`Shm::post`]) for each peer on this host to read where
+/// they lie, instead of a message to each. Post number `seq` goes into slot
+/// `seq % 2`: its number (stored last, with release order), its length, its
+/// bytes. A process overwrites a slot only two posts later, once it has read
+/// every peer's next post, which each peer makes only after reading this one.
+const BOARD: usize = HEADER;
+const BOARD_SLOT: usize = 4096;
+const B_SEQ: usize = 0;
+const B_LEN: usize = 8;
+const B_DATA: usize = 64;
+/// The longest post.
+pub const POST_MAX: usize = BOARD_SLOT - B_DATA;
+/// Where the rings begin.
+const RINGS: usize = BOARD + 2 * BOARD_SLOT;
 /// The control block in front of each ring: the reader's position, the
 /// writer's, what each says of itself, and the writer's request to share a
 /// copy, on separate cache lines.
@@ -454,6 +475,20 @@ pub(crate) struct Shm {
     pub stats: Vec<ShmStats>,
     /// Peers to send a wake-up datagram to.
     pub wake: Vec<std::net::SocketAddr>,
+    /// The number of this process's last post on the board.
+    posts: u64,
+    /// The post whose peers' counterparts this process may be waiting for:
+    /// it does not sleep while they are all there (see [`Shm::may_sleep`]).
+    awaited: Option<u64>,
+}
+
+/// Where post number `seq` lies in its poster's file.
+fn board_slot(seq: u64) -> usize {
+    BOARD + (seq % 2) as usize * BOARD_SLOT
+}
+
+fn peer_of(peers: &[Option<Peer>], rank: u32) -> &Peer {
+    peers[rank as usize].as_ref().expect("a local peer")
 }
 
 fn file_path(job: u64, rank: u32) -> PathBuf {
@@ -491,7 +526,7 @@ impl Shm {
     pub fn create(job: u64, rank: u32, size: u32, options: &ShmOptions) -> Result<Shm, String> {
         let path = file_path(job, rank);
         let slot = CONTROL + options.ring;
-        let len = HEADER + size as usize * slot;
+        let len = RINGS + size as usize * slot;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -546,6 +581,8 @@ impl Shm {
             split: options.split,
             stats: vec![ShmStats::default(); size as usize],
             wake: Vec::new(),
+            posts: 0,
+            awaited: None,
         })
     }
 
@@ -568,7 +605,7 @@ impl Shm {
         let file = OpenOptions::new().read(true).write(true).open(file_path(job, rank)).ok()?;
         let meta = file.metadata().ok()?;
         // SAFETY: getuid has no preconditions.
-        if meta.uid() != unsafe { libc::getuid() } || meta.mode() & 0o077 != 0 || (meta.len() as usize) < HEADER {
+        if meta.uid() != unsafe { libc::getuid() } || meta.mode() & 0o077 != 0 || (meta.len() as usize) < RINGS {
             return None;
         }
         let len = meta.len() as usize;
@@ -586,13 +623,13 @@ impl Shm {
         if !ring.is_power_of_two()
             || ring < 4096
             || slots != self.peers.len()
-            || HEADER + slots * (CONTROL + ring) != len
+            || RINGS + slots * (CONTROL + ring) != len
         {
             return None;
         }
         let pid = theirs.u32(H_PID).load(Ordering::Relaxed) as i32;
-        let out = Ring { base: HEADER + self.me as usize * (CONTROL + ring), size: ring };
-        let inbound = Ring { base: HEADER + rank as usize * (CONTROL + self.own.ring), size: self.own.ring };
+        let out = Ring { base: RINGS + self.me as usize * (CONTROL + ring), size: ring };
+        let inbound = Ring { base: RINGS + rank as usize * (CONTROL + self.own.ring), size: self.own.ring };
         let probe = theirs.u64(H_PROBE).load(Ordering::Relaxed);
         let cma_from = self.cma && read_remote(pid, probe, 8, &[]).is_ok_and(|b| b == PROBE.to_ne_bytes());
         // The two rings between this pair, present at both ends before use.
@@ -1185,10 +1222,79 @@ impl Shm {
     /// Before sleeping in poll(2) on the sockets: raises the flag that makes
     /// senders wake this process, and says whether it may sleep (nothing
     /// came meanwhile).
-    pub fn may_sleep(&self) -> bool {
+    pub fn may_sleep(&mut self) -> bool {
         self.own.region.u32(H_SLEEPING).store(1, Ordering::SeqCst);
+        // Every peer's counterpart of the last post there: the wait for
+        // them ends at its next look. Else a peer that posts after this
+        // finds the flag raised (see `post`).
+        if let Some(seq) = self.awaited {
+            let at = board_slot(seq) + B_SEQ;
+            let peers = &self.peers;
+            if self.local.iter().all(|&r| peer_of(peers, r).w.theirs.u64(at).load(Ordering::SeqCst) >= seq) {
+                self.awaited = None;
+                return false;
+            }
+        }
         let doorbell = self.own.region.u64(H_DOORBELL).load(Ordering::SeqCst);
         doorbell == self.last_doorbell && !self.rescan
+    }
+
+    /// Posts `bytes` on the board as this process's next contribution to a
+    /// collective that every process of the job makes in the same order,
+    /// and returns its number, by which the peers on this host read it
+    /// ([`Shm::read_post`]). Peers asleep in poll(2) are woken. `None` if
+    /// `bytes` is longer than [`POST_MAX`].
+    pub fn post(&mut self, bytes: &[u8]) -> Option<u64> {
+        if bytes.len() > POST_MAX {
+            return None;
+        }
+        let seq = self.posts + 1;
+        let at = board_slot(seq);
+        let region = &self.own.region;
+        // SAFETY: the bytes fit the slot, within the mapping; no peer reads
+        // it before its number is stored below, nor after the number of the
+        // post two later is (see [`BOARD`]).
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), region.ptr.add(at + B_DATA), bytes.len()) };
+        region.u64(at + B_LEN).store(bytes.len() as u64, Ordering::Relaxed);
+        // The number, then each peer's sleep flag: sequentially consistent
+        // with a sleeper's flag, then its look at the board (`may_sleep`).
+        region.u64(at + B_SEQ).store(seq, Ordering::SeqCst);
+        self.posts = seq;
+        self.awaited = Some(seq);
+        for i in 0..self.local.len() {
+            let to = self.local[i];
+            let peer = peer_of(&self.peers, to);
+            let sleeping = peer.w.theirs.u32(H_SLEEPING);
+            if sleeping.load(Ordering::SeqCst) != 0 && sleeping.swap(0, Ordering::SeqCst) != 0 {
+                self.stats[to as usize].wakeups_sent += 1;
+                self.wake.push(peer.wake_to);
+            }
+        }
+        Some(seq)
+    }
+
+    /// Copies post number `seq` of `rank` (a peer on this host) into `dst`
+    /// if the peer has made it, and says whether it has. A later post
+    /// there, or a length beyond [`POST_MAX`], is the peer's violation.
+    pub fn read_post(&self, rank: u32, seq: u64, dst: &mut Vec<u8>) -> Result<bool, String> {
+        let peer = self.peers.get(rank as usize).and_then(Option::as_ref).ok_or("a process on another host")?;
+        let at = board_slot(seq);
+        let theirs = &peer.w.theirs;
+        match theirs.u64(at + B_SEQ).load(Ordering::Acquire) {
+            found if found < seq => return Ok(false),
+            found if found > seq => return Err(format!("post {found} on its board where {seq} was awaited")),
+            _ => {}
+        }
+        let len = theirs.u64(at + B_LEN).load(Ordering::Relaxed);
+        if len > POST_MAX as u64 {
+            return Err(format!("a post of {len} bytes on its board (at most {POST_MAX})"));
+        }
+        dst.clear();
+        // SAFETY: within the peer's mapping (its length was checked when it
+        // was opened); the peer leaves the slot alone until this process
+        // posts again (see [`BOARD`]).
+        dst.extend_from_slice(unsafe { std::slice::from_raw_parts(theirs.ptr.add(at + B_DATA), len as usize) });
+        Ok(true)
     }
 
     pub fn awake(&self) {
@@ -1810,6 +1916,39 @@ mod tests {
         assert!(!b.may_sleep(), "what came meanwhile keeps the reader up");
         assert_eq!(drain(&mut b).len(), 2);
         assert!(b.may_sleep());
+    }
+
+    #[test]
+    fn posts_on_the_board_are_read_by_number_and_wake_a_sleeper() {
+        let (mut a, mut b) = pair(64 << 10);
+        let mut got = Vec::new();
+        assert_eq!(b.read_post(0, 1, &mut got), Ok(false), "nothing posted yet");
+        // b waits for a's counterpart of its own first post, asleep.
+        assert_eq!(b.post(b"from b"), Some(1));
+        drain(&mut b);
+        assert!(b.may_sleep());
+        assert_eq!(a.post(b"first"), Some(1));
+        assert_eq!(a.wake.len(), 1, "a sleeper is woken by a post");
+        assert!(!b.may_sleep(), "every counterpart is there: no sleep");
+        assert!(b.may_sleep(), "the wait for them ended");
+        assert_eq!(b.read_post(0, 1, &mut got), Ok(true));
+        assert_eq!(got, b"first");
+        assert_eq!(a.read_post(1, 1, &mut got), Ok(true));
+        assert_eq!(got, b"from b");
+        // The next post goes into the other slot: the first stays readable.
+        assert_eq!(a.post(&[7; POST_MAX]), Some(2));
+        assert_eq!(b.read_post(0, 1, &mut got), Ok(true));
+        assert_eq!(got, b"first");
+        assert_eq!(b.read_post(0, 2, &mut got), Ok(true));
+        assert_eq!(got, vec![7; POST_MAX]);
+        assert_eq!(b.read_post(0, 3, &mut got), Ok(false));
+        assert_eq!(a.post(&[0; POST_MAX + 1]), None, "too long for a post");
+        assert_eq!(a.post(b""), Some(3), "a post refused takes no number");
+        // A post two ahead of the one awaited, or a length beyond a slot,
+        // is the poster's violation.
+        assert!(b.read_post(0, 1, &mut got).unwrap_err().contains("post 3"));
+        a.own.region.u64(board_slot(3) + B_LEN).store(POST_MAX as u64 + 1, Ordering::Relaxed);
+        assert!(b.read_post(0, 3, &mut got).unwrap_err().contains("bytes on its board"));
     }
 
     #[test]
