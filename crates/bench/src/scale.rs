@@ -233,22 +233,6 @@ impl Sample {
     }
 }
 
-/// The barrier of bsp's sync with `p` processes, as `barrier_setting`
-/// (`bsp/src/lib.rs`) chooses it from `BULKWIRE_BSP_BARRIER` and
-/// `BULKWIRE_BSP_FANOUT`: by default the star where processes outnumber
-/// cores, else the dissemination of fan-out 7 (bsp does not say which it
-/// took).
-fn sync_barrier(p: u32, shares_cores: bool) -> String {
-    let fanout = std::env::var(bulkwire_bsp::FANOUT_ENV).ok().and_then(|v| v.trim().parse::<u32>().ok());
-    let dissemination = |k: u32| format!("dissemination k={}", k.clamp(1, p - 1));
-    match std::env::var(bulkwire_bsp::BARRIER_ENV).as_deref().map(str::trim) {
-        Ok("star") => "star".into(),
-        Ok("dissemination") => dissemination(fanout.unwrap_or(if shares_cores { 2 } else { 7 })),
-        _ if shares_cores && fanout.is_none() => "star".into(),
-        _ => dissemination(fanout.unwrap_or(if shares_cores { 2 } else { 7 })),
-    }
-}
-
 /// What one process of a job does; process 0 returns the rows.
 pub fn rank(args: &Args) -> Result<Option<Report>, String> {
     let before = Memory::now();
@@ -309,6 +293,7 @@ pub fn rank(args: &Args) -> Result<Option<Report>, String> {
         return Err(format!("process {me}: the bytes from process {q} did not arrive"));
     }
     let syncs = 1 + syncs_before as usize + reps + exchanges;
+    let barrier_shape = bsp.barrier();
     bsp.end().map_err(bsp_error)?;
     let after = Memory::now();
     let footprint = rt.with(|e| Ok(e.endpoint.footprint())).map_err(|e| e.to_string())?;
@@ -339,7 +324,6 @@ pub fn rank(args: &Args) -> Result<Option<Report>, String> {
                 .with("timed_count", count)
                 .with("shares_cores", shares_cores)
         };
-        let barrier_shape = sync_barrier(p, shares_cores);
         let mut rows = vec![
             timed(named("empty sync"), empty).with("sync_barrier", barrier_shape.as_str()),
             timed(named("barrier"), barrier).with("call", "World::barrier"),
@@ -520,10 +504,17 @@ pub fn table(report: &Report) -> String {
              (scripts/ompi/bench.c)\n",
         );
     }
+    if rows.iter().any(|r| r.text("sync_barrier") == Some("board")) {
+        o.push_str(
+            "# bsp's barrier is the board where the job is on one host through shared memory with up to 16 \
+             processes (each posts its reduction in shared memory and reads everyone's; no message); \
+             World::barrier is on the board up to 64\n",
+        );
+    }
     if rows.iter().any(|r| r.text("sync_barrier") == Some("star")) {
         o.push_str(
-            "# bsp's barrier is a star (2(p-1) messages through process 0) where processes outnumber cores, \
-             else a dissemination; after two total exchanges in a row, one round of p-1 messages\n",
+            "# bsp's barrier is otherwise a star (2(p-1) messages through process 0) where processes outnumber \
+             cores, else a dissemination; after two total exchanges in a row, one round of p-1 messages\n",
         );
     }
     o

@@ -580,6 +580,18 @@ impl Bsp {
         self.eager = bytes;
     }
 
+    /// The barrier this computation's syncs take (process 0's choice, see
+    /// `BULKWIRE_BSP_BARRIER`): `board`, `star` or `dissemination k=K`.
+    pub fn barrier(&self) -> String {
+        match self.barrier {
+            Barrier::Board => "board".into(),
+            Barrier::Star => "star".into(),
+            Barrier::Dissemination(k) => {
+                format!("dissemination k={}", k.clamp(1, self.nprocs.saturating_sub(1).max(1)))
+            }
+        }
+    }
+
     pub fn eager(&self) -> usize {
         self.eager
     }

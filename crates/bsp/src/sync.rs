@@ -32,6 +32,7 @@ use crate::repackaging::{self, Counts, OutStream, Record, DATA_HEADER};
 use crate::schedule;
 use crate::stats::SuperstepProfile;
 use crate::{pacing, Bsp, GetTarget, Queue};
+use bulkwire_runtime::PostKind;
 
 /// The runtime channel of bsp's supersteps (0 and 1 are comm's).
 pub(crate) const CHANNEL: u16 = 2;
@@ -883,7 +884,7 @@ impl Bsp {
         let rt = self.rt.as_ref().expect("the runtime is there until end");
         let encoded = acc.encode();
         let seq = rt
-            .with(|e| Ok(e.post(&encoded)))
+            .with(|e| Ok(e.post(PostKind::BspSync, &encoded)))
             .map_err(|e| Reason::Runtime(e.to_string()))?
             .map_err(|why| Reason::Runtime(format!("posting the barrier's reduction: {why}")))?;
         let mut heard: Vec<bool> = (0..p).map(|j| j == me).collect();
@@ -894,7 +895,7 @@ impl Bsp {
                 if heard[j as usize] {
                     continue;
                 }
-                match e.read_post(j, seq, &mut post) {
+                match e.read_post(j, seq, PostKind::BspSync, &mut post) {
                     Ok(true) => {
                         acc.merge_encoded(&post).map_err(|why| Reason::Malformed { peer: j, why })?;
                         heard[j as usize] = true;

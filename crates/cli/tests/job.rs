@@ -92,6 +92,62 @@ fn ring_any_source_and_nonblocking_on_2_3_and_8_ranks() {
     }
 }
 
+/// `World::barrier` holds every rank until the last has entered, on the
+/// board in shared memory (on one host) and by messages (over UDP), many
+/// times in a row; a rank that finishes without entering stops the others
+/// with an error that names it.
+#[test]
+fn a_barrier_holds_every_rank_until_the_last_enters() {
+    let test = "a_barrier_holds_every_rank_until_the_last_enters";
+    if is_rank() {
+        let world = World::init().unwrap();
+        let (rank, size) = (world.rank(), world.size());
+        let dir = std::path::PathBuf::from(std::env::var("BARRIER_TEST_DIR").unwrap());
+        if std::env::var("BARRIER_TEST_LEAVE").is_ok() && rank == size - 1 {
+            world.finalize().unwrap_or_else(|e| println!("rank {rank}: {e}"));
+            return;
+        }
+        for round in 0..20 {
+            // The last rank comes late, and leaves a mark before it enters.
+            if rank == size - 1 {
+                std::thread::sleep(Duration::from_millis(if round % 5 == 0 { 100 } else { 1 }));
+                std::fs::write(dir.join(format!("entered.{round}")), b"").unwrap();
+            }
+            if let Err(e) = world.barrier() {
+                println!("rank {rank}: {e}");
+                return;
+            }
+            assert!(dir.join(format!("entered.{round}")).exists(), "rank {rank} left barrier {round} early");
+        }
+        println!("ok rank {rank}");
+        world.finalize().unwrap();
+        return;
+    }
+    for (flags, n) in [(&[][..], 4), (&[][..], 8), (&["--shm", "off"][..], 4)] {
+        let dir = std::env::temp_dir().join(format!("bulkwire-barrier-{}-{n}-{}", std::process::id(), flags.len()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let env = [("BARRIER_TEST_DIR", dir.to_str().unwrap())];
+        let (out, _) = launch_with_env(n, test, flags, &env);
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{flags:?} n={n}\n{stdout}\n{stderr}");
+        for r in 0..n {
+            assert!(stdout.contains(&format!("ok rank {r}\n")), "{flags:?} n={n}\n{stdout}\n{stderr}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    // The last rank finishes instead: the others learn it, whichever path.
+    for flags in [&[][..], &["--shm", "off"][..]] {
+        let dir = std::env::temp_dir().join(format!("bulkwire-barrier-leave-{}-{}", std::process::id(), flags.len()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let env = [("BARRIER_TEST_DIR", dir.to_str().unwrap()), ("BARRIER_TEST_LEAVE", "1")];
+        let (out, took) = launch_with_env(3, test, flags, &env);
+        let (stdout, stderr) = text(&out);
+        assert!(stdout.contains("rank 2 finished without entering the barrier"), "{flags:?}\n{stdout}\n{stderr}");
+        assert!(took < Duration::from_secs(30), "{took:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 /// The files of a job's shared-memory path, by its id (BULKWIRE_JOB).
 fn shm_files(job_hex: &str) -> Vec<std::path::PathBuf> {
     let job = u64::from_str_radix(job_hex.trim(), 16).unwrap();

@@ -51,7 +51,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bulkwire_proto::SendError;
-use bulkwire_runtime::{Deferral, Engine, Inbound, Loan, ProgressHook, Runtime, RuntimeError, Transport, LEND_FROM};
+use bulkwire_runtime::{
+    Deferral, Engine, Inbound, Loan, PostKind, ProgressHook, Runtime, RuntimeError, Transport, LEND_FROM,
+};
 
 /// Channel of application messages.
 const USER: u16 = 0;
@@ -146,6 +148,11 @@ pub enum CommError {
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
 }
+
+/// The most ranks for which [`World::barrier`] meets on the board where
+/// every rank is on this host (set from measurement, see the scale figures
+/// in docs/BENCHMARKS.md).
+pub const BOARD_BARRIER_MAX: u32 = 64;
 
 /// A non-blocking send that borrows its data until it completes, as
 /// `MPI_Isend` does ([`World::isend_borrowed`]). Complete it with
@@ -1061,10 +1068,16 @@ impl World {
 
     // ----- collectives -----------------------------------------------------
 
-    /// Returns when every rank has entered the barrier (dissemination
-    /// algorithm: ⌈log2 p⌉ rounds of one message each way).
+    /// Returns when every rank has entered the barrier: where every rank
+    /// is on this host (up to [`BOARD_BARRIER_MAX`] of them), each posts
+    /// its arrival on its board in shared memory and waits until it sees
+    /// everyone's, with no message; elsewhere the dissemination algorithm
+    /// (⌈log2 p⌉ rounds of one message each way).
     pub fn barrier(&self) -> Result<(), CommError> {
         let (rank, size) = (self.rank(), self.size());
+        if size > 1 && size <= BOARD_BARRIER_MAX && self.rt.with(|e| Ok(e.on_board()))? {
+            return self.barrier_on_board();
+        }
         let epoch = {
             let mut m = self.matching();
             m.barrier_epoch = m.barrier_epoch.wrapping_add(1);
@@ -1100,6 +1113,32 @@ impl World {
             distance *= 2;
             round += 1;
         }
+        Ok(())
+    }
+
+    /// The barrier on the board ([`World::barrier`]).
+    fn barrier_on_board(&self) -> Result<(), CommError> {
+        let (rank, size) = (self.rank(), self.size());
+        let seq = self.rt.with(|e| e.post(PostKind::Barrier, &[]).map_err(RuntimeError::Stopped))?;
+        let mut heard: Vec<bool> = (0..size).map(|r| r == rank).collect();
+        let mut post = Vec::new();
+        self.rt.wait_collective(|e| {
+            advance(&mut self.matching(), e);
+            for r in 0..size {
+                if heard[r as usize] {
+                    continue;
+                }
+                match e.read_post(r, seq, PostKind::Barrier, &mut post) {
+                    Ok(true) => heard[r as usize] = true,
+                    Ok(false) if e.finished[r as usize] => {
+                        return Err(RuntimeError::Stopped(format!("rank {r} finished without entering the barrier")))
+                    }
+                    Ok(false) => {}
+                    Err(why) => return Err(RuntimeError::Stopped(format!("rank {r} in the barrier: {why}"))),
+                }
+            }
+            Ok(heard.iter().all(|&h| h).then_some(()))
+        })?;
         Ok(())
     }
 

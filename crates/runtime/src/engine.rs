@@ -17,7 +17,7 @@ use crate::loss::LossInjector;
 use crate::paths::Paths;
 use crate::rate;
 use crate::rendezvous::{Control, PeerReport, ToLauncher, ToRank};
-use crate::shm::{Dest, DestState, Shm, ShmOptions, POST_MAX};
+use crate::shm::{Dest, DestState, Kind, Shm, ShmOptions, POST_MAX};
 use crate::sockets::{PathSockets, RecvBatch, SendBatch, SocketOptions};
 
 /// A peer that acknowledges nothing for this long is declared unreachable.
@@ -784,17 +784,19 @@ impl Engine {
     /// order, and returns the number by which the others read it
     /// ([`Engine::read_post`]). Fails if the job is not all on the board
     /// ([`Engine::on_board`]) or `bytes` is longer than [`POST_MAX`].
-    pub fn post(&mut self, bytes: &[u8]) -> Result<u64, String> {
+    pub fn post(&mut self, kind: Kind, bytes: &[u8]) -> Result<u64, String> {
         let shm = self.shm.as_mut().filter(|s| s.all_local()).ok_or("not every process of the job is on this host")?;
-        let seq = shm.post(bytes).ok_or_else(|| format!("a post of {} bytes (at most {POST_MAX})", bytes.len()))?;
+        let seq =
+            shm.post(kind, bytes).ok_or_else(|| format!("a post of {} bytes (at most {POST_MAX})", bytes.len()))?;
         self.send_wakeups();
         Ok(seq)
     }
 
     /// Copies `peer`'s post number `seq` into `dst` if it has made it, and
-    /// says whether it has; an error is the peer's violation.
-    pub fn read_post(&self, peer: u32, seq: u64, dst: &mut Vec<u8>) -> Result<bool, String> {
-        self.shm.as_ref().ok_or("no shared memory with any peer")?.read_post(peer, seq, dst)
+    /// says whether it has; an error is the peer's violation, or says that
+    /// its post is of another collective than `kind`.
+    pub fn read_post(&self, peer: u32, seq: u64, kind: Kind, dst: &mut Vec<u8>) -> Result<bool, String> {
+        self.shm.as_ref().ok_or("no shared memory with any peer")?.read_post(peer, seq, kind, dst)
     }
 
     /// How this process reaches `peer`.

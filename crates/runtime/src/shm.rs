@@ -111,12 +111,14 @@ const HOST_MAX: usize = 1024;
 /// reduction, see [`Shm::post`]) for each peer on this host to read where
 /// they lie, instead of a message to each. Post number `seq` goes into slot
 /// `seq % 2`: its number (stored last, with release order), its length, its
-/// bytes. A process overwrites a slot only two posts later, once it has read
-/// every peer's next post, which each peer makes only after reading this one.
+/// bytes, and which collective it belongs to (its kind, [`Kind`]). A
+/// process overwrites a slot only two posts later, once it has read every
+/// peer's next post, which each peer makes only after reading this one.
 const BOARD: usize = HEADER;
 const BOARD_SLOT: usize = 4096;
 const B_SEQ: usize = 0;
 const B_LEN: usize = 8;
+const B_KIND: usize = 16;
 const B_DATA: usize = 64;
 /// The longest post.
 pub const POST_MAX: usize = BOARD_SLOT - B_DATA;
@@ -480,6 +482,27 @@ pub(crate) struct Shm {
     /// The post whose peers' counterparts this process may be waiting for:
     /// it does not sleep while they are all there (see [`Shm::may_sleep`]).
     awaited: Option<u64>,
+}
+
+/// Which collective a post on the board belongs to: a process reads its
+/// peers' posts by the number of its own, and their kinds must agree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Kind {
+    /// The BSP sync's barrier: the reduction.
+    BspSync = 1,
+    /// `World::barrier`: nothing but the arrival.
+    Barrier = 2,
+}
+
+impl Kind {
+    fn name(code: u32) -> String {
+        match code {
+            1 => "a bsp_sync".into(),
+            2 => "a barrier".into(),
+            other => format!("of unknown kind {other}"),
+        }
+    }
 }
 
 /// Where post number `seq` lies in its poster's file.
@@ -1244,7 +1267,7 @@ impl Shm {
     /// and returns its number, by which the peers on this host read it
     /// ([`Shm::read_post`]). Peers asleep in poll(2) are woken. `None` if
     /// `bytes` is longer than [`POST_MAX`].
-    pub fn post(&mut self, bytes: &[u8]) -> Option<u64> {
+    pub fn post(&mut self, kind: Kind, bytes: &[u8]) -> Option<u64> {
         if bytes.len() > POST_MAX {
             return None;
         }
@@ -1256,6 +1279,7 @@ impl Shm {
         // post two later is (see [`BOARD`]).
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), region.ptr.add(at + B_DATA), bytes.len()) };
         region.u64(at + B_LEN).store(bytes.len() as u64, Ordering::Relaxed);
+        region.u32(at + B_KIND).store(kind as u32, Ordering::Relaxed);
         // The number, then each peer's sleep flag: sequentially consistent
         // with a sleeper's flag, then its look at the board (`may_sleep`).
         region.u64(at + B_SEQ).store(seq, Ordering::SeqCst);
@@ -1275,8 +1299,10 @@ impl Shm {
 
     /// Copies post number `seq` of `rank` (a peer on this host) into `dst`
     /// if the peer has made it, and says whether it has. A later post
-    /// there, or a length beyond [`POST_MAX`], is the peer's violation.
-    pub fn read_post(&self, rank: u32, seq: u64, dst: &mut Vec<u8>) -> Result<bool, String> {
+    /// there, or a length beyond [`POST_MAX`], is the peer's violation; a
+    /// post of another kind than this process's own number `seq` means the
+    /// two called the job's collectives in different orders.
+    pub fn read_post(&self, rank: u32, seq: u64, kind: Kind, dst: &mut Vec<u8>) -> Result<bool, String> {
         let peer = self.peers.get(rank as usize).and_then(Option::as_ref).ok_or("a process on another host")?;
         let at = board_slot(seq);
         let theirs = &peer.w.theirs;
@@ -1286,6 +1312,15 @@ impl Shm {
             _ => {}
         }
         let len = theirs.u64(at + B_LEN).load(Ordering::Relaxed);
+        let theirs_kind = theirs.u32(at + B_KIND).load(Ordering::Relaxed);
+        if theirs_kind != kind as u32 {
+            let named = Kind::name(theirs_kind);
+            return Err(format!(
+                "its collective number {seq} is {named} where this process's is {}: the processes called the job's \
+                 collectives in different orders",
+                Kind::name(kind as u32)
+            ));
+        }
         if len > POST_MAX as u64 {
             return Err(format!("a post of {len} bytes on its board (at most {POST_MAX})"));
         }
@@ -1922,33 +1957,37 @@ mod tests {
     fn posts_on_the_board_are_read_by_number_and_wake_a_sleeper() {
         let (mut a, mut b) = pair(64 << 10);
         let mut got = Vec::new();
-        assert_eq!(b.read_post(0, 1, &mut got), Ok(false), "nothing posted yet");
+        assert_eq!(b.read_post(0, 1, Kind::BspSync, &mut got), Ok(false), "nothing posted yet");
         // b waits for a's counterpart of its own first post, asleep.
-        assert_eq!(b.post(b"from b"), Some(1));
+        assert_eq!(b.post(Kind::BspSync, b"from b"), Some(1));
         drain(&mut b);
         assert!(b.may_sleep());
-        assert_eq!(a.post(b"first"), Some(1));
+        assert_eq!(a.post(Kind::BspSync, b"first"), Some(1));
         assert_eq!(a.wake.len(), 1, "a sleeper is woken by a post");
         assert!(!b.may_sleep(), "every counterpart is there: no sleep");
         assert!(b.may_sleep(), "the wait for them ended");
-        assert_eq!(b.read_post(0, 1, &mut got), Ok(true));
+        assert_eq!(b.read_post(0, 1, Kind::BspSync, &mut got), Ok(true));
         assert_eq!(got, b"first");
-        assert_eq!(a.read_post(1, 1, &mut got), Ok(true));
+        assert_eq!(a.read_post(1, 1, Kind::BspSync, &mut got), Ok(true));
         assert_eq!(got, b"from b");
         // The next post goes into the other slot: the first stays readable.
-        assert_eq!(a.post(&[7; POST_MAX]), Some(2));
-        assert_eq!(b.read_post(0, 1, &mut got), Ok(true));
+        assert_eq!(a.post(Kind::BspSync, &[7; POST_MAX]), Some(2));
+        assert_eq!(b.read_post(0, 1, Kind::BspSync, &mut got), Ok(true));
         assert_eq!(got, b"first");
-        assert_eq!(b.read_post(0, 2, &mut got), Ok(true));
+        assert_eq!(b.read_post(0, 2, Kind::BspSync, &mut got), Ok(true));
         assert_eq!(got, vec![7; POST_MAX]);
-        assert_eq!(b.read_post(0, 3, &mut got), Ok(false));
-        assert_eq!(a.post(&[0; POST_MAX + 1]), None, "too long for a post");
-        assert_eq!(a.post(b""), Some(3), "a post refused takes no number");
+        assert_eq!(b.read_post(0, 3, Kind::BspSync, &mut got), Ok(false));
+        assert_eq!(a.post(Kind::BspSync, &[0; POST_MAX + 1]), None, "too long for a post");
+        assert_eq!(a.post(Kind::Barrier, b""), Some(3), "a post refused takes no number");
         // A post two ahead of the one awaited, or a length beyond a slot,
         // is the poster's violation.
-        assert!(b.read_post(0, 1, &mut got).unwrap_err().contains("post 3"));
+        assert!(b.read_post(0, 1, Kind::BspSync, &mut got).unwrap_err().contains("post 3"));
+        let wrong = b.read_post(0, 3, Kind::BspSync, &mut got).unwrap_err();
+        assert!(wrong.contains("is a barrier where this process's is a bsp_sync"), "{wrong}");
+        assert_eq!(b.read_post(0, 3, Kind::Barrier, &mut got), Ok(true));
+        assert!(got.is_empty());
         a.own.region.u64(board_slot(3) + B_LEN).store(POST_MAX as u64 + 1, Ordering::Relaxed);
-        assert!(b.read_post(0, 3, &mut got).unwrap_err().contains("bytes on its board"));
+        assert!(b.read_post(0, 3, Kind::Barrier, &mut got).unwrap_err().contains("bytes on its board"));
     }
 
     #[test]
