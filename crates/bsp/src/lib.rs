@@ -238,6 +238,11 @@ impl Outbox {
             })
             .collect()
     }
+
+    /// Nothing to send or ask for, and nothing lent.
+    fn is_idle(&self) -> bool {
+        self.stream.is_empty() && self.requests.is_empty() && self.lent.is_empty() && !self.direct
+    }
 }
 
 #[derive(Clone, Copy, Debug)]

@@ -214,13 +214,15 @@ impl Reduction {
     /// checks' varints at their longest. Most take far fewer.
     pub fn max_encoded_len(p: u32) -> usize {
         let words = matrix_words(p);
-        4 + 3 + 8 * (2 * words + p as usize) + CHECKS * 2 * (MAX_VARINT + 5 + MAX_VARINT)
+        4 + 3 + 8 * (2 * words + p as usize) + CHECKS * (1 + 2 * (MAX_VARINT + 5 + MAX_VARINT))
     }
 
     /// The reduction as bytes: the number of processes (u32), each matrix
     /// ([`DENSE`], [`WORDS`] or [`BITS`], whichever is shortest), the
-    /// outgoing bytes ([`DENSE`] or [`WORDS`]), then each check's minimum
-    /// and maximum witness as varints of its value, process and detail.
+    /// outgoing bytes ([`DENSE`] or [`WORDS`]), then each check: [`ONE`]
+    /// and its witness where the minimum is the maximum (one process's
+    /// own, or all alike), else [`TWO`] and the minimum and maximum
+    /// witness; a witness as varints of its value, process and detail.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(64);
         out.extend_from_slice(&self.p.to_le_bytes());
@@ -228,7 +230,9 @@ impl Reduction {
         write_matrix(&mut out, &self.asks);
         write_counts(&mut out, &self.out_bytes);
         for e in [&self.ending, &self.registrations, &self.registrations_all, &self.tagsize, &self.eager_to_all] {
-            for w in [&e.min, &e.max] {
+            let witnesses: &[&Witness] = if e.min == e.max { &[&e.min] } else { &[&e.min, &e.max] };
+            out.push(if witnesses.len() == 1 { ONE } else { TWO });
+            for w in witnesses {
                 write_varint(&mut out, w.value);
                 write_varint(&mut out, u64::from(w.pid));
                 write_varint(&mut out, w.detail);
@@ -325,6 +329,11 @@ const TAGSIZE_CALLS_SHIFT: u32 = 48;
 /// The checks a reduction carries: ending, registrations (twice), tag size,
 /// eager to all.
 const CHECKS: usize = 5;
+
+/// A check whose minimum and maximum are one witness, written once.
+const ONE: u8 = 1;
+/// A check written as its minimum and its maximum witness.
+const TWO: u8 = 2;
 
 /// Tag of a part of an encoded reduction written whole: every word (u64).
 const DENSE: u8 = 0;
@@ -467,11 +476,22 @@ fn read(bytes: &[u8], p: u32, mut word: impl FnMut(Part, usize, u64)) -> Result<
     }
     read_counts(&mut r, p as usize, |i, x| word(Part::OutBytes, i, x)).map_err(|e| format!("outgoing bytes: {e}"))?;
     let mut extremes = [Extremes::of(0, 0, 0); CHECKS];
+    let witness = |r: &mut Reader<'_>| -> Result<Witness, String> {
+        let (value, pid, detail) = (r.varint()?, r.varint()?, r.varint()?);
+        let pid = u32::try_from(pid).map_err(|_| format!("process {pid} in a check"))?;
+        Ok(Witness { value, pid, detail })
+    };
     for e in &mut extremes {
-        for w in [&mut e.min, &mut e.max] {
-            let (value, pid, detail) = (r.varint()?, r.varint()?, r.varint()?);
-            let pid = u32::try_from(pid).map_err(|_| format!("process {pid} in a check"))?;
-            *w = Witness { value, pid, detail };
+        match r.u8()? {
+            ONE => {
+                e.min = witness(&mut r)?;
+                e.max = e.min;
+            }
+            TWO => {
+                e.min = witness(&mut r)?;
+                e.max = witness(&mut r)?;
+            }
+            other => return Err(format!("a check marked {other}")),
         }
     }
     if !r.0.is_empty() {
@@ -942,7 +962,9 @@ mod tests {
         for part in parts {
             bytes.extend_from_slice(part);
         }
-        bytes.extend_from_slice(&[0; CHECKS * 2 * 3]);
+        for _ in 0..CHECKS {
+            bytes.extend_from_slice(&[ONE, 0, 0, 0]);
+        }
         bytes
     }
 
@@ -999,12 +1021,16 @@ mod tests {
             let mut r = Reduction::local(3, 0, |_| true, 1, false, (0, 0, 0), (0, 0));
             assert!(r.merge_encoded(bytes).is_err(), "{what}");
         }
-        // A process of more than 32 bits in a check.
+        // A process of more than 32 bits in a check (behind its mark).
         let mut big_pid = handmade(3, &[none, none, none]);
-        big_pid[4 + 6 + 1] = 0x80;
-        big_pid.splice(4 + 6 + 2..4 + 6 + 2, [0x80, 0x80, 0x80, 0x10]);
+        big_pid[4 + 6 + 2] = 0x80;
+        big_pid.splice(4 + 6 + 3..4 + 6 + 3, [0x80, 0x80, 0x80, 0x10]);
         let e = Reduction::decode(&big_pid, 3).unwrap_err();
         assert!(e.contains("process 4294967296"), "{e}");
+        // A check marked neither ONE nor TWO.
+        let mut marked = handmade(3, &[none, none, none]);
+        marked[4 + 6 + 4] = 3;
+        assert!(Reduction::decode(&marked, 3).unwrap_err().contains("a check marked 3"));
         // Every truncation of a well-formed reduction of each kind.
         let p = 70;
         let kinds = [
@@ -1148,10 +1174,10 @@ mod tests {
                 prop_assert!(bytes.len() <= Reduction::max_encoded_len(p));
                 // No part is longer than its dense words and its tag.
                 let checks = [a.ending, a.registrations, a.registrations_all, a.tagsize, a.eager_to_all];
+                let witness = |w: &Witness| varint_len(w.value) + varint_len(u64::from(w.pid)) + varint_len(w.detail);
                 let checks: usize = checks
                     .iter()
-                    .flat_map(|e| [e.min, e.max])
-                    .map(|w| varint_len(w.value) + varint_len(u64::from(w.pid)) + varint_len(w.detail))
+                    .map(|e| 1 + witness(&e.min) + if e.min == e.max { 0 } else { witness(&e.max) })
                     .sum();
                 prop_assert!(bytes.len() <= 4 + 3 + 8 * (2 * matrix_words(p) + p as usize) + checks);
                 prop_assert_eq!(&Reduction::decode(&bytes, p).unwrap(), &a);

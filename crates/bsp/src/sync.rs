@@ -1133,6 +1133,25 @@ impl Bsp {
     /// make the new queue.
     fn land(&mut self) -> Result<Lent, Reason> {
         let (me, p) = (self.pid as usize, self.nprocs as usize);
+        // Nothing came, and nothing was sent or asked for here: nothing
+        // lands, the queue empties, and the outboxes serve the next
+        // superstep as they are (an empty sync; most of its own work was
+        // making p new outboxes and reading p empty streams).
+        if self.outboxes.iter().all(crate::Outbox::is_idle) && self.net.streams.iter().all(|s| s.len() == 0) {
+            for (j, stream) in self.net.take_streams().into_iter().enumerate() {
+                let (first, parts) = stream.into_buffers();
+                self.net.spare.extend(parts);
+                if first.capacity() > 0 {
+                    match j == me {
+                        true => self.net.spare.push(first),
+                        false => self.net.keep(j, first),
+                    }
+                }
+            }
+            let old = std::mem::take(&mut self.queue);
+            self.net.spare.extend(old.into_buffers());
+            return Ok(Lent { readers: Vec::new(), buffers: Vec::new() });
+        }
         let mut streams = self.net.take_streams();
         let (own, start) = std::mem::take(&mut self.outboxes[me].stream).into_bytes();
         streams[me] = Stream::new(own, start);

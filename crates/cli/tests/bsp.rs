@@ -116,6 +116,13 @@ fn semantics(bsp: &mut Bsp) -> Result<(), BspError> {
     }
     bsp.unregister(value)?;
     bsp.sync()?;
+    // Messages left unread are gone after the next sync, one in which
+    // nothing moves too.
+    bsp.send(right, &[0u8; 8], b"left unread")?;
+    bsp.sync()?;
+    assert_eq!(bsp.qsize(), (1, 11));
+    bsp.sync()?;
+    assert_eq!(bsp.qsize(), (0, 0), "messages of two supersteps ago");
     Ok(())
 }
 
