@@ -449,8 +449,18 @@ pub fn table(report: &Report) -> String {
                 o.push_str(&format!(" {:>18}", opt(find(p, c, what).and_then(|r| r.num("median_us")), 1)));
             }
             if what != "barrier" {
-                let shape = shown.iter().find_map(|c| find(p, c, what).and_then(|r| r.text("sync_barrier")));
-                o.push_str(&format!("  {}", shape.unwrap_or("-")));
+                // Each job's, where they differ (the board only through
+                // shared memory).
+                let shapes: Vec<(&str, &str)> = shown
+                    .iter()
+                    .filter_map(|c| Some((c.1.as_str(), find(p, c, what)?.text("sync_barrier")?)))
+                    .collect();
+                let text = match shapes.as_slice() {
+                    [] => "-".to_string(),
+                    [(_, first), rest @ ..] if rest.iter().all(|(_, s)| s == first) => first.to_string(),
+                    all => all.iter().map(|(job, shape)| format!("{job}: {shape}")).collect::<Vec<_>>().join(", "),
+                };
+                o.push_str(&format!("  {text}"));
             }
             o.push('\n');
         }
