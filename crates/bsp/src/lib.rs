@@ -320,6 +320,9 @@ pub struct Bsp {
     eager_to_all_streak: u32,
     /// Rounds of the last barrier (for the profile).
     barrier_rounds: u32,
+    /// The last barrier on the board: every process's post, and what they
+    /// merged into (see `Bsp::reduce_board`).
+    board: sync::BoardMemo,
     net: sync::Net,
     packet_stats: PacketStats,
     profile: Option<Profiler>,
@@ -464,6 +467,7 @@ impl Bsp {
             barrier,
             eager_to_all_streak: 0,
             barrier_rounds: 0,
+            board: sync::BoardMemo::default(),
             net: sync::Net::new(nprocs, max_payload, receiver_packets),
             packet_stats: PacketStats::default(),
             profile,

@@ -873,8 +873,11 @@ impl Bsp {
     }
 
     /// The reduction on the board ([`Barrier::Board`]): every process
-    /// posts its reduction in shared memory and merges the others' posts
-    /// where they lie, in one step, without a message.
+    /// posts its reduction in shared memory and reads everyone else's
+    /// post, in one step, without a message. Where every post is what it
+    /// was at the last barrier (a program repeating its pattern of
+    /// communication, empty syncs), the merged reduction is the last one;
+    /// else the posts are merged.
     fn reduce_board(&mut self, mut acc: Reduction) -> Result<Reduction, Reason> {
         let (me, p, s) = (self.pid, self.nprocs, self.superstep);
         self.barrier_rounds = u32::from(p > 1);
@@ -882,13 +885,17 @@ impl Bsp {
             return Ok(acc);
         }
         let rt = self.rt.as_ref().expect("the runtime is there until end");
+        let memo = &mut self.board;
+        memo.posts.resize_with(p as usize, Vec::new);
         let encoded = acc.encode();
         let seq = rt
             .with(|e| Ok(e.post(PostKind::BspSync, &encoded)))
             .map_err(|e| Reason::Runtime(e.to_string()))?
             .map_err(|why| Reason::Runtime(format!("posting the barrier's reduction: {why}")))?;
+        let mut same = memo.merged.is_some() && memo.posts[me as usize] == encoded;
+        memo.posts[me as usize] = encoded;
         let mut heard: Vec<bool> = (0..p).map(|j| j == me).collect();
-        let mut post = Vec::with_capacity(encoded.len());
+        let mut post = Vec::new();
         wait(rt, &mut self.net, s, |e, _| {
             let mut all = true;
             for j in 0..p {
@@ -897,7 +904,8 @@ impl Bsp {
                 }
                 match e.read_post(j, seq, PostKind::BspSync, &mut post) {
                     Ok(true) => {
-                        acc.merge_encoded(&post).map_err(|why| Reason::Malformed { peer: j, why })?;
+                        same &= memo.posts[j as usize] == post;
+                        std::mem::swap(&mut memo.posts[j as usize], &mut post);
                         heard[j as usize] = true;
                     }
                     Ok(false) => {
@@ -909,6 +917,14 @@ impl Bsp {
             }
             Ok(all.then_some(()))
         })?;
+        if let (true, Some(merged)) = (same, &memo.merged) {
+            return Ok(merged.clone());
+        }
+        memo.merged = None;
+        for (j, post) in memo.posts.iter().enumerate().filter(|&(j, _)| j != me as usize) {
+            acc.merge_encoded(post).map_err(|why| Reason::Malformed { peer: j as u32, why })?;
+        }
+        memo.merged = Some(acc.clone());
         Ok(acc)
     }
 
@@ -1359,6 +1375,14 @@ fn area_mut(owned: &mut [Option<Box<dyn crate::OwnedArea>>], area: Area, offset:
         // the area during the sync.
         None => unsafe { std::slice::from_raw_parts_mut((area.addr + offset) as *mut u8, len) },
     }
+}
+
+/// The last barrier on the board: each process's post, by process, and
+/// the reduction they merged into (`None` until one merged without error).
+#[derive(Default)]
+pub(crate) struct BoardMemo {
+    posts: Vec<Vec<u8>>,
+    merged: Option<Reduction>,
 }
 
 /// What this process lent its readers in a superstep (direct puts): who

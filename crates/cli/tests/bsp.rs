@@ -123,6 +123,18 @@ fn semantics(bsp: &mut Bsp) -> Result<(), BspError> {
     assert_eq!(bsp.qsize(), (1, 11));
     bsp.sync()?;
     assert_eq!(bsp.qsize(), (0, 0), "messages of two supersteps ago");
+    // After empty syncs only the last process talks: every process learns
+    // it from the barrier, though its own part of it has not changed.
+    let one = bsp.register::<u64>(1)?;
+    bsp.sync()?;
+    bsp.sync()?;
+    if me == p - 1 {
+        bsp.put(0, &[4242u64], &one, 0)?;
+    }
+    bsp.sync()?;
+    if me == 0 {
+        assert_eq!(bsp.area(&one)[0], 4242, "the put of the only process that talked");
+    }
     Ok(())
 }
 
