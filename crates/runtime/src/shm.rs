@@ -24,9 +24,10 @@
 //! ring in pieces.
 //!
 //! After the header each file has a board: two slots in which its owner
-//! posts its contribution to a collective of the whole job ([`Shm::post`];
-//! the BSP barrier's reduction), which every peer reads where it lies
-//! instead of receiving a message from each process.
+//! posts its contribution to a collective of the whole job ([`Shm::post`]:
+//! the BSP barrier's reduction, `World::barrier`'s arrival), which every
+//! peer reads where it lies instead of receiving a message from each
+//! process.
 //!
 //! No reliability machinery runs here: nothing is lost between processes
 //! of one host. A record becomes visible to its reader only once it is
@@ -108,7 +109,8 @@ const H_HOST: usize = 512;
 const HOST_MAX: usize = 1024;
 /// The board, after the header: two slots in which this process posts its
 /// contributions to a collective of the job's processes (the BSP barrier's
-/// reduction, see [`Shm::post`]) for each peer on this host to read where
+/// reduction, `World::barrier`'s arrival; see [`Shm::post`]) for each peer
+/// on this host to read where
 /// they lie, instead of a message to each. Post number `seq` goes into slot
 /// `seq % 2`: its number (stored last, with release order), its length, its
 /// bytes, and which collective it belongs to (its kind, [`Kind`]). A
