@@ -530,8 +530,12 @@ fn rt_with(rt: &Option<crate::Held>, f: impl FnOnce(&mut Engine)) -> Result<(), 
 /// so that a lost last packet is prodded for (seed 002 §4.3).
 fn waiting_for(e: &mut Engine, peer: u32, superstep: u64, phase: &'static str) -> Result<(), Reason> {
     gone(e, peer, superstep, phase)?;
-    let now = e.now();
-    e.awaiting(now, peer, CHANNEL);
+    // Through shared memory nothing is lost: no prod, and no clock read at
+    // every turn of the wait.
+    if e.transport(peer) == bulkwire_runtime::Transport::Udp {
+        let now = e.now();
+        e.awaiting(now, peer, CHANNEL);
+    }
     Ok(())
 }
 
@@ -560,8 +564,9 @@ impl Bsp {
     }
 
     fn sync_once(&mut self, call: Call) -> Result<(), BspError> {
-        let entered = Instant::now();
-        let computation = entered.duration_since(self.computation_started);
+        // The clock only for the profile (two reads a sync otherwise).
+        let entered = self.profile.is_some().then(Instant::now);
+        let computation = entered.map(|t| t.duration_since(self.computation_started));
         let before = self.profile.is_some().then(|| self.packet_stats());
         let (me, p, s) = (self.pid, self.nprocs, self.superstep);
         let fail = |reason: Reason| BspError { pid: me, call, reason };
@@ -585,10 +590,15 @@ impl Bsp {
         // §4.4, applied after phase 1).
         let net = &mut self.net;
         let rt = self.rt.as_ref().expect("the runtime is there until end");
+        // (Peers through shared memory have neither: their messages never
+        // touch the protocol's channels.)
         let marks = rt
             .with(|e| {
-                let marks: Vec<u64> = (0..p).map(|q| e.endpoint.next_sequence(q, CHANNEL).unwrap_or(0)).collect();
-                for peer in (0..p).filter(|&q| q != me) {
+                let udp: Vec<u32> =
+                    (0..p).filter(|&q| q != me && e.transport(q) == bulkwire_runtime::Transport::Udp).collect();
+                let marks: Vec<(u32, u64)> =
+                    udp.iter().map(|&q| (q, e.endpoint.next_sequence(q, CHANNEL).unwrap_or(0))).collect();
+                for &peer in &udp {
                     e.endpoint.set_colour(peer, CHANNEL, (s & 1) as u8);
                 }
                 Ok(net.push_outgoing(e).map(|()| marks))
@@ -613,13 +623,15 @@ impl Bsp {
         let eager = self.eager_streams(call);
         let eager_to_all = p > 1 && (0..p).all(|q| q == me || eager[q as usize] > 0);
         let global = self.reduce(local.eager_to_all(me, eager_to_all), &eager).map_err(fail)?;
-        rt_with(&self.rt, |e| {
-            let now = e.now();
-            for peer in (0..p).filter(|&q| q != me) {
-                e.endpoint.acknowledge_below(now, peer, CHANNEL, marks[peer as usize]);
-            }
-        })
-        .map_err(fail)?;
+        if !marks.is_empty() {
+            rt_with(&self.rt, |e| {
+                let now = e.now();
+                for &(peer, mark) in &marks {
+                    e.endpoint.acknowledge_below(now, peer, CHANNEL, mark);
+                }
+            })
+            .map_err(fail)?;
+        }
         if let Some(reason) = global.disagreement(s) {
             return Err(fail(reason));
         }
@@ -720,8 +732,8 @@ impl Bsp {
                 superstep: s,
                 call: if call == Call::End { "end" } else { "sync" },
                 order: self.order.name(),
-                computation_s: computation.as_secs_f64(),
-                communication_s: entered.elapsed().as_secs_f64(),
+                computation_s: computation.unwrap_or_default().as_secs_f64(),
+                communication_s: entered.map(|t| t.elapsed()).unwrap_or_default().as_secs_f64(),
                 h_out,
                 h_in,
                 h_out_max: global.out_bytes.iter().copied().max().unwrap_or(0),
@@ -734,7 +746,9 @@ impl Bsp {
                 profile.write(&record).map_err(|e| fail(Reason::Runtime(format!("writing the profile: {e}"))))?;
             }
         }
-        self.computation_started = Instant::now();
+        if self.profile.is_some() {
+            self.computation_started = Instant::now();
+        }
         Ok(())
     }
 
