@@ -515,11 +515,13 @@ pub fn table(report: &Report) -> String {
         );
     }
     if rows.iter().any(|r| r.text("sync_barrier") == Some("board")) {
-        o.push_str(
-            "# bsp's barrier is the board where the job is on one host through shared memory with up to 16 \
+        o.push_str(&format!(
+            "# bsp's barrier is the board where the job is on one host through shared memory with up to {} \
              processes (each posts its reduction in shared memory and reads everyone's; no message); \
-             World::barrier is on the board up to 64\n",
-        );
+             World::barrier is on the board up to {}\n",
+            bulkwire_bsp::BOARD_DEFAULT_MAX,
+            bulkwire_comm::BOARD_BARRIER_MAX
+        ));
     }
     if rows.iter().any(|r| r.text("sync_barrier") == Some("star")) {
         o.push_str(

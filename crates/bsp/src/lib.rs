@@ -88,6 +88,7 @@ use bulkwire_runtime::{JobEnv, Runtime, RuntimeError};
 pub use error::{BspError, Call, Reason};
 pub use pacing::parse_rate;
 pub use queue::{Message, Messages, Queue};
+pub use reduction::BOARD_DEFAULT_MAX;
 pub use schedule::Order;
 pub use stats::{PacketStats, SuperstepProfile};
 pub use sync::empty_sync_message_len;

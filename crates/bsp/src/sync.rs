@@ -530,12 +530,7 @@ fn rt_with(rt: &Option<crate::Held>, f: impl FnOnce(&mut Engine)) -> Result<(), 
 /// so that a lost last packet is prodded for (seed 002 §4.3).
 fn waiting_for(e: &mut Engine, peer: u32, superstep: u64, phase: &'static str) -> Result<(), Reason> {
     gone(e, peer, superstep, phase)?;
-    // Through shared memory nothing is lost: no prod, and no clock read at
-    // every turn of the wait.
-    if e.transport(peer) == bulkwire_runtime::Transport::Udp {
-        let now = e.now();
-        e.awaiting(now, peer, CHANNEL);
-    }
+    e.awaiting(peer, CHANNEL);
     Ok(())
 }
 

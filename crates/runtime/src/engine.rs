@@ -1081,10 +1081,12 @@ impl Engine {
         Ok(())
     }
 
-    /// [`Endpoint::awaiting`]; nothing to do for a peer on this host, from
-    /// which nothing is lost.
-    pub fn awaiting(&mut self, now: Time, peer: u32, channel: u16) {
+    /// [`Endpoint::awaiting`], now; nothing to do for a peer on this host,
+    /// from which nothing is lost (not even a look at the clock: a wait
+    /// calls this at every turn).
+    pub fn awaiting(&mut self, peer: u32, channel: u16) {
         if self.transport(peer) == crate::Transport::Udp {
+            let now = self.now();
             self.endpoint.awaiting(now, peer, channel);
         }
     }
