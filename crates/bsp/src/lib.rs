@@ -120,6 +120,14 @@ pub const DEFAULT_EAGER: usize = 64 << 10;
 /// `repackaging`); smaller ones go through the shared-memory rings, which
 /// a single `process_vm_readv` beats only for large messages.
 pub const DIRECT_PUT_MIN: usize = 256 << 10;
+/// Puts (and hpputs) of at least this many bytes, and below
+/// [`DIRECT_PUT_MIN`], to a process on this host are copied into this
+/// process's arena in shared memory, from where the receiver copies them
+/// into the area as it lands them: two copies of their bytes where the
+/// rings take four (into the stream, into the ring, out of it, into the
+/// area). Smaller ones cost little either way and travel in the stream.
+/// See `BULKWIRE_SHM_ARENA` for the arena's size (0: none).
+pub const ARENA_PUT_MIN: usize = 1 << 10;
 /// Environment variable asking for packet statistics at `end` (`1`).
 pub const STATS_ENV: &str = "BULKWIRE_BSP_STATS";
 /// Environment variable naming the profile: one file `FILE.<pid>` per process.
@@ -279,6 +287,18 @@ impl std::ops::Deref for Held {
     }
 }
 
+/// This process's arena in shared memory: each superstep writes one half,
+/// the next the other (see `repackaging`).
+#[derive(Debug)]
+struct Arena {
+    /// The arena's address (kept as a number: the memory is the runtime's
+    /// mapping, which lives as long as the runtime this process holds).
+    at: usize,
+    half: usize,
+    /// Bytes of the current superstep's half taken.
+    used: usize,
+}
+
 /// One process of a BSP computation.
 pub struct Bsp {
     rt: Option<Held>,
@@ -301,6 +321,12 @@ pub struct Bsp {
     loans: Vec<bulkwire_runtime::Loan>,
     /// Direct puts this process has read from their senders' memory.
     direct_puts_read: u64,
+    /// This process's arena in shared memory, if it has one (see
+    /// `repackaging`), and which processes read it.
+    arena: Option<Arena>,
+    arena_readers: Vec<bool>,
+    /// Puts this process has read from their senders' arenas.
+    arena_puts_read: u64,
     queue: Queue,
     tagsize: usize,
     next_tagsize: usize,
@@ -443,6 +469,18 @@ impl Bsp {
                 Ok((e.endpoint.config().max_payload(), e.endpoint.config().send_buffers()))
             })
             .map_err(|e| fail(Reason::Runtime(e.to_string())))?;
+        // The arena, where this process has one that peers read.
+        let (arena, arena_readers) = rt
+            .with(|e| {
+                let (at, len) = e.shared_arena();
+                let readers: Vec<bool> = (0..nprocs)
+                    .map(|q| q != rank && e.transport(q) == bulkwire_runtime::Transport::Shm && e.peer_arena_len(q) > 0)
+                    .collect();
+                let arena =
+                    (len >= 2 && readers.contains(&true)).then_some(Arena { at: at as usize, half: len / 2, used: 0 });
+                Ok((arena, readers))
+            })
+            .map_err(|e| fail(Reason::Runtime(e.to_string())))?;
         let now = Instant::now();
         Ok(Bsp {
             rt: Some(rt),
@@ -457,6 +495,9 @@ impl Bsp {
             spare_lent: Vec::new(),
             loans: Vec::new(),
             direct_puts_read: 0,
+            arena,
+            arena_readers,
+            arena_puts_read: 0,
             queue: Queue::default(),
             tagsize: 0,
             next_tagsize: 0,
@@ -524,6 +565,13 @@ impl Bsp {
     /// [`DIRECT_PUT_MIN`]).
     pub fn direct_puts_read(&self) -> u64 {
         self.direct_puts_read
+    }
+
+    /// How many puts this process has read from their senders' arenas in
+    /// shared memory (puts between processes of one host from
+    /// [`ARENA_PUT_MIN`] bytes up to [`DIRECT_PUT_MIN`]).
+    pub fn arena_puts_read(&self) -> u64 {
+        self.arena_puts_read
     }
 
     /// Seconds since `begin`.
@@ -779,6 +827,10 @@ impl Bsp {
     /// kept here and a record that says where it is (a direct put).
     fn stream_put(&mut self, pid: u32, slot: Slot, offset: u64, data: &[u8]) {
         if !self.reads_here(pid, data.len()) {
+            if let Some(at) = self.copy_to_arena(pid, data) {
+                self.outboxes[pid as usize].stream.in_arena(false, slot, offset, data.len() as u64, at);
+                return;
+            }
             self.outboxes[pid as usize].stream.put(slot, offset, data);
             return;
         }
@@ -795,6 +847,25 @@ impl Bsp {
         outbox.stream.direct(false, slot, offset, data.len() as u64, copy.as_ptr() as u64);
         outbox.lent.push(copy);
         outbox.direct = true;
+    }
+
+    /// Copies `data`, a put's bytes for `pid`, into this superstep's half
+    /// of the arena, if it goes there ([`ARENA_PUT_MIN`]) and fits, and
+    /// returns where in the arena.
+    pub(crate) fn copy_to_arena(&mut self, pid: u32, data: &[u8]) -> Option<u64> {
+        let arena = self.arena.as_mut()?;
+        if data.len() < ARENA_PUT_MIN || !self.arena_readers[pid as usize] || arena.half - arena.used < data.len() {
+            return None;
+        }
+        let at = (self.superstep & 1) as usize * arena.half + arena.used;
+        // SAFETY: `at + data.len()` lies within the arena, the runtime's
+        // mapping, alive while this process holds the runtime; no reader
+        // reads this half before the sync (see `repackaging`).
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), (arena.at + at) as *mut u8, data.len()) };
+        // Each put's bytes start on a cache line.
+        arena.used = (arena.used + data.len() + 63) & !63;
+        arena.used = arena.used.min(arena.half);
+        Some(at as u64)
     }
 
     /// Whether a put of `len` bytes to `pid` goes as a direct put:

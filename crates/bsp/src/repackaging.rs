@@ -13,15 +13,26 @@
 //! | send | `2`, tag length u32, payload length u64, tag, payload |
 //! | get reply | `3`, len u64, data (replies come in the order of the requests) |
 //! | hpput | `4`, as put (an error at the receiver then names `bsp_hpput`) |
-//! | direct put | `5`, hp u8, slot u32, offset u64, len u64, address u64 |
+//! | direct put | `5`, flags u8 (1: hpput, 2: in the arena), slot u32, offset u64, len u64, address u64 |
 //!
-//! A direct put is a large put to a process on this host that reads the
-//! sender's memory: the record says where the `len` bytes are in the
-//! sender (its copy of a `bsp_put`'s source, or a `bsp_hpput`'s source
-//! itself), and the receiver copies them from there into the destination
-//! area with one `process_vm_readv` as it lands the stream, then says so
-//! (the sender keeps the bytes in place until it hears it). The put's bytes
-//! are then copied once (hpput) or twice (put), not three or four times.
+//! A direct put is a put to a process on this host whose bytes the receiver
+//! reads where they lie in the sender. A large one (from
+//! [`crate::DIRECT_PUT_MIN`]) to a process that reads the sender's memory
+//! says where the `len` bytes are in the sender (its copy of a `bsp_put`'s
+//! source, or a `bsp_hpput`'s source itself), and the receiver copies them
+//! from there into the destination area with one `process_vm_readv` as it
+//! lands the stream, then says so (the sender keeps the bytes in place
+//! until it hears it). A smaller one (from [`crate::ARENA_PUT_MIN`]) was
+//! copied by the sender into its arena in shared memory, which the
+//! receiver maps: the address is where in the arena, and the receiver
+//! copies from there with `memcpy`. The sender writes the same half of its
+//! arena again two supersteps later, when every receiver has landed it
+//! (the barrier in between holds every process until all have); a next
+//! computation on the same runtime writes nothing in its first superstep
+//! (nothing is registered yet) and begins with half 0 after a barrier too.
+//! The put's
+//! bytes are then copied once (hpput) or twice (put), not three or four
+//! times.
 //!
 //! Get requests travel earlier, in phase 2, so that they are served before
 //! any put lands: [`Counts`].
@@ -52,6 +63,9 @@ pub const PUT_HEADER: usize = 1 + 4 + 8 + 8;
 pub const SEND_HEADER: usize = 1 + 4 + 8;
 const REPLY_HEADER: usize = 1 + 8;
 const DIRECT_LEN: usize = 1 + 1 + 4 + 8 + 8 + 8;
+/// A direct put's flags: made by `bsp_hpput`; its bytes in the sender's arena.
+const FLAG_HP: u8 = 1;
+const FLAG_ARENA: u8 = 2;
 
 /// Streams of at least this many bytes keep their buffer for the next
 /// superstep's ([`OutStream::take_buffer`]).
@@ -261,9 +275,19 @@ impl OutStream {
     /// A direct put: `len` bytes at `addr` in this process, which the
     /// receiver reads from there (see the module's docs).
     pub fn direct(&mut self, hp: bool, slot: u32, offset: u64, len: u64, addr: u64) {
+        self.direct_record(u8::from(hp) * FLAG_HP, slot, offset, len, addr);
+    }
+
+    /// A put whose `len` bytes this process copied to `at` in its arena,
+    /// from where the receiver reads them (see the module's docs).
+    pub fn in_arena(&mut self, hp: bool, slot: u32, offset: u64, len: u64, at: u64) {
+        self.direct_record((u8::from(hp) * FLAG_HP) | FLAG_ARENA, slot, offset, len, at);
+    }
+
+    fn direct_record(&mut self, flags: u8, slot: u32, offset: u64, len: u64, addr: u64) {
         let buf = self.extend(DIRECT_LEN);
         buf.push(DIRECT);
-        buf.push(u8::from(hp));
+        buf.push(flags);
         buf.extend_from_slice(&slot.to_le_bytes());
         buf.extend_from_slice(&offset.to_le_bytes());
         buf.extend_from_slice(&len.to_le_bytes());
@@ -435,9 +459,11 @@ pub enum Record {
     Reply {
         data: Range<usize>,
     },
-    /// A direct put: `len` bytes at `addr` in the sender's memory.
+    /// A direct put: `len` bytes at `addr` in the sender's memory, or, if
+    /// `arena`, from `addr` in the sender's arena.
     Direct {
         hp: bool,
+        arena: bool,
         slot: u32,
         offset: u64,
         len: u64,
@@ -485,12 +511,12 @@ pub fn parse_parts(parts: &[&[u8]], base: usize) -> Result<Vec<Record>, String> 
                 Record::Reply { data: start..start + len }
             }
             DIRECT => {
-                let hp = match r.u8()? {
-                    0 => false,
-                    1 => true,
-                    other => return Err(format!("a direct put of kind {other}")),
-                };
-                Record::Direct { hp, slot: r.u32()?, offset: r.u64()?, len: r.u64()?, addr: r.u64()? }
+                let flags = r.u8()?;
+                if flags > (FLAG_HP | FLAG_ARENA) {
+                    return Err(format!("a direct put of kind {flags}"));
+                }
+                let (hp, arena) = (flags & FLAG_HP != 0, flags & FLAG_ARENA != 0);
+                Record::Direct { hp, arena, slot: r.u32()?, offset: r.u64()?, len: r.u64()?, addr: r.u64()? }
             }
             other => return Err(format!("unknown record kind {other}")),
         };
@@ -676,13 +702,20 @@ mod tests {
         let mut s = OutStream::new(0);
         s.direct(true, 7, 64, 1 << 30, 0x7f00_dead_0000);
         s.put(1, 0, b"ab");
+        s.in_arena(false, 3, 8, 4096, 1 << 20);
+        s.in_arena(true, 3, 8, 4096, 0);
         let (bytes, start) = s.into_bytes();
         let records = parse(&bytes, start).unwrap();
-        assert_eq!(records[0], Record::Direct { hp: true, slot: 7, offset: 64, len: 1 << 30, addr: 0x7f00_dead_0000 });
+        let direct =
+            Record::Direct { hp: true, arena: false, slot: 7, offset: 64, len: 1 << 30, addr: 0x7f00_dead_0000 };
+        assert_eq!(records[0], direct);
         assert!(matches!(records[1], Record::Put { hp: false, slot: 1, .. }));
+        let arena = Record::Direct { hp: false, arena: true, slot: 3, offset: 8, len: 4096, addr: 1 << 20 };
+        assert_eq!(records[2], arena);
+        assert!(matches!(records[3], Record::Direct { hp: true, arena: true, addr: 0, .. }));
         let mut bad = bytes[start..start + DIRECT_LEN].to_vec();
-        bad[1] = 2;
-        assert!(parse(&bad, 0).unwrap_err().contains("kind 2"));
+        bad[1] = 4;
+        assert!(parse(&bad, 0).unwrap_err().contains("kind 4"));
         for cut in 0..DIRECT_LEN {
             assert!(parse(&bytes[start..start + cut], 0).is_err() || cut == 0);
         }

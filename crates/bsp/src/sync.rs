@@ -718,6 +718,9 @@ impl Bsp {
         self.tagsize = self.next_tagsize;
         self.tagsize_calls = 0;
         self.superstep += 1;
+        if let Some(arena) = &mut self.arena {
+            arena.used = 0;
+        }
 
         // Phase 7: statistics (Table 5 at the end, the profile per superstep).
         if let (Some(before), true) = (before, self.profile.is_some()) {
@@ -781,6 +784,10 @@ impl Bsp {
             } else {
                 &[]
             };
+            if let Some(at) = self.copy_to_arena(h.to, data) {
+                self.outboxes[h.to as usize].stream.in_arena(true, h.slot, h.offset, data.len() as u64, at);
+                continue;
+            }
             self.outboxes[h.to as usize].stream.hpput(h.slot, h.offset, data);
         }
     }
@@ -1236,7 +1243,7 @@ impl Bsp {
                         entries.push(crate::queue::Entry { buffer: j, tag: tag.clone(), payload: payload.clone() })
                     }
                     Record::Reply { .. } => {}
-                    &Record::Direct { hp, slot, offset, len, addr } => {
+                    &Record::Direct { hp, arena, slot, offset, len, addr } => {
                         let area =
                             self.registry.area(slot).ok_or(Reason::UnknownRegistration { slot, owner: me as u32 })?;
                         let (at, len) = self.check_access(area, slot, offset, len, || {
@@ -1244,11 +1251,39 @@ impl Bsp {
                         })?;
                         let rt = self.rt.as_ref().expect("the runtime is there until end");
                         let dst = area_mut(&mut self.owned, area, at, len);
-                        rt.with(|e| Ok(e.read_peer_memory(j as u32, addr, dst)))
-                            .map_err(|e| Reason::Runtime(e.to_string()))?
-                            .map_err(|why| Reason::DirectRead { peer: j as u32, why })?;
-                        read_from[j] = true;
-                        self.direct_puts_read += 1;
+                        let superstep = self.superstep;
+                        rt.with(|e| {
+                            Ok(match arena {
+                                // Within the half of the sender's arena
+                                // that this superstep writes.
+                                true => {
+                                    let half = (e.peer_arena_len(j as u32) / 2) as u64;
+                                    let from = (superstep & 1) * half;
+                                    match addr >= from && addr.saturating_add(dst.len() as u64) <= from + half {
+                                        true => e.read_peer_arena(j as u32, addr, dst),
+                                        false => Err(format!(
+                                            "{} bytes at {addr} are not in the half of its arena for superstep \
+                                             {superstep} ({from} to {})",
+                                            dst.len(),
+                                            from + half
+                                        )),
+                                    }
+                                }
+                                false => e.read_peer_memory(j as u32, addr, dst),
+                            })
+                        })
+                        .map_err(|e| Reason::Runtime(e.to_string()))?
+                        .map_err(|why| Reason::DirectRead { peer: j as u32, why })?;
+                        // An arena's sender needs no word: it writes this
+                        // half again two supersteps on, past a barrier that
+                        // this process enters after landing.
+                        match arena {
+                            true => self.arena_puts_read += 1,
+                            false => {
+                                read_from[j] = true;
+                                self.direct_puts_read += 1;
+                            }
+                        }
                     }
                 }
             }

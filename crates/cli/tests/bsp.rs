@@ -275,6 +275,152 @@ fn large_puts_on_one_host_are_read_from_the_sender() {
     }
 }
 
+/// Puts between processes of one host from 1 KiB up, which go through the
+/// sender's arena in shared memory: every byte where it belongs over many
+/// supersteps (each one's values differ, so a half of the arena written
+/// again before its readers landed it shows), in program order with the
+/// puts in the stream (a small put after an arena one over part of it
+/// wins, and an arena put after a small one), an hpput sends what its
+/// source holds at the sync, and puts that find the arena full go in the
+/// stream. Returns how many puts were read from an arena.
+fn arena_puts(bsp: &mut Bsp, steps: u32) -> Result<u64, BspError> {
+    let (me, p) = (bsp.pid(), bsp.nprocs());
+    const N: usize = 4096;
+    const HP: usize = 1500;
+    let pattern = |who: u32, step: u32, i: usize| (i as u32).wrapping_mul(2_654_435_761) ^ (who << 24) ^ (step << 12);
+    let area = bsp.register::<u32>(N * p as usize)?;
+    let mut raw = vec![0u8; HP * p as usize];
+    // SAFETY: `raw` outlives its registration and is read only between syncs.
+    unsafe { bsp.push_reg_raw(raw.as_mut_ptr(), raw.len())? };
+    bsp.sync()?;
+    for step in 0..steps {
+        let mut sources = Vec::new();
+        for q in 0..p {
+            let at = me as usize * N;
+            let data: Vec<u32> = (0..N).map(|i| pattern(me, step, i)).collect();
+            bsp.put(q, &data, &area, at)?;
+            bsp.put(q, &[u32::MAX ^ step; 4], &area, at + 100)?;
+            bsp.put(q, &[7; 4], &area, at + 200)?;
+            let over: Vec<u32> = (0..256).map(|i| pattern(me, step + 1, i)).collect();
+            bsp.put(q, &over, &area, at + 200)?;
+            bsp.put(q, &data[..150], &area, at + 1000)?;
+            let mut source = vec![0u8; HP];
+            // SAFETY: `source` lives until after the sync; `raw` is registered.
+            unsafe { bsp.hpput_raw(q, source.as_ptr(), raw.as_ptr(), me as usize * HP, HP)? };
+            // hpput sends what the source holds at the sync.
+            source.iter_mut().enumerate().for_each(|(i, b)| *b = (i as u32 ^ me ^ step) as u8);
+            sources.push(source);
+        }
+        bsp.sync()?;
+        drop(sources);
+        let got = bsp.area(&area);
+        for from in 0..p {
+            for (i, &v) in got[from as usize * N..][..N].iter().enumerate() {
+                let expect = match i {
+                    100..104 => u32::MAX ^ step,
+                    200..456 => pattern(from, step + 1, i - 200),
+                    1000..1150 => pattern(from, step, i - 1000),
+                    _ => pattern(from, step, i),
+                };
+                assert_eq!(v, expect, "step {step}: element {i} of the puts from {from} to {me}");
+            }
+            for (i, &b) in raw[from as usize * HP..][..HP].iter().enumerate() {
+                assert_eq!(b, (i as u32 ^ from ^ step) as u8, "step {step}: byte {i} of the hpput from {from}");
+            }
+        }
+    }
+    bsp.pop_reg_raw(raw.as_ptr())?;
+    bsp.sync()?;
+    Ok(bsp.arena_puts_read())
+}
+
+#[test]
+fn puts_on_one_host_go_through_the_sender_s_arena() {
+    const STEPS: u32 = 300;
+    if is_rank() {
+        let mut bsp = Bsp::begin().unwrap();
+        let read = arena_puts(&mut bsp, STEPS).unwrap_or_else(|e| panic!("{e}"));
+        let pid = bsp.pid();
+        bsp.end().unwrap();
+        println!("arena {read} pid {pid}");
+        println!("ok pid {pid}");
+        return;
+    }
+    let test = "puts_on_one_host_go_through_the_sender_s_arena";
+    // Each superstep, from every other process: the 16 KiB put, the 1 KiB
+    // one and the hpput; a quarter of the default arena holds them.
+    for (env, arena) in [
+        (&[][..], Some(true)),
+        (&[("BULKWIRE_SHM_ARENA", "65536")][..], None),
+        (&[("BULKWIRE_SHM_ARENA", "0")][..], Some(false)),
+        (&[("BULKWIRE_SHM", "0")][..], Some(false)),
+    ] {
+        for n in [2, 3] {
+            let out = launch(n, test, env);
+            expect_ok(&out, n, &format!("{env:?}"));
+            let all = text(&out);
+            let read: Vec<u64> = (0..n)
+                .map(|pid| {
+                    all.lines()
+                        .find_map(|l| l.strip_suffix(&format!(" pid {pid}"))?.rsplit_once("arena ")?.1.parse().ok())
+                        .unwrap_or_else(|| panic!("{env:?} n={n}: no count from {pid}\n{all}"))
+                })
+                .collect();
+            let every = 3 * u64::from(n - 1) * u64::from(STEPS);
+            match arena {
+                Some(true) => assert!(read.iter().all(|&r| r == every), "{env:?} n={n}: {read:?}"),
+                Some(false) => assert!(read.iter().all(|&r| r == 0), "{env:?} n={n}: {read:?}"),
+                // A 32 KiB half takes some of a superstep's puts to two
+                // processes, not all.
+                None => assert!(
+                    read.iter().all(|&r| r > 0) && (n == 2 || read.iter().sum::<u64>() < every * u64::from(n)),
+                    "{env:?} n={n}: {read:?}"
+                ),
+            }
+        }
+    }
+}
+
+/// Arena puts of a computation's last superstep land before `end`
+/// returns, and computations one after another on the same runtime start
+/// each from the first half of the arena.
+#[test]
+fn the_last_superstep_s_arena_puts_land_before_end_returns() {
+    const N: usize = 4096;
+    const COMPUTATIONS: u32 = 20;
+    if is_rank() {
+        let world: &'static bulkwire_comm::World = Box::leak(Box::new(bulkwire_comm::World::init().unwrap()));
+        let mut raw = vec![0u32; N];
+        for c in 0..COMPUTATIONS {
+            let mut bsp = Bsp::begin_on(world.runtime()).unwrap();
+            let (me, p) = (bsp.pid(), bsp.nprocs());
+            let (right, left) = ((me + 1) % p, (me + p - 1) % p);
+            let value = |who: u32, i: usize| (i as u32) ^ (who << 24) ^ (c << 16);
+            // SAFETY: `raw` outlives the computation and is read only after it.
+            unsafe { bsp.push_reg_raw(raw.as_mut_ptr().cast(), N * 4).unwrap() };
+            // As many syncs before the last as the computation's number: it
+            // ends in either half of the arena.
+            for _ in 0..=c % 2 {
+                bsp.sync().unwrap();
+            }
+            let data: Vec<u32> = (0..N).map(|i| value(me, i)).collect();
+            // SAFETY: `data` holds N u32; `raw` is registered everywhere.
+            unsafe { bsp.put_raw(right, data.as_ptr().cast(), raw.as_ptr().cast(), 0, N * 4).unwrap() };
+            bsp.end().unwrap();
+            for (i, &v) in raw.iter().enumerate() {
+                assert_eq!(v, value(left, i), "computation {c}: element {i} from {left}");
+            }
+        }
+        world.runtime().finish().unwrap();
+        println!("ok pid {}", world.rank());
+        return;
+    }
+    for env in [&[][..], &[("BULKWIRE_SHM", "0")][..]] {
+        let out = launch(2, "the_last_superstep_s_arena_puts_land_before_end_returns", env);
+        expect_ok(&out, 2, &format!("{env:?}"));
+    }
+}
+
 /// Misuse that only the sync can see: each scenario must end the job with
 /// a message naming the process, the call and the reason, never hang.
 fn misuse(mut bsp: Bsp, scenario: &str) -> Result<(), BspError> {

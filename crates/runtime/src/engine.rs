@@ -836,6 +836,26 @@ impl Engine {
         self.shm.as_ref().is_some_and(|s| s.single_copy_to(peer))
     }
 
+    /// This process's arena in shared memory (pointer and length; empty
+    /// where there is none): bytes its peers on this host read where they
+    /// lie ([`Engine::read_peer_arena`]), as the layer that writes them
+    /// arranges (see `BULKWIRE_SHM_ARENA`). Valid while the engine lives.
+    pub fn shared_arena(&self) -> (*mut u8, usize) {
+        self.shm.as_ref().map_or((std::ptr::null_mut(), 0), |s| s.arena())
+    }
+
+    /// The length of `peer`'s arena as this process sees it: 0 where the
+    /// peer is not on this host through shared memory, or has none.
+    pub fn peer_arena_len(&self, peer: u32) -> usize {
+        self.shm.as_ref().map_or(0, |s| s.arena_of(peer))
+    }
+
+    /// Copies `dst.len()` bytes from `at` in `peer`'s arena into `dst`; bytes
+    /// outside it are an error that says so.
+    pub fn read_peer_arena(&self, peer: u32, at: u64, dst: &mut [u8]) -> Result<(), String> {
+        self.shm.as_ref().ok_or("no shared memory with any peer")?.read_arena(peer, at, dst)
+    }
+
     /// Copies `dst.len()` bytes at `addr` in `peer`'s memory into `dst`, in
     /// one system call's copy, where `peer` said where to read. An address
     /// `peer` does not map, a peer that has exited, or one whose memory

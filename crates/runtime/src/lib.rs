@@ -41,7 +41,7 @@ pub use env::{CORES, JOB, KEY, LOCAL_SIZE, RANK, RENDEZVOUS, SIZE};
 pub use loss::{LossInjector, DROP, DROP_SEED};
 pub use paths::{Paths, HIGH as LATENCY_HIGH, INTERVAL as LATENCY_INTERVAL, LOW as LATENCY_LOW, PATHS};
 pub use shm::{
-    leftover_files as shm_leftover_files, Kind as PostKind, ShmStats, Transport, POST_MAX, SHM, SHM_CMA, SHM_RING,
-    SHM_SPLIT,
+    leftover_files as shm_leftover_files, Kind as PostKind, ShmStats, Transport, POST_MAX, SHM, SHM_ARENA, SHM_CMA,
+    SHM_RING, SHM_SPLIT,
 };
 pub use sockets::{mark_control, PathSockets, SocketOptions};

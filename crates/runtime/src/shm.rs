@@ -29,6 +29,10 @@
 //! peer reads where it lies instead of receiving a message from each
 //! process.
 //!
+//! After the rings each file has an arena ([`Shm::arena`]): memory its
+//! owner writes and its peers read where it lies, for a layer above that
+//! knows when they have read it (BSP's puts, [`SHM_ARENA`]).
+//!
 //! No reliability machinery runs here: nothing is lost between processes
 //! of one host. A record becomes visible to its reader only once it is
 //! written whole (the ring's tail is stored after the data, with release
@@ -91,8 +95,16 @@ pub const SHM_RING: &str = "BULKWIRE_SHM_RING";
 /// reader, rather than asking its lender to write the second half meanwhile.
 pub const SHM_SPLIT: &str = "BULKWIRE_SHM_SPLIT";
 
+/// Bytes of each process's arena ([`Shm::arena`]); 0 for none.
+pub const SHM_ARENA: &str = "BULKWIRE_SHM_ARENA";
+
+/// The arena's size unless [`SHM_ARENA`] says otherwise: BSP takes half a
+/// superstep (a superstep's puts of up to 1 MiB to the processes of the
+/// host go through it), and only the pages it writes take memory.
+pub const ARENA_DEFAULT: usize = 2 << 20;
+
 const MAGIC: u64 = u64::from_le_bytes(*b"bwshm\0\0\x01");
-const VERSION: u32 = 4;
+const VERSION: u32 = 5;
 /// The file's header: fixed fields, the doorbell and the sleep flag on
 /// lines of their own, the host identity.
 const HEADER: usize = 4096;
@@ -103,6 +115,7 @@ const H_RING: usize = 16;
 const H_PID: usize = 24;
 const H_HOST_LEN: usize = 28;
 const H_PROBE: usize = 32;
+const H_ARENA: usize = 40;
 const H_DOORBELL: usize = 128;
 const H_SLEEPING: usize = 256;
 const H_HOST: usize = 512;
@@ -195,6 +208,7 @@ pub(crate) struct ShmOptions {
     pub ring: usize,
     pub cma: bool,
     pub split: bool,
+    pub arena: usize,
 }
 
 impl ShmOptions {
@@ -225,7 +239,17 @@ impl ShmOptions {
                 1 << (usize::BITS - 1 - share.leading_zeros())
             }
         };
-        Ok(Some(ShmOptions { ring, cma, split }))
+        let arena = match lookup(SHM_ARENA) {
+            Some(v) => {
+                let n: usize = v.trim().parse().map_err(|_| format!("{SHM_ARENA}={v:?}: not a number of bytes"))?;
+                if n != 0 && (n % 8192 != 0 || n > 1 << 32) {
+                    return Err(format!("{SHM_ARENA}={n}: expected 0 or a multiple of 8192 up to 4294967296"));
+                }
+                n
+            }
+            None => ARENA_DEFAULT,
+        };
+        Ok(Some(ShmOptions { ring, cma, split, arena }))
     }
 }
 
@@ -315,6 +339,9 @@ struct Own {
     path: PathBuf,
     unlinked: bool,
     ring: usize,
+    /// Where the arena lies in the file, and its length.
+    arena: usize,
+    arena_len: usize,
     /// Kept alive for the address published in the header.
     _probe: Box<u64>,
 }
@@ -345,6 +372,9 @@ struct Peer {
     splits: u64,
     /// The peer's ordinary socket (where a wake-up goes).
     wake_to: std::net::SocketAddr,
+    /// Where the peer's arena lies in its file, and its length.
+    arena: usize,
+    arena_len: usize,
 }
 
 /// The writing end of a ring in a peer's file.
@@ -551,7 +581,8 @@ impl Shm {
     pub fn create(job: u64, rank: u32, size: u32, options: &ShmOptions) -> Result<Shm, String> {
         let path = file_path(job, rank);
         let slot = CONTROL + options.ring;
-        let len = RINGS + size as usize * slot;
+        let arena = RINGS + size as usize * slot;
+        let len = arena + options.arena;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -584,6 +615,7 @@ impl Shm {
         region.u32(H_PID).store(std::process::id(), Ordering::Relaxed);
         region.u32(H_HOST_LEN).store(host.len() as u32, Ordering::Relaxed);
         region.u64(H_PROBE).store(&*probe as *const u64 as u64, Ordering::Relaxed);
+        region.u64(H_ARENA).store(options.arena as u64, Ordering::Relaxed);
         region.u64(H_MAGIC).store(MAGIC, Ordering::Release);
         if options.cma {
             // Where a ptrace policy (Yama) restricts who may read this
@@ -593,7 +625,15 @@ impl Shm {
         }
         Ok(Shm {
             me: rank,
-            own: Own { region, path, unlinked: false, ring: options.ring, _probe: probe },
+            own: Own {
+                region,
+                path,
+                unlinked: false,
+                ring: options.ring,
+                arena,
+                arena_len: options.arena,
+                _probe: probe,
+            },
             peers: (0..size).map(|_| None).collect(),
             local: Vec::new(),
             last_doorbell: 0,
@@ -645,10 +685,12 @@ impl Shm {
         }
         let slots = theirs.u32(H_SLOTS).load(Ordering::Relaxed) as usize;
         let ring = theirs.u64(H_RING).load(Ordering::Relaxed) as usize;
+        let arena_len = theirs.u64(H_ARENA).load(Ordering::Relaxed) as usize;
+        let arena = RINGS + slots * (CONTROL + ring);
         if !ring.is_power_of_two()
             || ring < 4096
             || slots != self.peers.len()
-            || RINGS + slots * (CONTROL + ring) != len
+            || arena.checked_add(arena_len) != Some(len)
         {
             return None;
         }
@@ -677,6 +719,8 @@ impl Shm {
             cma_from,
             splits: 0,
             wake_to,
+            arena,
+            arena_len,
         })
     }
 
@@ -1394,6 +1438,45 @@ impl Shm {
         }
     }
 
+    /// This process's arena: memory in its file that its peers on this
+    /// host read where it lies ([`Shm::read_arena`]); empty where there is
+    /// none ([`SHM_ARENA`]). What it holds, and when peers may read it, is
+    /// the business of the layer that writes it.
+    pub fn arena(&self) -> (*mut u8, usize) {
+        // SAFETY: the arena lies within the mapping.
+        (unsafe { self.own.region.ptr.add(self.own.arena) }, self.own.arena_len)
+    }
+
+    /// The length of `rank`'s arena, 0 for none (or a peer not on this host).
+    pub fn arena_of(&self, rank: u32) -> usize {
+        self.peers.get(rank as usize).and_then(Option::as_ref).map_or(0, |p| p.arena_len)
+    }
+
+    /// Copies `dst.len()` bytes from `at` in `rank`'s arena into `dst`.
+    pub fn read_arena(&self, rank: u32, at: u64, dst: &mut [u8]) -> Result<(), String> {
+        let Some(peer) = self.peers.get(rank as usize).and_then(Option::as_ref) else {
+            return Err(format!("rank {rank} is not on this host"));
+        };
+        let within = usize::try_from(at)
+            .ok()
+            .and_then(|at| at.checked_add(dst.len()).map(|end| (at, end)))
+            .filter(|&(_, end)| end <= peer.arena_len);
+        let Some((at, _)) = within else {
+            return Err(format!(
+                "{} bytes from {at} lie outside rank {rank}'s arena of {} bytes",
+                dst.len(),
+                peer.arena_len
+            ));
+        };
+        // SAFETY: checked to lie within the peer's arena, which lies within
+        // the mapping of its file. The peer may write there meanwhile (it
+        // must not, by the layer's protocol): bytes, never a crash.
+        unsafe {
+            std::ptr::copy_nonoverlapping(peer.w.theirs.ptr.add(peer.arena + at), dst.as_mut_ptr(), dst.len());
+        }
+        Ok(())
+    }
+
     pub fn local_peers(&self) -> &[u32] {
         &self.local
     }
@@ -1663,7 +1746,7 @@ mod tests {
     use super::*;
 
     fn options(ring: usize) -> ShmOptions {
-        ShmOptions { ring, cma: true, split: true }
+        ShmOptions { ring, cma: true, split: true, arena: 64 << 10 }
     }
 
     fn pair(ring: usize) -> (Shm, Shm) {
@@ -1956,6 +2039,35 @@ mod tests {
     }
 
     #[test]
+    fn a_peer_reads_the_arena_where_it_lies_and_nothing_outside() {
+        let (a, b) = pair(64 << 10);
+        let (ptr, len) = a.arena();
+        assert_eq!(len, 64 << 10);
+        assert_eq!(b.arena_of(0), len);
+        let bytes: Vec<u8> = (0..1000).map(|k| (k * 7) as u8).collect();
+        // SAFETY: within the arena.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr.add(len - 1000), 1000) };
+        let mut got = vec![0u8; 1000];
+        b.read_arena(0, (len - 1000) as u64, &mut got).unwrap();
+        assert_eq!(got, bytes);
+        let past = b.read_arena(0, (len - 999) as u64, &mut got).unwrap_err();
+        assert!(past.contains("outside rank 0's arena of 65536 bytes"), "{past}");
+        assert!(b.read_arena(0, u64::MAX, &mut got).is_err());
+        assert!(b.read_arena(1, 0, &mut got).unwrap_err().contains("not on this host"));
+        // Without one, nothing is readable.
+        let job = crate::new_job_id();
+        let addr: std::net::SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let none = ShmOptions { arena: 0, ..options(64 << 10) };
+        let mut c = Shm::create(job, 0, 2, &none).unwrap();
+        let mut d = Shm::create(job, 1, 2, &options(64 << 10)).unwrap();
+        c.attach(job, &[addr, addr]);
+        d.attach(job, &[addr, addr]);
+        assert_eq!((c.arena().1, d.arena_of(0), c.arena_of(1)), (0, 0, 64 << 10));
+        assert!(d.read_arena(0, 0, &mut got[..1]).is_err());
+        d.read_arena(0, 0, &mut []).unwrap();
+    }
+
+    #[test]
     fn posts_on_the_board_are_read_by_number_and_wake_a_sleeper() {
         let (mut a, mut b) = pair(64 << 10);
         let mut got = Vec::new();
@@ -2004,5 +2116,12 @@ mod tests {
         assert_eq!(ShmOptions::from_lookup(look(&[]), 64).unwrap().unwrap().ring, 64 << 10);
         assert!(ShmOptions::from_lookup(look(&[(SHM, "maybe")]), 2).unwrap_err().contains("BULKWIRE_SHM"));
         assert!(ShmOptions::from_lookup(look(&[(SHM_RING, "100000")]), 2).unwrap_err().contains("power of two"));
+        assert_eq!(ShmOptions::from_lookup(look(&[]), 2).unwrap().unwrap().arena, ARENA_DEFAULT);
+        assert_eq!(ShmOptions::from_lookup(look(&[(SHM_ARENA, "0")]), 2).unwrap().unwrap().arena, 0);
+        assert_eq!(ShmOptions::from_lookup(look(&[(SHM_ARENA, " 65536 ")]), 2).unwrap().unwrap().arena, 65536);
+        for bad in ["100", "-1", "lots", "8589934592"] {
+            let e = ShmOptions::from_lookup(|k: &str| (k == SHM_ARENA).then(|| bad.to_string()), 2).unwrap_err();
+            assert!(e.starts_with("BULKWIRE_SHM_ARENA="), "{e}");
+        }
     }
 }
