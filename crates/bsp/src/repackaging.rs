@@ -103,6 +103,9 @@ pub struct OutStream {
     /// that share its packet (a barrier's, on one host) fit without the
     /// buffer growing.
     slack: usize,
+    /// Bytes of the direct puts in the stream, which the receiver reads
+    /// from where their records say.
+    referenced: u64,
 }
 
 /// `len` bytes at `addr` in this process that are the stream's from
@@ -261,6 +264,12 @@ impl OutStream {
         self.len() == 0
     }
 
+    /// The bytes the stream delivers: its own, and those of its direct
+    /// puts (its share of the superstep's h-relation).
+    pub fn delivers(&self) -> u64 {
+        self.len() as u64 + self.referenced
+    }
+
     pub fn put(&mut self, slot: u32, offset: u64, data: &[u8]) {
         put(self.extend(PUT_HEADER + data.len()), slot, offset, data);
     }
@@ -285,6 +294,7 @@ impl OutStream {
     }
 
     fn direct_record(&mut self, flags: u8, slot: u32, offset: u64, len: u64, addr: u64) {
+        self.referenced += len;
         let buf = self.extend(DIRECT_LEN);
         buf.push(DIRECT);
         buf.push(flags);

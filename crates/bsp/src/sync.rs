@@ -603,7 +603,7 @@ impl Bsp {
 
         // Phase 1: the barrier is the OR reduction of the communication
         // bit-matrix; the same messages carry what all must agree on.
-        let out_bytes: u64 = (0..p).filter(|&q| q != me).map(|q| self.outboxes[q as usize].stream.len() as u64).sum();
+        let out_bytes: u64 = (0..p).filter(|&q| q != me).map(|q| self.outboxes[q as usize].stream.delivers()).sum();
         let local = Reduction::local(
             p,
             me,
@@ -697,13 +697,14 @@ impl Bsp {
         let expected: Vec<bool> = (0..p).map(|j| j != me && global.streams(j, me)).collect();
         self.transfer(&plan, packet, &expected, &eager, call == Call::End).map_err(fail)?;
         let h_in: u64 = self.net.streams.iter().map(|s| s.len() as u64).sum();
-        let h_out: u64 = plan.iter().map(|v| self.outboxes[v.to as usize].stream.len() as u64).sum();
+        let h_out: u64 = plan.iter().map(|v| self.outboxes[v.to as usize].stream.delivers()).sum();
 
         // Then the data lands: get replies, puts, sends; registrations take
         // effect; the new tag size applies. Direct puts are read from their
         // senders' memory, which each sender keeps until its readers say
         // they are done.
         let lent = self.land().map_err(fail)?;
+        let lent_in = lent.referenced;
         self.await_reads(&lent).map_err(fail)?;
         self.await_loans().map_err(fail)?;
         // The buffers wait for the next superstep with direct puts, which
@@ -733,7 +734,7 @@ impl Bsp {
                 computation_s: computation.unwrap_or_default().as_secs_f64(),
                 communication_s: entered.map(|t| t.elapsed()).unwrap_or_default().as_secs_f64(),
                 h_out,
-                h_in,
+                h_in: h_in + lent_in,
                 h_out_max: global.out_bytes.iter().copied().max().unwrap_or(0),
                 packets_sent: after.sent - before.sent,
                 packets_received: after.received - before.received,
@@ -1182,7 +1183,7 @@ impl Bsp {
             }
             let old = std::mem::take(&mut self.queue);
             self.net.spare.extend(old.into_buffers());
-            return Ok(Lent { readers: Vec::new(), buffers: Vec::new() });
+            return Ok(Lent { readers: Vec::new(), buffers: Vec::new(), referenced: 0 });
         }
         let mut streams = self.net.take_streams();
         let (own, start) = std::mem::take(&mut self.outboxes[me].stream).into_bytes();
@@ -1195,9 +1196,10 @@ impl Bsp {
                 new.stream.reuse(kept);
             }
         }
-        let lent = Lent {
+        let mut lent = Lent {
             readers: (0..p as u32).filter(|&j| outboxes[j as usize].direct).collect(),
             buffers: outboxes.iter_mut().flat_map(|o| std::mem::take(&mut o.lent)).collect(),
+            referenced: 0,
         };
         let records: Vec<Vec<Record>> = streams
             .iter()
@@ -1274,6 +1276,7 @@ impl Bsp {
                         })
                         .map_err(|e| Reason::Runtime(e.to_string()))?
                         .map_err(|why| Reason::DirectRead { peer: j as u32, why })?;
+                        lent.referenced += len as u64;
                         // An arena's sender needs no word: it writes this
                         // half again two supersteps on, past a barrier that
                         // this process enters after landing.
@@ -1434,6 +1437,9 @@ pub(crate) struct BoardMemo {
 pub(crate) struct Lent {
     readers: Vec<u32>,
     buffers: Vec<Vec<u8>>,
+    /// Bytes of the direct puts landed (read from where their records
+    /// said, not carried in the streams).
+    referenced: u64,
 }
 
 /// Writes the stream's bytes at `data` into `area` from `offset` on.

@@ -347,6 +347,10 @@ fn puts_on_one_host_go_through_the_sender_s_arena() {
         return;
     }
     let test = "puts_on_one_host_go_through_the_sender_s_arena";
+    let dir = std::env::temp_dir().join(format!("bulkwire-arena-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prefix = dir.join("arena");
+    let prefix = prefix.to_str().unwrap();
     // Each superstep, from every other process: the 16 KiB put, the 1 KiB
     // one and the hpput; a quarter of the default arena holds them.
     for (env, arena) in [
@@ -356,8 +360,21 @@ fn puts_on_one_host_go_through_the_sender_s_arena() {
         (&[("BULKWIRE_SHM", "0")][..], Some(false)),
     ] {
         for n in [2, 3] {
-            let out = launch(n, test, env);
+            let profiled: Vec<(&str, &str)> = env.iter().copied().chain([("BULKWIRE_PROFILE", prefix)]).collect();
+            let out = launch(n, test, &profiled);
             expect_ok(&out, n, &format!("{env:?}"));
+            // The profile counts every byte put as the superstep's
+            // h-relation, wherever it travelled: 19,540 bytes to each other
+            // process, and the records' headers.
+            for pid in 0..n {
+                let trace = std::fs::read_to_string(format!("{prefix}.{pid}")).unwrap();
+                let step: serde_json::Value = serde_json::from_str(trace.lines().nth(5).unwrap()).unwrap();
+                let (h_out, h_in) = (step["h_out"].as_u64().unwrap(), step["h_in"].as_u64().unwrap());
+                let data = 19_540 * u64::from(n - 1);
+                for h in [h_out, h_in] {
+                    assert!((data..data + 200 * u64::from(n)).contains(&h), "{env:?} n={n} pid {pid}: {step}");
+                }
+            }
             let all = text(&out);
             let read: Vec<u64> = (0..n)
                 .map(|pid| {
@@ -379,6 +396,7 @@ fn puts_on_one_host_go_through_the_sender_s_arena() {
             }
         }
     }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Arena puts of a computation's last superstep land before `end`
