@@ -96,8 +96,9 @@ pub enum Reason {
     PeerGone { peer: u32, superstep: u64, phase: &'static str },
     #[error("process {peer} sent a malformed message: {why}")]
     Malformed { peer: u32, why: String },
-    #[error("reading a put of process {peer} from its memory: {why}")]
-    DirectRead { peer: u32, why: String },
+    /// A put or a get's reply that process `peer` left in its memory (`what`).
+    #[error("reading {what} of process {peer} from its memory: {why}")]
+    DirectRead { peer: u32, what: &'static str, why: String },
     #[error("bsp_end was already called")]
     Ended,
     #[error("bsp_begin has not been called")]

@@ -299,6 +299,24 @@ struct Arena {
     used: usize,
 }
 
+impl Arena {
+    /// Copies `data` into superstep `superstep`'s half if it goes there
+    /// ([`ARENA_PUT_MIN`]) and fits, and returns where in the arena.
+    fn copy(&mut self, superstep: u64, data: &[u8]) -> Option<u64> {
+        if data.len() < ARENA_PUT_MIN || self.half - self.used < data.len() {
+            return None;
+        }
+        let at = (superstep & 1) as usize * self.half + self.used;
+        // SAFETY: `at + data.len()` lies within the arena, the runtime's
+        // mapping, alive while this process holds the runtime; no reader
+        // reads this half before the sync (see `repackaging`).
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), (self.at + at) as *mut u8, data.len()) };
+        // Each put's bytes start on a cache line.
+        self.used = ((self.used + data.len() + 63) & !63).min(self.half);
+        Some(at as u64)
+    }
+}
+
 /// One process of a BSP computation.
 pub struct Bsp {
     rt: Option<Held>,
@@ -325,8 +343,8 @@ pub struct Bsp {
     /// `repackaging`), and which processes read it.
     arena: Option<Arena>,
     arena_readers: Vec<bool>,
-    /// Puts this process has read from their senders' arenas.
-    arena_puts_read: u64,
+    /// Puts and get replies this process has read from their senders' arenas.
+    arena_reads: u64,
     queue: Queue,
     tagsize: usize,
     next_tagsize: usize,
@@ -497,7 +515,7 @@ impl Bsp {
             direct_puts_read: 0,
             arena,
             arena_readers,
-            arena_puts_read: 0,
+            arena_reads: 0,
             queue: Queue::default(),
             tagsize: 0,
             next_tagsize: 0,
@@ -567,11 +585,11 @@ impl Bsp {
         self.direct_puts_read
     }
 
-    /// How many puts this process has read from their senders' arenas in
-    /// shared memory (puts between processes of one host from
-    /// [`ARENA_PUT_MIN`] bytes up to [`DIRECT_PUT_MIN`]).
-    pub fn arena_puts_read(&self) -> u64 {
-        self.arena_puts_read
+    /// How many puts and get replies this process has read from their
+    /// senders' arenas in shared memory (between processes of one host,
+    /// from [`ARENA_PUT_MIN`] bytes up to [`DIRECT_PUT_MIN`] for puts).
+    pub fn arena_reads(&self) -> u64 {
+        self.arena_reads
     }
 
     /// Seconds since `begin`.
@@ -853,19 +871,10 @@ impl Bsp {
     /// of the arena, if it goes there ([`ARENA_PUT_MIN`]) and fits, and
     /// returns where in the arena.
     pub(crate) fn copy_to_arena(&mut self, pid: u32, data: &[u8]) -> Option<u64> {
-        let arena = self.arena.as_mut()?;
-        if data.len() < ARENA_PUT_MIN || !self.arena_readers[pid as usize] || arena.half - arena.used < data.len() {
-            return None;
+        match self.arena_readers[pid as usize] {
+            true => self.arena.as_mut()?.copy(self.superstep, data),
+            false => None,
         }
-        let at = (self.superstep & 1) as usize * arena.half + arena.used;
-        // SAFETY: `at + data.len()` lies within the arena, the runtime's
-        // mapping, alive while this process holds the runtime; no reader
-        // reads this half before the sync (see `repackaging`).
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), (arena.at + at) as *mut u8, data.len()) };
-        // Each put's bytes start on a cache line.
-        arena.used = (arena.used + data.len() + 63) & !63;
-        arena.used = arena.used.min(arena.half);
-        Some(at as u64)
     }
 
     /// Whether a put of `len` bytes to `pid` goes as a direct put:

@@ -14,6 +14,7 @@
 //! | get reply | `3`, len u64, data (replies come in the order of the requests) |
 //! | hpput | `4`, as put (an error at the receiver then names `bsp_hpput`) |
 //! | direct put | `5`, flags u8 (1: hpput, 2: in the arena), slot u32, offset u64, len u64, address u64 |
+//! | get reply in the arena | `6`, len u64, address u64 (in the sender's arena) |
 //!
 //! A direct put is a put to a process on this host whose bytes the receiver
 //! reads where they lie in the sender. A large one (from
@@ -32,7 +33,8 @@
 //! (nothing is registered yet) and begins with half 0 after a barrier too.
 //! The put's
 //! bytes are then copied once (hpput) or twice (put), not three or four
-//! times.
+//! times. A get's reply from 1 KiB to a process on this host goes through
+//! the arena the same way.
 //!
 //! Get requests travel earlier, in phase 2, so that they are served before
 //! any put lands: [`Counts`].
@@ -58,11 +60,13 @@ const SEND: u8 = 2;
 const REPLY: u8 = 3;
 const HPPUT: u8 = 4;
 const DIRECT: u8 = 5;
+const REPLY_AT: u8 = 6;
 
 pub const PUT_HEADER: usize = 1 + 4 + 8 + 8;
 pub const SEND_HEADER: usize = 1 + 4 + 8;
 const REPLY_HEADER: usize = 1 + 8;
 const DIRECT_LEN: usize = 1 + 1 + 4 + 8 + 8 + 8;
+const REPLY_AT_LEN: usize = 1 + 8 + 8;
 /// A direct put's flags: made by `bsp_hpput`; its bytes in the sender's arena.
 const FLAG_HP: u8 = 1;
 const FLAG_ARENA: u8 = 2;
@@ -308,6 +312,16 @@ impl OutStream {
         send(self.extend(SEND_HEADER + tag.len() + payload.len()), tag, payload);
     }
 
+    /// A get's reply of `len` bytes that this process copied to `at` in its
+    /// arena.
+    pub fn reply_in_arena(&mut self, len: u64, at: u64) {
+        self.referenced += len;
+        let buf = self.extend(REPLY_AT_LEN);
+        buf.push(REPLY_AT);
+        buf.extend_from_slice(&len.to_le_bytes());
+        buf.extend_from_slice(&at.to_le_bytes());
+    }
+
     pub fn reply(&mut self, data: &[u8]) {
         let buf = self.extend(REPLY_HEADER + data.len());
         reply_header(buf, data.len() as u64);
@@ -469,6 +483,11 @@ pub enum Record {
     Reply {
         data: Range<usize>,
     },
+    /// A get's reply: `len` bytes from `at` in the sender's arena.
+    ReplyAt {
+        len: u64,
+        at: u64,
+    },
     /// A direct put: `len` bytes at `addr` in the sender's memory, or, if
     /// `arena`, from `addr` in the sender's arena.
     Direct {
@@ -520,6 +539,7 @@ pub fn parse_parts(parts: &[&[u8]], base: usize) -> Result<Vec<Record>, String> 
                 r.skip(len)?;
                 Record::Reply { data: start..start + len }
             }
+            REPLY_AT => Record::ReplyAt { len: r.u64()?, at: r.u64()? },
             DIRECT => {
                 let flags = r.u8()?;
                 if flags > (FLAG_HP | FLAG_ARENA) {
@@ -714,6 +734,8 @@ mod tests {
         s.put(1, 0, b"ab");
         s.in_arena(false, 3, 8, 4096, 1 << 20);
         s.in_arena(true, 3, 8, 4096, 0);
+        s.reply_in_arena(2048, 64);
+        assert_eq!(s.delivers(), s.len() as u64 + (1 << 30) + 2 * 4096 + 2048);
         let (bytes, start) = s.into_bytes();
         let records = parse(&bytes, start).unwrap();
         let direct =
@@ -723,6 +745,11 @@ mod tests {
         let arena = Record::Direct { hp: false, arena: true, slot: 3, offset: 8, len: 4096, addr: 1 << 20 };
         assert_eq!(records[2], arena);
         assert!(matches!(records[3], Record::Direct { hp: true, arena: true, addr: 0, .. }));
+        assert_eq!(records[4], Record::ReplyAt { len: 2048, at: 64 });
+        let reply = bytes.len() - REPLY_AT_LEN;
+        for cut in 1..REPLY_AT_LEN {
+            assert!(parse(&bytes[reply..reply + cut], 0).is_err());
+        }
         let mut bad = bytes[start..start + DIRECT_LEN].to_vec();
         bad[1] = 4;
         assert!(parse(&bad, 0).unwrap_err().contains("kind 4"));

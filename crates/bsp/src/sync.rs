@@ -1030,7 +1030,13 @@ impl Bsp {
                 let (offset, len) = self.check_access(area, q.slot, q.offset, q.len, || {
                     format!("{} by process {j}", if q.hp { "bsp_hpget" } else { "bsp_get" })
                 })?;
-                self.outboxes[j].stream.reply(read_area(&self.owned, area, offset, len));
+                let data = read_area(&self.owned, area, offset, len);
+                // From 1 KiB to a process on this host: through the arena.
+                let stream = &mut self.outboxes[j].stream;
+                match self.arena.as_mut().filter(|_| self.arena_readers[j]).and_then(|a| a.copy(self.superstep, data)) {
+                    Some(at) => stream.reply_in_arena(data.len() as u64, at),
+                    None => stream.reply(data),
+                }
             }
         }
         Ok(())
@@ -1209,18 +1215,33 @@ impl Bsp {
         let views: Vec<View<'_>> = streams.iter().map(Stream::view).collect();
 
         for (j, recs) in records.iter().enumerate() {
-            let mut replies = recs.iter().filter_map(|r| match r {
-                Record::Reply { data } => Some(data.clone()),
-                _ => None,
-            });
+            let mut replies = recs.iter().filter(|r| matches!(r, Record::Reply { .. } | Record::ReplyAt { .. }));
             for (q, target) in outboxes[j].requests.iter().zip(&outboxes[j].targets) {
-                let data = replies
+                let reply = replies
                     .next()
                     .ok_or_else(|| Reason::Malformed { peer: j as u32, why: "a get reply is missing".into() })?;
-                if data.len() as u64 != q.len {
+                let len = match reply {
+                    Record::Reply { data } => data.len() as u64,
+                    &Record::ReplyAt { len, .. } => len,
+                    _ => unreachable!("filtered"),
+                };
+                if len != q.len {
                     return Err(Reason::Malformed { peer: j as u32, why: "a get reply of the wrong length".into() });
                 }
-                self.write_target(*target, &views[j], data);
+                match reply {
+                    Record::Reply { data } => self.write_target(*target, &views[j], data.clone()),
+                    &Record::ReplyAt { len, at } => {
+                        let dst = target_mut(&mut self.owned, *target, len as usize);
+                        read_arena(&self.rt, j as u32, self.superstep, at, dst).map_err(|why| Reason::DirectRead {
+                            peer: j as u32,
+                            what: "a get's reply",
+                            why,
+                        })?;
+                        lent.referenced += len;
+                        self.arena_reads += 1;
+                    }
+                    _ => unreachable!("filtered"),
+                }
             }
             if replies.next().is_some() {
                 return Err(Reason::Malformed { peer: j as u32, why: "a get reply nobody asked for".into() });
@@ -1244,44 +1265,29 @@ impl Bsp {
                     Record::Send { tag, payload } => {
                         entries.push(crate::queue::Entry { buffer: j, tag: tag.clone(), payload: payload.clone() })
                     }
-                    Record::Reply { .. } => {}
+                    Record::Reply { .. } | Record::ReplyAt { .. } => {}
                     &Record::Direct { hp, arena, slot, offset, len, addr } => {
                         let area =
                             self.registry.area(slot).ok_or(Reason::UnknownRegistration { slot, owner: me as u32 })?;
                         let (at, len) = self.check_access(area, slot, offset, len, || {
                             format!("{} from process {j}", if hp { "bsp_hpput" } else { "bsp_put" })
                         })?;
-                        let rt = self.rt.as_ref().expect("the runtime is there until end");
                         let dst = area_mut(&mut self.owned, area, at, len);
-                        let superstep = self.superstep;
-                        rt.with(|e| {
-                            Ok(match arena {
-                                // Within the half of the sender's arena
-                                // that this superstep writes.
-                                true => {
-                                    let half = (e.peer_arena_len(j as u32) / 2) as u64;
-                                    let from = (superstep & 1) * half;
-                                    match addr >= from && addr.saturating_add(dst.len() as u64) <= from + half {
-                                        true => e.read_peer_arena(j as u32, addr, dst),
-                                        false => Err(format!(
-                                            "{} bytes at {addr} are not in the half of its arena for superstep \
-                                             {superstep} ({from} to {})",
-                                            dst.len(),
-                                            from + half
-                                        )),
-                                    }
-                                }
-                                false => e.read_peer_memory(j as u32, addr, dst),
-                            })
-                        })
-                        .map_err(|e| Reason::Runtime(e.to_string()))?
-                        .map_err(|why| Reason::DirectRead { peer: j as u32, why })?;
+                        match arena {
+                            true => read_arena(&self.rt, j as u32, self.superstep, addr, dst),
+                            false => read_memory(&self.rt, j as u32, addr, dst),
+                        }
+                        .map_err(|why| Reason::DirectRead {
+                            peer: j as u32,
+                            what: "a put",
+                            why,
+                        })?;
                         lent.referenced += len as u64;
                         // An arena's sender needs no word: it writes this
                         // half again two supersteps on, past a barrier that
                         // this process enters after landing.
                         match arena {
-                            true => self.arena_puts_read += 1,
+                            true => self.arena_reads += 1,
                             false => {
                                 read_from[j] = true;
                                 self.direct_puts_read += 1;
@@ -1385,18 +1391,50 @@ impl Bsp {
     }
 
     fn write_target(&mut self, target: GetTarget, view: &View<'_>, data: Range<usize>) {
-        let dst = match target {
-            GetTarget::Raw(_) if data.is_empty() => return,
-            // SAFETY: the caller of get_raw promised `len` writable bytes at
-            // `dst` until the sync ends.
-            GetTarget::Raw(addr) => unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, data.len()) },
-            GetTarget::Owned { index, at } => match &mut self.owned[index] {
-                Some(area) => &mut area.bytes_mut()[at..at + data.len()],
-                None => return,
-            },
-        };
-        view.copy_out(data, dst);
+        let dst = target_mut(&mut self.owned, target, data.len());
+        if dst.len() == data.len() {
+            view.copy_out(data, dst);
+        }
     }
+}
+
+/// Where a get's reply of `len` bytes goes (empty where the area is gone).
+fn target_mut(owned: &mut [Option<Box<dyn crate::OwnedArea>>], target: GetTarget, len: usize) -> &mut [u8] {
+    match target {
+        GetTarget::Raw(_) if len == 0 => &mut [],
+        // SAFETY: the caller of get_raw promised `len` writable bytes at
+        // `dst` until the sync ends.
+        GetTarget::Raw(addr) => unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) },
+        GetTarget::Owned { index, at } => match &mut owned[index] {
+            Some(area) => &mut area.bytes_mut()[at..at + len],
+            None => &mut [],
+        },
+    }
+}
+
+/// Copies `dst.len()` bytes from `at` in process `peer`'s arena, which must
+/// lie in the half that superstep `superstep` writes.
+fn read_arena(rt: &Option<crate::Held>, peer: u32, superstep: u64, at: u64, dst: &mut [u8]) -> Result<(), String> {
+    let rt = rt.as_ref().ok_or("the computation has ended")?;
+    rt.with(|e| {
+        let half = (e.peer_arena_len(peer) / 2) as u64;
+        let from = (superstep & 1) * half;
+        Ok(match at >= from && at.saturating_add(dst.len() as u64) <= from + half {
+            true => e.read_peer_arena(peer, at, dst),
+            false => Err(format!(
+                "{} bytes at {at} are not in the half of its arena for superstep {superstep} ({from} to {})",
+                dst.len(),
+                from + half
+            )),
+        })
+    })
+    .map_err(|e| e.to_string())?
+}
+
+/// Copies `dst.len()` bytes at `addr` in process `peer`'s memory.
+fn read_memory(rt: &Option<crate::Held>, peer: u32, addr: u64, dst: &mut [u8]) -> Result<(), String> {
+    let rt = rt.as_ref().ok_or("the computation has ended")?;
+    rt.with(|e| Ok(e.read_peer_memory(peer, addr, dst))).map_err(|e| e.to_string())?
 }
 
 fn read_area(owned: &[Option<Box<dyn crate::OwnedArea>>], area: Area, offset: usize, len: usize) -> &[u8] {

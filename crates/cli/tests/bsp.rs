@@ -281,21 +281,28 @@ fn large_puts_on_one_host_are_read_from_the_sender() {
 /// again before its readers landed it shows), in program order with the
 /// puts in the stream (a small put after an arena one over part of it
 /// wins, and an arena put after a small one), an hpput sends what its
-/// source holds at the sync, and puts that find the arena full go in the
-/// stream. Returns how many puts were read from an arena.
+/// source holds at the sync, a get's reply the values at the end of the
+/// computation, and puts that find the arena full go in the stream.
+/// Returns how many puts and replies were read from an arena.
 fn arena_puts(bsp: &mut Bsp, steps: u32) -> Result<u64, BspError> {
     let (me, p) = (bsp.pid(), bsp.nprocs());
     const N: usize = 4096;
     const HP: usize = 1500;
+    const GET: usize = 512;
     let pattern = |who: u32, step: u32, i: usize| (i as u32).wrapping_mul(2_654_435_761) ^ (who << 24) ^ (step << 12);
     let area = bsp.register::<u32>(N * p as usize)?;
+    let asked = bsp.register::<u32>(GET)?;
+    let gets = bsp.register::<u32>(GET * p as usize)?;
     let mut raw = vec![0u8; HP * p as usize];
     // SAFETY: `raw` outlives its registration and is read only between syncs.
     unsafe { bsp.push_reg_raw(raw.as_mut_ptr(), raw.len())? };
     bsp.sync()?;
     for step in 0..steps {
         let mut sources = Vec::new();
+        let values: Vec<u32> = (0..GET).map(|i| pattern(me, step + 7, i)).collect();
+        bsp.area_mut(&asked).copy_from_slice(&values);
         for q in 0..p {
+            bsp.get(q, &asked, 0, &gets, q as usize * GET, GET)?;
             let at = me as usize * N;
             let data: Vec<u32> = (0..N).map(|i| pattern(me, step, i)).collect();
             bsp.put(q, &data, &area, at)?;
@@ -327,11 +334,14 @@ fn arena_puts(bsp: &mut Bsp, steps: u32) -> Result<u64, BspError> {
             for (i, &b) in raw[from as usize * HP..][..HP].iter().enumerate() {
                 assert_eq!(b, (i as u32 ^ from ^ step) as u8, "step {step}: byte {i} of the hpput from {from}");
             }
+            for (i, &v) in bsp.area(&gets)[from as usize * GET..][..GET].iter().enumerate() {
+                assert_eq!(v, pattern(from, step + 7, i), "step {step}: element {i} of the get from {from}");
+            }
         }
     }
     bsp.pop_reg_raw(raw.as_ptr())?;
     bsp.sync()?;
-    Ok(bsp.arena_puts_read())
+    Ok(bsp.arena_reads())
 }
 
 #[test]
@@ -352,7 +362,8 @@ fn puts_on_one_host_go_through_the_sender_s_arena() {
     let prefix = dir.join("arena");
     let prefix = prefix.to_str().unwrap();
     // Each superstep, from every other process: the 16 KiB put, the 1 KiB
-    // one and the hpput; a quarter of the default arena holds them.
+    // one, the hpput and the get's reply; a quarter of the default arena
+    // holds them.
     for (env, arena) in [
         (&[][..], Some(true)),
         (&[("BULKWIRE_SHM_ARENA", "65536")][..], None),
@@ -363,14 +374,14 @@ fn puts_on_one_host_go_through_the_sender_s_arena() {
             let profiled: Vec<(&str, &str)> = env.iter().copied().chain([("BULKWIRE_PROFILE", prefix)]).collect();
             let out = launch(n, test, &profiled);
             expect_ok(&out, n, &format!("{env:?}"));
-            // The profile counts every byte put as the superstep's
-            // h-relation, wherever it travelled: 19,540 bytes to each other
+            // The profile counts every byte put or got as the superstep's
+            // h-relation, wherever it travelled: 21,588 bytes to each other
             // process, and the records' headers.
             for pid in 0..n {
                 let trace = std::fs::read_to_string(format!("{prefix}.{pid}")).unwrap();
                 let step: serde_json::Value = serde_json::from_str(trace.lines().nth(5).unwrap()).unwrap();
                 let (h_out, h_in) = (step["h_out"].as_u64().unwrap(), step["h_in"].as_u64().unwrap());
-                let data = 19_540 * u64::from(n - 1);
+                let data = 21_588 * u64::from(n - 1);
                 for h in [h_out, h_in] {
                     assert!((data..data + 200 * u64::from(n)).contains(&h), "{env:?} n={n} pid {pid}: {step}");
                 }
@@ -383,7 +394,7 @@ fn puts_on_one_host_go_through_the_sender_s_arena() {
                         .unwrap_or_else(|| panic!("{env:?} n={n}: no count from {pid}\n{all}"))
                 })
                 .collect();
-            let every = 3 * u64::from(n - 1) * u64::from(STEPS);
+            let every = 4 * u64::from(n - 1) * u64::from(STEPS);
             match arena {
                 Some(true) => assert!(read.iter().all(|&r| r == every), "{env:?} n={n}: {read:?}"),
                 Some(false) => assert!(read.iter().all(|&r| r == 0), "{env:?} n={n}: {read:?}"),
