@@ -39,6 +39,12 @@ pub struct Args {
     /// shared memory and TCP).
     #[arg(long)]
     pub no_mpi: bool,
+    /// Every process gets `--size` bytes from every other (bsp_get)
+    /// instead of putting them: the requests go before the barrier, the
+    /// replies after it.
+    #[arg(long)]
+    #[serde(default)]
+    pub get: bool,
     #[command(flatten)]
     pub transport: transport::TransportArgs,
 }
@@ -114,8 +120,9 @@ pub fn rank(args: &Args) -> Result<Option<Report>, BspError> {
     let over = transport::reached(bsp.runtime(), (0..p).filter(|&q| q != me));
     let requested = args.transport.requested().as_str();
     let inbox = bsp.register::<u8>(size * p as usize)?;
-    bsp.sync()?;
     let data = vec![me as u8 + 1; size];
+    let source = bsp.register_vec(data.clone())?;
+    bsp.sync()?;
     let mut rows = Vec::new();
 
     let reps = args.repetitions.max(1) as usize;
@@ -159,7 +166,11 @@ pub fn rank(args: &Args) -> Result<Option<Report>, BspError> {
         for _ in 0..reps + warm {
             let t = bsp.time();
             for k in 1..p {
-                bsp.put((me + k) % p, &data, &inbox, me as usize * size)?;
+                let q = (me + k) % p;
+                match args.get {
+                    true => bsp.get(q, &source, 0, &inbox, q as usize * size, size)?,
+                    false => bsp.put(q, &data, &inbox, me as usize * size)?,
+                }
             }
             bsp.sync()?;
             times.push(bsp.time() - t);
@@ -174,13 +185,18 @@ pub fn rank(args: &Args) -> Result<Option<Report>, BspError> {
         }
         let sent = (size * (p as usize - 1)) as u64;
         let what = format!(
-            "{order}, pacing {}{}",
+            "{}{order}, pacing {}{}",
+            if args.get { "get, " } else { "" },
             if pacing { "on" } else { "off" },
             if eager_bytes == 0 && eager > 0 { ", none eager" } else { "" }
         );
         // What went early: nothing while pacing keeps to a link rate.
         let early = if pacing && bsp.rate().is_some() { 0 } else { eager_bytes };
-        let row = named(&what).with("order", order.to_string()).with("pacing", pacing).with("eager_bytes", early);
+        let row = named(&what)
+            .with("order", order.to_string())
+            .with("pacing", pacing)
+            .with("eager_bytes", early)
+            .with("op", if args.get { "get" } else { "put" });
         rows.push(timed(row, times.split_off(warm), Some(sent), retransmissions));
     }
     bsp.set_eager(eager);

@@ -334,6 +334,14 @@ fn total_exchange_runs_every_order() {
     check_total_exchange(&v, both, true, &["shm", "udp"]);
     let without = bench(&["total-exchange", "-n", "2", "--repetitions", "2", "--size", "64", "--no-mpi"]);
     check_total_exchange(&without, &[], true, &["shm", "udp"]);
+    // By gets, whose replies come through the arena on one host: every row
+    // says so, and checked its bytes as the puts' rows do.
+    let gets = bench(&["total-exchange", "-n", "3", "--repetitions", "2", "--size", "2048", "--no-mpi", "--get"]);
+    check_total_exchange(&gets, &[], true, &["shm", "udp"]);
+    for row in rows(&gets).iter().filter(|r| r.get("order").is_some()) {
+        assert!(row["op"] == "get" && row["what"].as_str().unwrap().contains(", get, "), "{row}");
+    }
+    assert!(rows(&without).iter().filter(|r| r.get("order").is_some()).all(|r| r["op"] == "put"), "{without}");
     // Pacing to a link rate sends nothing early, so there is no row without it.
     let args = ["total-exchange", "-n", "2", "--repetitions", "2", "--size", "64", "--no-mpi", "--rate", "1gbit"];
     let paced = bench(&[&args[..], &["--transport", "udp"]].concat());
