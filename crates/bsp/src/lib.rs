@@ -120,13 +120,15 @@ pub const DEFAULT_EAGER: usize = 64 << 10;
 /// `repackaging`); smaller ones go through the shared-memory rings, which
 /// a single `process_vm_readv` beats only for large messages.
 pub const DIRECT_PUT_MIN: usize = 256 << 10;
-/// Puts (and hpputs) of at least this many bytes, and below
-/// [`DIRECT_PUT_MIN`], to a process on this host are copied into this
-/// process's arena in shared memory, from where the receiver copies them
-/// into the area as it lands them: two copies of their bytes where the
-/// rings take four (into the stream, into the ring, out of it, into the
-/// area). Smaller ones cost little either way and travel in the stream.
-/// See `BULKWIRE_SHM_ARENA` for the arena's size (0: none).
+/// Puts (and hpputs, and get replies) of at least this many bytes to a
+/// process on this host are copied into this process's arena in shared
+/// memory, from where the receiver copies them into the area as it lands
+/// them: two copies of their bytes where the rings take four (into the
+/// stream, into the ring, out of it, into the area). Smaller ones cost
+/// little either way and travel in the stream; puts from
+/// [`DIRECT_PUT_MIN`] are direct puts where the receiver reads this
+/// process's memory, and what finds the arena's half full goes in the
+/// stream. See `BULKWIRE_SHM_ARENA` for the arena's size (0: none).
 pub const ARENA_PUT_MIN: usize = 1 << 10;
 /// Environment variable asking for packet statistics at `end` (`1`).
 pub const STATS_ENV: &str = "BULKWIRE_BSP_STATS";
@@ -587,7 +589,7 @@ impl Bsp {
 
     /// How many puts and get replies this process has read from their
     /// senders' arenas in shared memory (between processes of one host,
-    /// from [`ARENA_PUT_MIN`] bytes up to [`DIRECT_PUT_MIN`] for puts).
+    /// see [`ARENA_PUT_MIN`]).
     pub fn arena_reads(&self) -> u64 {
         self.arena_reads
     }
