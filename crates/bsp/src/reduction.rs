@@ -191,6 +191,12 @@ impl Reduction {
         from as usize * self.p as usize + to as usize
     }
 
+    /// Whether no process has puts or messages for another, nor asks
+    /// another for gets, in this superstep.
+    pub fn quiet(&self) -> bool {
+        self.words.iter().chain(&self.asks).all(|&w| w == 0)
+    }
+
     /// Whether `from` has puts or messages for `to` in this superstep.
     pub fn talks(&self, from: u32, to: u32) -> bool {
         let bit = self.bit(from, to);
@@ -791,6 +797,27 @@ mod tests {
         }
         assert_eq!(Barrier::from_code(Barrier::Board.code()), Barrier::Board);
         assert_eq!(Barrier::from_code(Barrier::Dissemination(u32::MAX).code()), Barrier::Dissemination(u32::MAX - 1));
+    }
+
+    /// Quiet: nobody puts, sends or asks, whatever else the processes say
+    /// (bytes, registrations, the end); one bit of either matrix, from any
+    /// process, and it is not.
+    #[test]
+    fn a_superstep_is_quiet_only_without_a_bit_in_either_matrix() {
+        let p = 70;
+        let local = |me: u32, to: Option<u32>, ask: Option<u32>| {
+            Reduction::local(p, me, |q| Some(q) == to, 5, true, (1, 2, 3), (4, 5)).asking(me, |q| Some(q) == ask)
+        };
+        let mut all = local(0, None, None);
+        for me in 1..p {
+            all.merge_encoded(&local(me, None, None).encode()).unwrap();
+        }
+        assert!(all.quiet());
+        for (me, to, ask) in [(69, Some(0), None), (3, None, Some(68)), (0, Some(69), None)] {
+            let mut one = all.clone();
+            one.merge_encoded(&local(me, to, ask).encode()).unwrap();
+            assert!(!one.quiet(), "{me} {to:?} {ask:?}");
+        }
     }
 
     #[test]

@@ -651,53 +651,64 @@ impl Bsp {
         self.eager_to_all_streak =
             if global.all_eager_to_all() { self.eager_to_all_streak.saturating_add(1) } else { 0 };
 
-        // Phase 2: the exchange of counts. The bytes every process sends
-        // came with the barrier (the global load), and each stream marks
-        // its last piece, so what is left to exchange is the get requests,
-        // between the processes that ask and those asked. They are served
-        // at once, so they read the values of the end of the computation,
-        // before any put lands.
-        let counts = self.exchange_counts(&global).map_err(fail)?;
-        self.serve_gets(&counts).map_err(fail)?;
+        // A superstep in which nobody puts, sends or asks anything of
+        // another (every row of both matrices empty) and this process asks
+        // no gets of itself has nothing to exchange, serve, schedule or
+        // transfer: phases 2 to 6 are skipped (an empty sync of 2 processes
+        // on one host: 0.68-0.72 us against 0.81-0.85).
+        let quiet = global.quiet() && self.net.outgoing.is_empty() && self.outboxes[me as usize].requests.is_empty();
+        let (h_in, h_out) = if quiet {
+            (0, 0)
+        } else {
+            // Phase 2: the exchange of counts. The bytes every process
+            // sends came with the barrier (the global load), and each
+            // stream marks its last piece, so what is left to exchange is
+            // the get requests, between the processes that ask and those
+            // asked. They are served at once, so they read the values of
+            // the end of the computation, before any put lands.
+            let counts = self.exchange_counts(&global).map_err(fail)?;
+            self.serve_gets(&counts).map_err(fail)?;
 
-        // Phase 3: repackaging. The streams were built as the calls were
-        // made; here they are cut into pieces of one full datagram each.
-        let packet = self.net.max_payload - bulkwire_wire::RECORD_HEADER_LEN - DATA_HEADER;
+            // Phase 3: repackaging. The streams were built as the calls were
+            // made; here they are cut into pieces of one full datagram each.
+            let packet = self.net.max_payload - bulkwire_wire::RECORD_HEADER_LEN - DATA_HEADER;
 
-        // Phase 4: destination scheduling.
-        let sends = |from: u32, to: u32| {
-            if from == me {
-                !self.outboxes[to as usize].stream.is_empty()
-            } else {
-                global.streams(from, to)
-            }
+            // Phase 4: destination scheduling.
+            let sends = |from: u32, to: u32| {
+                if from == me {
+                    !self.outboxes[to as usize].stream.is_empty()
+                } else {
+                    global.streams(from, to)
+                }
+            };
+            let visits = schedule::schedule(self.order, me, p, s, sends);
+
+            // Phase 5: pacing. Each visit may keep its share of the receiver's
+            // buffer in flight and, where the link rate is known, inject at its
+            // share of the receiver's port, its share being 1 / (senders at it
+            // at once).
+            let receiver_packets = self.net.receiver_packets;
+            let plan: Vec<Visit> = visits
+                .iter()
+                .map(|v| Visit {
+                    to: v.to,
+                    window: pacing::window(receiver_packets, v.contention, self.pacing),
+                    rate: self.rate.filter(|_| self.pacing).map(|link| pacing::share(link, v.contention)),
+                })
+                .collect();
+
+            // Phase 6: the transfer. The protocol acknowledges by buffer pressure
+            // (fine-grained): the piece that fills the pacing window asks for an
+            // acknowledgement at once. The last piece to each destination does
+            // not: the receiver knows it waits for it and prods if it is lost,
+            // and the next superstep's barrier acknowledges it (coarse-grained).
+            // Only in the last superstep, which no barrier follows, does it ask.
+            let expected: Vec<bool> = (0..p).map(|j| j != me && global.streams(j, me)).collect();
+            self.transfer(&plan, packet, &expected, &eager, call == Call::End).map_err(fail)?;
+            let h_in: u64 = self.net.streams.iter().map(|s| s.len() as u64).sum();
+            let h_out: u64 = plan.iter().map(|v| self.outboxes[v.to as usize].stream.delivers()).sum();
+            (h_in, h_out)
         };
-        let visits = schedule::schedule(self.order, me, p, s, sends);
-
-        // Phase 5: pacing. Each visit may keep its share of the receiver's
-        // buffer in flight and, where the link rate is known, inject at its
-        // share of the receiver's port, its share being 1 / (senders at it
-        // at once).
-        let receiver_packets = self.net.receiver_packets;
-        let plan: Vec<Visit> = visits
-            .iter()
-            .map(|v| Visit {
-                to: v.to,
-                window: pacing::window(receiver_packets, v.contention, self.pacing),
-                rate: self.rate.filter(|_| self.pacing).map(|link| pacing::share(link, v.contention)),
-            })
-            .collect();
-
-        // Phase 6: the transfer. The protocol acknowledges by buffer pressure
-        // (fine-grained): the piece that fills the pacing window asks for an
-        // acknowledgement at once. The last piece to each destination does
-        // not: the receiver knows it waits for it and prods if it is lost,
-        // and the next superstep's barrier acknowledges it (coarse-grained).
-        // Only in the last superstep, which no barrier follows, does it ask.
-        let expected: Vec<bool> = (0..p).map(|j| j != me && global.streams(j, me)).collect();
-        self.transfer(&plan, packet, &expected, &eager, call == Call::End).map_err(fail)?;
-        let h_in: u64 = self.net.streams.iter().map(|s| s.len() as u64).sum();
-        let h_out: u64 = plan.iter().map(|v| self.outboxes[v.to as usize].stream.delivers()).sum();
 
         // Then the data lands: get replies, puts, sends; registrations take
         // effect; the new tag size applies. Direct puts are read from their
