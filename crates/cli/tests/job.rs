@@ -96,6 +96,79 @@ fn ring_any_source_and_nonblocking_on_2_3_and_8_ranks() {
 /// board in shared memory (on one host) and by messages (over UDP), many
 /// times in a row; a rank that finishes without entering stops the others
 /// with an error that names it.
+/// A shared-memory file system too small for the job's rings and arenas
+/// (a container's `/dev/shm`) makes the rings smaller, then leaves out the
+/// arenas, then sends over UDP, and says so; messages and BSP puts go
+/// through whole either way. Before, the first page past its size killed a
+/// rank (SIGBUS). Runs the job in a mount namespace of its own with a
+/// small tmpfs on `/dev/shm` (root and `unshare` only; skipped otherwise).
+#[test]
+fn a_small_dev_shm_takes_smaller_rings_then_udp() {
+    if is_rank() {
+        let world = World::init().unwrap();
+        let (rank, size) = (world.rank(), world.size());
+        let (right, left) = ((rank + 1) % size, (rank + size - 1) % size);
+        for i in 0..20u32 {
+            let msg: Vec<u8> = (0..(300 << 10) + i as usize).map(|k| (k as u32 ^ i ^ rank) as u8).collect();
+            world.send(right, 1, &msg).unwrap();
+            let (_, got) = world.recv(Source::Rank(left), Tag::Is(1)).unwrap();
+            assert!(got.iter().enumerate().all(|(k, &b)| b == (k as u32 ^ i ^ left) as u8), "message {i}");
+        }
+        let rt = Box::leak(Box::new(world)).runtime();
+        let mut bsp = bulkwire_bsp::Bsp::begin_on(rt).unwrap();
+        let area = bsp.register::<u32>(4096 * size as usize).unwrap();
+        bsp.sync().unwrap();
+        for step in 0..50u32 {
+            for q in 0..size {
+                bsp.put(q, &vec![rank ^ step; 4096], &area, rank as usize * 4096).unwrap();
+            }
+            bsp.sync().unwrap();
+            for from in 0..size {
+                assert!(bsp.area(&area)[from as usize * 4096..][..4096].iter().all(|&v| v == from ^ step), "{step}");
+            }
+        }
+        bsp.end().unwrap();
+        rt.finish().unwrap();
+        println!("ok rank {rank}");
+        return;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("not root: no mount namespace for a small /dev/shm");
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let test = "a_small_dev_shm_takes_smaller_rings_then_udp";
+    // 4 processes: 24 MiB holds rings of 1 MiB and the arenas, 4 MiB rings
+    // of 64 KiB without them, 256 KiB nothing.
+    for (size, says) in [
+        ("24m", "rings of 1024 KiB for the 4 processes"),
+        ("4m", "rings of 64 KiB and no arena for the 4 processes"),
+        ("256k", "no shared-memory path (/dev/shm has 256 KiB free and 4 processes need"),
+    ] {
+        let script = format!(
+            "mount -t tmpfs -o size={size} tmpfs /dev/shm && exec \"$0\" run -n 4 \"$1\" --exact {test} --nocapture"
+        );
+        let out = Command::new("unshare")
+            .args(["-m", "sh", "-c", &script])
+            .arg(env!("CARGO_BIN_EXE_bulkwire"))
+            .arg(&exe)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&out);
+        if !out.status.success() && stderr.contains("unshare") {
+            eprintln!("no mount namespace here: {stderr}");
+            return;
+        }
+        assert!(out.status.success(), "{size}: {stdout}\n{stderr}");
+        assert!(stderr.contains(says), "{size}: {stderr}");
+        for rank in 0..4 {
+            assert!(stdout.contains(&format!("ok rank {rank}\n")), "{size}: {stdout}\n{stderr}");
+        }
+    }
+}
+
 #[test]
 fn a_barrier_holds_every_rank_until_the_last_enters() {
     let test = "a_barrier_holds_every_rank_until_the_last_enters";

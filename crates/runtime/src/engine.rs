@@ -1324,8 +1324,31 @@ impl Runtime {
         // process, so every peer finds it once the table has come.
         let shm_options = ShmOptions::from_lookup(|name| std::env::var(name).ok(), env.local_size)
             .map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, why))?;
-        let mut shm = match &shm_options {
-            Some(options) => match Shm::create(env.job, env.rank, env.size, options) {
+        // Settings that the shared-memory file system can hold.
+        let fitted = shm_options.as_ref().map(|o| {
+            let free = crate::shm::free_bytes().map_err(|e| format!("/dev/shm: {e}"))?;
+            let fitted = o.fit(free, env.local_size)?;
+            if env.rank == 0 && (fitted.ring, fitted.arena) != (o.ring, o.arena) {
+                say(&format!(
+                    "bulkwire: /dev/shm has {} free: rings of {} KiB{} for the {} processes of a host",
+                    crate::shm::bytes(free),
+                    fitted.ring >> 10,
+                    if fitted.arena == 0 { " and no arena" } else { "" },
+                    env.local_size
+                ));
+            }
+            Ok::<_, String>(fitted)
+        });
+        let mut shm = match &fitted {
+            Some(Err(why)) => {
+                say(&format!(
+                    "bulkwire: rank {}: no shared-memory path ({why}): peers on this host over UDP",
+                    env.rank
+                ));
+                None
+            }
+            None => None,
+            Some(Ok(options)) => match Shm::create(env.job, env.rank, env.size, options) {
                 Ok(shm) => Some(shm),
                 Err(why) => {
                     say(&format!(
@@ -1335,7 +1358,6 @@ impl Runtime {
                     None
                 }
             },
-            None => None,
         };
         control.send(&ToLauncher::Hello {
             job: env.job,

@@ -251,6 +251,58 @@ impl ShmOptions {
         };
         Ok(Some(ShmOptions { ring, cma, split, arena }))
     }
+
+    /// Bytes of the file system the files of `local` processes of one host
+    /// take with these settings once every pair's rings are in use (they
+    /// are made resident when the peers attach) and every arena is full.
+    pub fn host_bytes(&self, local: u32) -> u64 {
+        let l = u64::from(local.max(1));
+        l * (RINGS as u64 + (l - 1) * (CONTROL + self.ring) as u64 + self.arena as u64)
+    }
+
+    /// These settings, made to fit in `free` bytes for `local` processes:
+    /// the rings halved (down to 64 KiB), then no arena; an error that
+    /// says so where even that does not fit. A shared-memory file system
+    /// too small for what its pages are asked to hold kills the process
+    /// that touches the first page past it (SIGBUS), as a container's
+    /// 64 MiB `/dev/shm` would a job of 8 processes with 2 MiB rings.
+    pub fn fit(&self, free: u64, local: u32) -> Result<ShmOptions, String> {
+        let mut o = self.clone();
+        while o.host_bytes(local) > free && o.ring > 64 << 10 {
+            o.ring /= 2;
+        }
+        if o.host_bytes(local) > free {
+            o.arena = 0;
+        }
+        let need = o.host_bytes(local);
+        if need > free {
+            return Err(format!(
+                "/dev/shm has {} free and {local} processes need {} even with 64 KiB rings and no arena",
+                bytes(free),
+                bytes(need)
+            ));
+        }
+        Ok(o)
+    }
+}
+
+/// `n` bytes in KiB below 1 MiB, else in MiB (rounded down).
+pub(crate) fn bytes(n: u64) -> String {
+    match n < 1 << 20 {
+        true => format!("{} KiB", n >> 10),
+        false => format!("{} MiB", n >> 20),
+    }
+}
+
+/// Bytes free in the file system that holds the files ([`file_path`]).
+pub(crate) fn free_bytes() -> io::Result<u64> {
+    let path = std::ffi::CString::new("/dev/shm").expect("no NUL");
+    // SAFETY: a valid path and a zeroed statvfs for the kernel to fill.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st.f_bavail as u64 * st.f_frsize as u64)
 }
 
 /// A shared mapping of a whole file.
@@ -2036,6 +2088,27 @@ mod tests {
         assert!(!b.may_sleep(), "what came meanwhile keeps the reader up");
         assert_eq!(drain(&mut b).len(), 2);
         assert!(b.may_sleep());
+    }
+
+    /// A small shared-memory file system takes smaller rings, then no
+    /// arena, then nothing (the job goes over UDP).
+    #[test]
+    fn the_settings_shrink_to_fit_the_file_system() {
+        let o = ShmOptions { ring: 2 << 20, cma: true, split: true, arena: ARENA_DEFAULT };
+        let mib = 1u64 << 20;
+        // 8 processes: 7 rings of 2 MiB and an arena each, 8 × 16 MiB and a bit.
+        assert!(o.host_bytes(8) > 128 * mib && o.host_bytes(8) < 129 * mib);
+        assert_eq!(o.fit(1 << 40, 8).unwrap().ring, 2 << 20);
+        // A container's 64 MiB: rings of 512 KiB and the arena.
+        let fits = o.fit(64 * mib, 8).unwrap();
+        assert_eq!((fits.ring, fits.arena), (512 << 10, ARENA_DEFAULT));
+        assert!(fits.host_bytes(8) <= 64 * mib);
+        // 8 MiB for 4: the smallest rings, and no arena.
+        let fits = o.fit(8 * mib, 4).unwrap();
+        assert_eq!((fits.ring, fits.arena), (64 << 10, 0));
+        let e = o.fit(mib / 2, 4).unwrap_err();
+        assert!(e.contains("/dev/shm has 512 KiB free and 4 processes need 819 KiB"), "{e}");
+        assert!(free_bytes().unwrap() > 0);
     }
 
     #[test]
