@@ -15,6 +15,7 @@
 //! | hpput | `4`, as put (an error at the receiver then names `bsp_hpput`) |
 //! | direct put | `5`, flags u8 (1: hpput, 2: in the arena), slot u32, offset u64, len u64, address u64 |
 //! | get reply in the arena | `6`, len u64, address u64 (in the sender's arena) |
+//! | send in the arena | `7`, tag length u32, payload length u64, address u64 (in the sender's arena), tag |
 //!
 //! A direct put is a put to a process on this host whose bytes the receiver
 //! reads where they lie in the sender. A large one (from
@@ -34,7 +35,9 @@
 //! The put's
 //! bytes are then copied once (hpput) or twice (put), not three or four
 //! times. A get's reply from 1 KiB to a process on this host goes through
-//! the arena the same way.
+//! the arena the same way, and so does a `bsp_send`'s payload, which the
+//! receiver's queue then reads where it lies (until the next sync, before
+//! which the sender does not write that half again).
 //!
 //! Get requests travel earlier, in phase 2, so that they are served before
 //! any put lands: [`Counts`].
@@ -61,6 +64,7 @@ const REPLY: u8 = 3;
 const HPPUT: u8 = 4;
 const DIRECT: u8 = 5;
 const REPLY_AT: u8 = 6;
+const SEND_AT: u8 = 7;
 
 pub const PUT_HEADER: usize = 1 + 4 + 8 + 8;
 pub const SEND_HEADER: usize = 1 + 4 + 8;
@@ -312,6 +316,18 @@ impl OutStream {
         send(self.extend(SEND_HEADER + tag.len() + payload.len()), tag, payload);
     }
 
+    /// A `bsp_send` whose payload of `len` bytes this process copied to `at`
+    /// in its arena.
+    pub fn send_in_arena(&mut self, tag: &[u8], len: u64, at: u64) {
+        self.referenced += len;
+        let buf = self.extend(1 + 4 + 8 + 8 + tag.len());
+        buf.push(SEND_AT);
+        buf.extend_from_slice(&(tag.len() as u32).to_le_bytes());
+        buf.extend_from_slice(&len.to_le_bytes());
+        buf.extend_from_slice(&at.to_le_bytes());
+        buf.extend_from_slice(tag);
+    }
+
     /// A get's reply of `len` bytes that this process copied to `at` in its
     /// arena.
     pub fn reply_in_arena(&mut self, len: u64, at: u64) {
@@ -488,6 +504,13 @@ pub enum Record {
         len: u64,
         at: u64,
     },
+    /// A message whose payload is `len` bytes from `at` in the sender's
+    /// arena.
+    SendAt {
+        tag: Range<usize>,
+        len: u64,
+        at: u64,
+    },
     /// A direct put: `len` bytes at `addr` in the sender's memory, or, if
     /// `arena`, from `addr` in the sender's arena.
     Direct {
@@ -540,6 +563,13 @@ pub fn parse_parts(parts: &[&[u8]], base: usize) -> Result<Vec<Record>, String> 
                 Record::Reply { data: start..start + len }
             }
             REPLY_AT => Record::ReplyAt { len: r.u64()?, at: r.u64()? },
+            SEND_AT => {
+                let tag_len = r.u32()? as usize;
+                let (len, at) = (r.u64()?, r.u64()?);
+                let start = r.at;
+                r.skip(tag_len)?;
+                Record::SendAt { tag: start..start + tag_len, len, at }
+            }
             DIRECT => {
                 let flags = r.u8()?;
                 if flags > (FLAG_HP | FLAG_ARENA) {
@@ -736,6 +766,7 @@ mod tests {
         s.in_arena(true, 3, 8, 4096, 0);
         s.reply_in_arena(2048, 64);
         assert_eq!(s.delivers(), s.len() as u64 + (1 << 30) + 2 * 4096 + 2048);
+        s.send_in_arena(b"tg", 5000, 128);
         let (bytes, start) = s.into_bytes();
         let records = parse(&bytes, start).unwrap();
         let direct =
@@ -746,7 +777,12 @@ mod tests {
         assert_eq!(records[2], arena);
         assert!(matches!(records[3], Record::Direct { hp: true, arena: true, addr: 0, .. }));
         assert_eq!(records[4], Record::ReplyAt { len: 2048, at: 64 });
-        let reply = bytes.len() - REPLY_AT_LEN;
+        let Record::SendAt { tag, len: 5000, at: 128 } = &records[5] else { panic!("{:?}", records[5]) };
+        assert_eq!(&bytes[tag.clone()], b"tg");
+        for cut in 1..1 + 4 + 8 + 8 + 2 {
+            assert!(parse(&bytes[bytes.len() - 23..bytes.len() - 23 + cut], 0).is_err());
+        }
+        let reply = bytes.len() - 23 - REPLY_AT_LEN;
         for cut in 1..REPLY_AT_LEN {
             assert!(parse(&bytes[reply..reply + cut], 0).is_err());
         }

@@ -1273,8 +1273,24 @@ impl Bsp {
                         })?;
                         write_area(&mut self.owned, area, at, &views[j], data.start..data.start + len);
                     }
-                    Record::Send { tag, payload } => {
-                        entries.push(crate::queue::Entry { buffer: j, tag: tag.clone(), payload: payload.clone() })
+                    Record::Send { tag, payload } => entries.push(crate::queue::Entry {
+                        buffer: j,
+                        tag: tag.clone(),
+                        payload: payload.clone(),
+                        elsewhere: None,
+                    }),
+                    &Record::SendAt { ref tag, len, at } => {
+                        // Read where it lies, until the next sync.
+                        let at = arena_view(&self.rt, j as u32, self.superstep, at, len)
+                            .map_err(|why| Reason::DirectRead { peer: j as u32, what: "a message", why })?;
+                        entries.push(crate::queue::Entry {
+                            buffer: j,
+                            tag: tag.clone(),
+                            payload: 0..0,
+                            elsewhere: Some((at, len as usize)),
+                        });
+                        lent.referenced += len;
+                        self.arena_reads += 1;
                     }
                     Record::Reply { .. } | Record::ReplyAt { .. } => {}
                     &Record::Direct { hp, arena, slot, offset, len, addr } => {
@@ -1428,18 +1444,37 @@ fn target_mut(owned: &mut [Option<Box<dyn crate::OwnedArea>>], target: GetTarget
 fn read_arena(rt: &Option<crate::Held>, peer: u32, superstep: u64, at: u64, dst: &mut [u8]) -> Result<(), String> {
     let rt = rt.as_ref().ok_or("the computation has ended")?;
     rt.with(|e| {
-        let half = (e.peer_arena_len(peer) / 2) as u64;
-        let from = (superstep & 1) * half;
-        Ok(match at >= from && at.saturating_add(dst.len() as u64) <= from + half {
-            true => e.read_peer_arena(peer, at, dst),
-            false => Err(format!(
-                "{} bytes at {at} are not in the half of its arena for superstep {superstep} ({from} to {})",
-                dst.len(),
-                from + half
-            )),
+        Ok(in_half(e.peer_arena_len(peer), superstep, at, dst.len() as u64)
+            .and_then(|()| e.read_peer_arena(peer, at, dst)))
+    })
+    .map_err(|e| e.to_string())?
+}
+
+/// The address in this process of `len` bytes at `at` in process `peer`'s
+/// arena, which must lie in the half that superstep `superstep` writes.
+fn arena_view(rt: &Option<crate::Held>, peer: u32, superstep: u64, at: u64, len: u64) -> Result<usize, String> {
+    let rt = rt.as_ref().ok_or("the computation has ended")?;
+    rt.with(|e| {
+        Ok(match e.peer_arena(peer) {
+            Some((base, arena)) => in_half(arena, superstep, at, len).map(|()| base as usize + at as usize),
+            None => Err(format!("process {peer} is not on this host")),
         })
     })
     .map_err(|e| e.to_string())?
+}
+
+/// Whether `len` bytes at `at` lie in the half of an arena of `arena`
+/// bytes that superstep `superstep` writes.
+fn in_half(arena: usize, superstep: u64, at: u64, len: u64) -> Result<(), String> {
+    let half = (arena / 2) as u64;
+    let from = (superstep & 1) * half;
+    match at >= from && at.checked_add(len).is_some_and(|end| end <= from + half) {
+        true => Ok(()),
+        false => Err(format!(
+            "{len} bytes at {at} are not in the half of its arena for superstep {superstep} ({from} to {})",
+            from + half
+        )),
+    }
 }
 
 /// Copies `dst.len()` bytes at `addr` in process `peer`'s memory.

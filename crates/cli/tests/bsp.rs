@@ -282,13 +282,16 @@ fn large_puts_on_one_host_are_read_from_the_sender() {
 /// puts in the stream (a small put after an arena one over part of it
 /// wins, and an arena put after a small one), an hpput sends what its
 /// source holds at the sync, a get's reply the values at the end of the
-/// computation, and puts that find the arena full go in the stream.
-/// Returns how many puts and replies were read from an arena.
+/// computation, a message (read in the next superstep where it lies in
+/// its sender's arena) what was sent, and puts that find the arena full go
+/// in the stream. Returns how many puts, replies and messages were read
+/// from an arena.
 fn arena_puts(bsp: &mut Bsp, steps: u32) -> Result<u64, BspError> {
     let (me, p) = (bsp.pid(), bsp.nprocs());
     const N: usize = 4096;
     const HP: usize = 1500;
     const GET: usize = 512;
+    const MSG: usize = 2000;
     let pattern = |who: u32, step: u32, i: usize| (i as u32).wrapping_mul(2_654_435_761) ^ (who << 24) ^ (step << 12);
     let area = bsp.register::<u32>(N * p as usize)?;
     let asked = bsp.register::<u32>(GET)?;
@@ -301,7 +304,17 @@ fn arena_puts(bsp: &mut Bsp, steps: u32) -> Result<u64, BspError> {
         let mut sources = Vec::new();
         let values: Vec<u32> = (0..GET).map(|i| pattern(me, step + 7, i)).collect();
         bsp.area_mut(&asked).copy_from_slice(&values);
+        // Last superstep's messages, one from every process, in order of
+        // their senders.
+        let message = |from: u32, step: u32| -> Vec<u8> { (0..MSG).map(|i| (i as u32 ^ from ^ step) as u8).collect() };
+        if step > 0 {
+            assert_eq!(bsp.qsize(), (p as usize, MSG * p as usize), "step {step}");
+            let got: Vec<Vec<u8>> = bsp.messages().map(|m| m.payload.to_vec()).collect();
+            let want: Vec<Vec<u8>> = (0..p).map(|from| message(from, step - 1)).collect();
+            assert!(got == want, "step {step}: the messages of the superstep before");
+        }
         for q in 0..p {
+            bsp.send(q, &[], &message(me, step))?;
             bsp.get(q, &asked, 0, &gets, q as usize * GET, GET)?;
             let at = me as usize * N;
             let data: Vec<u32> = (0..N).map(|i| pattern(me, step, i)).collect();
@@ -362,8 +375,8 @@ fn puts_on_one_host_go_through_the_sender_s_arena() {
     let prefix = dir.join("arena");
     let prefix = prefix.to_str().unwrap();
     // Each superstep, from every other process: the 16 KiB put, the 1 KiB
-    // one, the hpput and the get's reply; a quarter of the default arena
-    // holds them.
+    // one, the hpput, the get's reply and the message; a quarter of the
+    // default arena holds them.
     for (env, arena) in [
         (&[][..], Some(true)),
         (&[("BULKWIRE_SHM_ARENA", "65536")][..], None),
@@ -374,14 +387,14 @@ fn puts_on_one_host_go_through_the_sender_s_arena() {
             let profiled: Vec<(&str, &str)> = env.iter().copied().chain([("BULKWIRE_PROFILE", prefix)]).collect();
             let out = launch(n, test, &profiled);
             expect_ok(&out, n, &format!("{env:?}"));
-            // The profile counts every byte put or got as the superstep's
-            // h-relation, wherever it travelled: 21,588 bytes to each other
-            // process, and the records' headers.
+            // The profile counts every byte put, got or sent as the
+            // superstep's h-relation, wherever it travelled: 23,588 bytes to
+            // each other process, and the records' headers.
             for pid in 0..n {
                 let trace = std::fs::read_to_string(format!("{prefix}.{pid}")).unwrap();
                 let step: serde_json::Value = serde_json::from_str(trace.lines().nth(5).unwrap()).unwrap();
                 let (h_out, h_in) = (step["h_out"].as_u64().unwrap(), step["h_in"].as_u64().unwrap());
-                let data = 21_588 * u64::from(n - 1);
+                let data = 23_588 * u64::from(n - 1);
                 for h in [h_out, h_in] {
                     assert!((data..data + 200 * u64::from(n)).contains(&h), "{env:?} n={n} pid {pid}: {step}");
                 }
@@ -394,7 +407,7 @@ fn puts_on_one_host_go_through_the_sender_s_arena() {
                         .unwrap_or_else(|| panic!("{env:?} n={n}: no count from {pid}\n{all}"))
                 })
                 .collect();
-            let every = 4 * u64::from(n - 1) * u64::from(STEPS);
+            let every = 5 * u64::from(n - 1) * u64::from(STEPS);
             match arena {
                 Some(true) => assert!(read.iter().all(|&r| r == every), "{env:?} n={n}: {read:?}"),
                 Some(false) => assert!(read.iter().all(|&r| r == 0), "{env:?} n={n}: {read:?}"),

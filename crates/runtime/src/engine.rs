@@ -850,6 +850,13 @@ impl Engine {
         self.shm.as_ref().map_or(0, |s| s.arena_of(peer))
     }
 
+    /// Where `peer`'s arena lies in this process's memory (its mapping of
+    /// the peer's file, valid while the engine lives), and its length;
+    /// `None` for a peer not on this host.
+    pub fn peer_arena(&self, peer: u32) -> Option<(*const u8, usize)> {
+        self.shm.as_ref()?.arena_view(peer)
+    }
+
     /// Copies `dst.len()` bytes from `at` in `peer`'s arena into `dst`; bytes
     /// outside it are an error that says so.
     pub fn read_peer_arena(&self, peer: u32, at: u64, dst: &mut [u8]) -> Result<(), String> {

@@ -1504,6 +1504,15 @@ impl Shm {
         self.peers.get(rank as usize).and_then(Option::as_ref).map_or(0, |p| p.arena_len)
     }
 
+    /// Where `rank`'s arena lies in this process's mapping of its file, and
+    /// its length, for a layer above that reads it in place (the mapping
+    /// lasts as long as this path).
+    pub fn arena_view(&self, rank: u32) -> Option<(*const u8, usize)> {
+        let peer = self.peers.get(rank as usize).and_then(Option::as_ref)?;
+        // SAFETY: the arena lies within the mapping of the peer's file.
+        Some((unsafe { peer.w.theirs.ptr.add(peer.arena) }, peer.arena_len))
+    }
+
     /// Copies `dst.len()` bytes from `at` in `rank`'s arena into `dst`.
     pub fn read_arena(&self, rank: u32, at: u64, dst: &mut [u8]) -> Result<(), String> {
         let Some(peer) = self.peers.get(rank as usize).and_then(Option::as_ref) else {
