@@ -30,11 +30,10 @@
 //! copies from there with `memcpy`. The sender writes the same half of its
 //! arena again two supersteps later, when every receiver has landed it
 //! (the barrier in between holds every process until all have); a next
-//! computation on the same runtime writes nothing in its first superstep
-//! (nothing is registered yet) and begins with half 0 after a barrier too.
-//! The put's
-//! bytes are then copied once (hpput) or twice (put), not three or four
-//! times. A get's reply from 1 KiB to a process on this host goes through
+//! computation on the same runtime, which starts again from half 0, begins
+//! only once every process has ended this one (`bsp_begin`'s handshake on
+//! a shared runtime). The put's bytes are then copied once (hpput) or
+//! twice (put), not three or four times. A get's reply from 1 KiB to a process on this host goes through
 //! the arena the same way, and so does a `bsp_send`'s payload, which the
 //! receiver's queue then reads where it lies (until the next sync, before
 //! which the sender does not write that half again).

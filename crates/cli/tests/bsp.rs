@@ -425,7 +425,9 @@ fn puts_on_one_host_go_through_the_sender_s_arena() {
 
 /// Arena puts of a computation's last superstep land before `end`
 /// returns, and computations one after another on the same runtime start
-/// each from the first half of the arena.
+/// each from the first half of the arena: a message sent in the next
+/// one's first superstep (it needs no registration) does not overwrite
+/// them while another process still lands them.
 #[test]
 fn the_last_superstep_s_arena_puts_land_before_end_returns() {
     const N: usize = 4096;
@@ -438,12 +440,15 @@ fn the_last_superstep_s_arena_puts_land_before_end_returns() {
             let (me, p) = (bsp.pid(), bsp.nprocs());
             let (right, left) = ((me + 1) % p, (me + p - 1) % p);
             let value = |who: u32, i: usize| (i as u32) ^ (who << 24) ^ (c << 16);
+            // Straight into the first half of the arena.
+            bsp.send(right, &[], &vec![c as u8; 4 * N]).unwrap();
             // SAFETY: `raw` outlives the computation and is read only after it.
             unsafe { bsp.push_reg_raw(raw.as_mut_ptr().cast(), N * 4).unwrap() };
             // As many syncs before the last as the computation's number: it
             // ends in either half of the arena.
             for _ in 0..=c % 2 {
                 bsp.sync().unwrap();
+                bsp.messages().for_each(|m| assert!(m.payload.iter().all(|&b| b == c as u8), "computation {c}"));
             }
             let data: Vec<u32> = (0..N).map(|i| value(me, i)).collect();
             // SAFETY: `data` holds N u32; `raw` is registered everywhere.

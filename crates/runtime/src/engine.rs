@@ -1346,7 +1346,9 @@ impl Runtime {
             }
             Ok::<_, String>(fitted)
         });
-        let mut shm = match &fitted {
+        let mut shm = match fitted.map(|o| o.and_then(|o| Shm::create(env.job, env.rank, env.size, &o))) {
+            None => None,
+            Some(Ok(shm)) => Some(shm),
             Some(Err(why)) => {
                 say(&format!(
                     "bulkwire: rank {}: no shared-memory path ({why}): peers on this host over UDP",
@@ -1354,17 +1356,6 @@ impl Runtime {
                 ));
                 None
             }
-            None => None,
-            Some(Ok(options)) => match Shm::create(env.job, env.rank, env.size, options) {
-                Ok(shm) => Some(shm),
-                Err(why) => {
-                    say(&format!(
-                        "bulkwire: rank {}: no shared-memory path ({why}): peers on this host over UDP",
-                        env.rank
-                    ));
-                    None
-                }
-            },
         };
         control.send(&ToLauncher::Hello {
             job: env.job,
