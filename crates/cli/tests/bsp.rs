@@ -446,8 +446,11 @@ fn the_last_superstep_s_arena_puts_land_before_end_returns() {
             unsafe { bsp.push_reg_raw(raw.as_mut_ptr().cast(), N * 4).unwrap() };
             // As many syncs before the last as the computation's number: it
             // ends in either half of the arena.
-            for _ in 0..=c % 2 {
+            for k in 0..=c % 2 {
                 bsp.sync().unwrap();
+                // The first superstep's message, after its sync only.
+                let want = if k == 0 { (1, 4 * N) } else { (0, 0) };
+                assert_eq!(bsp.qsize(), want, "computation {c}, sync {k}");
                 bsp.messages().for_each(|m| assert!(m.payload.iter().all(|&b| b == c as u8), "computation {c}"));
             }
             let data: Vec<u32> = (0..N).map(|i| value(me, i)).collect();
