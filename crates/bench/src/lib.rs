@@ -54,7 +54,8 @@ pub enum Bench {
     Incast(incast::Args),
     /// BSP total exchange (every process puts to every other in one
     /// superstep) for each destination order (latin, pid, random), pacing
-    /// on and off, beside an empty sync and Open MPI's MPI_Alltoall.
+    /// on and off, beside an empty sync, the same exchange over raw UDP
+    /// (in a job over UDP) and Open MPI's MPI_Alltoall.
     TotalExchange(total_exchange::Args),
     /// BSP put bandwidth to a neighbour: each process puts 64 and 512 MiB
     /// (--sizes) into its right neighbour's area and syncs, with bsp_put
@@ -258,7 +259,7 @@ fn mpi_reference(
 pub fn rank(bench: &Bench) -> Result<Option<Report>, String> {
     // BSP benchmarks join the job through bsp, not comm (one runtime per process).
     if let Bench::TotalExchange(a) = bench {
-        return total_exchange::rank(a).map_err(|e| e.to_string());
+        return total_exchange::rank(a);
     }
     if let Bench::Put(a) = bench {
         return put::rank(a).map_err(|e| e.to_string());

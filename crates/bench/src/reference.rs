@@ -37,6 +37,10 @@ const HEADER: usize = 16;
 const DATA: u32 = 1;
 const END: u32 = 2;
 const ACK: u32 = 3;
+/// A piece of a total exchange ([`Sockets::udp_total_exchange`]): its
+/// sequence number is the exchange times the pieces of a message plus the
+/// piece.
+const EXCHANGE: u32 = 4;
 
 /// The reference sockets of this rank.
 pub struct Sockets {
@@ -441,6 +445,98 @@ impl Sockets {
             Ok(Some(flow))
         };
         measure().map_err(io)
+    }
+}
+
+impl Sockets {
+    /// `rounds` total exchanges over raw UDP (after a tenth as many, at
+    /// least two, to warm up): in each, every rank sends `size` bytes to
+    /// every other (in datagrams of at most [`UDP_MAX_PAYLOAD`] bytes, to
+    /// rank + 1, rank + 2, … in turn, as bulkwire's latin square) and then
+    /// reads until it has every other rank's bytes, copying each piece to
+    /// its place in an inbox (a reader learns the sender from the header).
+    /// The receipts are the only synchronisation, nothing is acknowledged
+    /// or resent: the floor of a total exchange over UDP between these
+    /// processes. A rank is at most one exchange ahead of another (it
+    /// needs the other's bytes to finish one), so a datagram belongs to
+    /// this exchange or the next. Returns each exchange's time in seconds;
+    /// an error if a datagram does not come within [`PATIENCE`] (raw UDP
+    /// lost it) or the bytes that came are not the ones sent. `busy`: poll
+    /// a non-blocking socket instead of sleeping in `recv`.
+    pub fn udp_total_exchange(
+        &mut self,
+        world: &World,
+        size: usize,
+        rounds: usize,
+        busy: bool,
+    ) -> Result<Vec<f64>, CommError> {
+        let run = self.next_run(world)?;
+        let (me, p) = (self.me as usize, self.udp_addrs.len());
+        let exchange = || -> io::Result<Vec<f64>> {
+            let udp = &self.udp;
+            udp.set_nonblocking(busy)?;
+            udp.set_read_timeout(if busy { None } else { Some(PATIENCE) })?;
+            let pieces = size.div_ceil(UDP_MAX_PAYLOAD).max(1);
+            let piece_len = |piece: usize| (size - piece * UDP_MAX_PAYLOAD).min(UDP_MAX_PAYLOAD);
+            let mut out = vec![me as u8 + 1; HEADER + size.min(UDP_MAX_PAYLOAD)];
+            let mut buf = vec![0u8; 65_536];
+            let mut inbox = vec![0u8; size * p];
+            // Datagrams of this exchange and of the next that came.
+            let mut came = [0usize; 2];
+            let expected = (p - 1) * pieces;
+            let warm = (rounds / 10).max(2);
+            let mut samples = Vec::with_capacity(rounds + warm);
+            for round in 0..(rounds + warm) as u32 {
+                let t = Instant::now();
+                for k in 1..p {
+                    let to = self.udp_addrs[(me + k) % p];
+                    for piece in 0..pieces {
+                        header(&mut out, EXCHANGE, run, me as u32, round * pieces as u32 + piece as u32);
+                        udp.send_to(&out[..HEADER + piece_len(piece)], to)?;
+                    }
+                }
+                let deadline = Instant::now() + PATIENCE;
+                while came[round as usize % 2] < expected {
+                    let n = match udp.recv(&mut buf) {
+                        Ok(n) => n,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                            std::hint::spin_loop();
+                            continue;
+                        }
+                        Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                            return Err(io::Error::other(format!(
+                                "raw UDP lost a datagram of exchange {round} ({} of {expected} came)",
+                                came[round as usize % 2]
+                            )))
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    if n < HEADER {
+                        continue;
+                    }
+                    let (kind, r, from, seq) = parse(&buf);
+                    let (from, of, piece) = (from as usize, seq / pieces as u32, seq as usize % pieces);
+                    if kind != EXCHANGE || r != run || from >= p || from == me || n != HEADER + piece_len(piece) {
+                        continue;
+                    }
+                    if of != round && of != round + 1 {
+                        return Err(io::Error::other(format!("exchange {of} came during exchange {round}")));
+                    }
+                    came[of as usize % 2] += 1;
+                    inbox[from * size + piece * UDP_MAX_PAYLOAD..][..n - HEADER].copy_from_slice(&buf[HEADER..n]);
+                }
+                came[round as usize % 2] = 0;
+                samples.push(t.elapsed().as_secs_f64());
+            }
+            if let Some(from) = (0..p).find(|&q| q != me && inbox[q * size..][..size].iter().any(|&b| b != q as u8 + 1))
+            {
+                return Err(io::Error::other(format!("raw UDP: the bytes from rank {from} are not the ones sent")));
+            }
+            Ok(samples.split_off(warm))
+        };
+        let samples = exchange();
+        self.udp.set_nonblocking(false).map_err(io)?;
+        samples.map_err(io)
     }
 }
 

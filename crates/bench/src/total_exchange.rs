@@ -4,15 +4,20 @@
 //! against pid order), with pacing on and off, beside the cost of an empty
 //! sync (the BSP l) in the same run, and, where streams go before the
 //! barrier (on one host), once more with every byte after it; over
-//! bulkwire's shared memory or UDP (`--transport`, a job each); and, where
-//! Open MPI is installed, the same exchange with `MPI_Alltoall` and an
+//! bulkwire's shared memory or UDP (`--transport`, a job each); in a job
+//! over UDP, the same exchange over raw UDP sockets between the same
+//! processes, nothing acknowledged or resent (the floor of any exchange
+//! over UDP, [`Sockets::udp_total_exchange`]); and, where Open MPI is installed, the same exchange with `MPI_Alltoall` and an
 //! empty `MPI_Barrier` over shared memory and TCP (see [`crate::mpi`]),
 //! measured before and after the jobs.
 
 use bulkwire_bsp::{parse_rate, Bsp, BspError, Order, Reason};
+use bulkwire_comm::World;
+use bulkwire_runtime::Runtime;
 use serde::{Deserialize, Serialize};
 
 use crate::mpi::{MpiTransport, Program};
+use crate::reference::Sockets;
 use crate::rows::{opt, Report, Row};
 use crate::transport::{self, REQUESTED};
 use crate::{mb_per_s, median_us};
@@ -108,8 +113,59 @@ const JOB_WARM_UP_SYNCS: usize = 1000;
 
 /// Rows of table `total-exchange`, timed on process 0 (the sync is a
 /// barrier, so every process leaves it at about the same time).
-pub fn rank(args: &Args) -> Result<Option<Report>, BspError> {
-    let mut bsp = Bsp::begin()?;
+pub fn rank(args: &Args) -> Result<Option<Report>, String> {
+    // comm and BSP share the runtime: the raw UDP reference learns its
+    // peers' addresses through comm before the BSP section begins.
+    let world: &'static World = Box::leak(Box::new(World::init().map_err(|e| e.to_string())?));
+    let rt = world.runtime();
+    let (me, p) = (world.rank(), world.size());
+    if p != args.ranks {
+        world.abort(&format!("this job of bench total-exchange needs {} processes", args.ranks));
+        return Ok(None);
+    }
+    let over = transport::reached(rt, (0..p).filter(|&q| q != me));
+    let requested = args.transport.requested().as_str();
+    let mut rows = Vec::new();
+    let mut notes = Vec::new();
+    // Over UDP, its floor between the same processes, first; polling only
+    // where every process has a core (where they share cores, a poller
+    // keeps the core from the process whose bytes it waits for: 16 ms an
+    // exchange of 8 processes on 2 cores, against 0.3 ms blocking).
+    if over == "udp" {
+        let mut sockets = Sockets::open(world, &[]).map_err(|e| e.to_string())?;
+        let polls: &[bool] = if rt.shares_cores() { &[false] } else { &[false, true] };
+        for &busy in polls {
+            match sockets.udp_total_exchange(world, args.size, args.repetitions.max(1) as usize, busy) {
+                Ok(seconds) => {
+                    let what = if busy { "busy-poll" } else { "blocking" };
+                    let sent = (args.size * (p as usize - 1)) as u64;
+                    let row = Row::new(BENCH, "udp", what, p).size(args.size).with(REQUESTED, requested);
+                    rows.push(timed(row, seconds, Some(sent), 0));
+                }
+                Err(why) => notes.push(format!("no raw UDP reference: {why}")),
+            }
+        }
+    }
+    let reference = rows.len();
+    let rows = bsp_section(args, rt, over, rows).map_err(|e| e.to_string())?;
+    rt.finish().map_err(|e| e.to_string())?;
+    Ok(rows.map(|mut report| {
+        notes.append(&mut report.notes);
+        if reference > 0 {
+            notes.push(
+                "raw udp: each process sends its bytes to every other in datagrams of at most 64000 B, \
+                 then reads every other's, each piece copied to its place; nothing acknowledged or resent"
+                    .into(),
+            );
+        }
+        Report { rows: report.rows, notes }
+    }))
+}
+
+/// The BSP section of [`rank`], after the rows of `reference`: process 0
+/// returns every row.
+fn bsp_section(args: &Args, rt: &'static Runtime, over: &str, mut rows: Vec<Row>) -> Result<Option<Report>, BspError> {
+    let mut bsp = Bsp::begin_on(rt)?;
     let (me, p) = (bsp.pid(), bsp.nprocs());
     if args.rate.is_some() {
         bsp.set_rate(args.rate)?;
@@ -117,13 +173,11 @@ pub fn rank(args: &Args) -> Result<Option<Report>, BspError> {
     let size = args.size;
     // Rows name the transport process 0 reaches the others by, and the one
     // the job asked for.
-    let over = transport::reached(bsp.runtime(), (0..p).filter(|&q| q != me));
     let requested = args.transport.requested().as_str();
     let inbox = bsp.register::<u8>(size * p as usize)?;
     let data = vec![me as u8 + 1; size];
     let source = bsp.register_vec(data.clone())?;
     bsp.sync()?;
-    let mut rows = Vec::new();
 
     let reps = args.repetitions.max(1) as usize;
     let mut empty = Vec::new();
@@ -247,6 +301,7 @@ pub(crate) fn table(report: &Report) -> String {
             let when = when.map(|w| format!(", {w}")).unwrap_or_default();
             format!("{variant}, Open MPI over {}{when}", over.describe())
         }
+        ("udp", _, _) => format!("raw UDP, {}", r.what),
         (_, _, Some(requested)) if requested != transport::of_row(r) => format!("{} (asked {requested})", r.what),
         _ => r.what.clone(),
     };

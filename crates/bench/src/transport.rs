@@ -200,8 +200,15 @@ pub(crate) fn legend(report: &Report, bench: &str) -> String {
             settings.join("; ")
         ));
     }
-    if jobs.len() > 1 && rows.iter().any(|r| r.source == "udp" || r.source == "tcp") {
-        o.push_str("# raw udp and tcp: measured in the first job\n");
+    let raw: Vec<&&Row> = rows.iter().filter(|r| r.source == "udp" || r.source == "tcp").collect();
+    if jobs.len() > 1 && !raw.is_empty() {
+        // References that belong to one job's transport say which.
+        let mut asked: Vec<&str> = raw.iter().filter_map(|r| r.text(REQUESTED)).collect();
+        asked.dedup();
+        match asked.is_empty() {
+            true => o.push_str("# raw udp and tcp: measured in the first job\n"),
+            false => o.push_str(&format!("# raw udp: measured in the job asking for {}\n", asked.join(", "))),
+        }
     }
     let mut btls: Vec<String> = Vec::new();
     for r in rows.iter().filter(|r| r.source == "mpi") {

@@ -265,14 +265,18 @@ fn bad_layouts_are_refused() {
 /// The rows of `bench total-exchange`: for each job (the transport it
 /// asked for, in `jobs`), the empty sync, then every order with pacing on
 /// and off (each checks at its end that every byte arrived), on one host
-/// once more with nothing sent before the barrier; then the Open MPI
-/// reference over each of `mpi` (`shm`, `tcp`) before and after the jobs.
+/// once more with nothing sent before the barrier; in a job over UDP, the
+/// raw UDP exchange (blocking, and polling where every process has a
+/// core); then the Open MPI reference over each of `mpi` (`shm`, `tcp`)
+/// before and after the jobs.
 fn check_total_exchange(v: &Value, mpi: &[&str], one_host: bool, jobs_asked: &[&str]) {
     let rows = rows(v);
     assert_eq!(jobs(rows, "total-exchange"), jobs_asked, "{v}");
+    let mut udp_jobs = 0;
     for requested in jobs_asked {
         let ours = job(rows, "total-exchange", requested);
         let over = ours[0]["what"].as_str().expect("what").split(", ").next().expect("a transport");
+        udp_jobs += usize::from(over == "udp");
         assert_eq!(ours[0]["what"], format!("{over}, empty sync"), "{v}");
         for row in &ours[1..] {
             assert!(num(row, "median_us") > 0.0 && num(row, "mb_per_s") > 0.0, "{row}");
@@ -292,7 +296,18 @@ fn check_total_exchange(v: &Value, mpi: &[&str], one_host: bool, jobs_asked: &[&
             assert_eq!(eager, [0.0; 5], "across hosts every byte keeps to the schedule: {v}");
         }
     }
-    let reference: Vec<&Value> = rows.iter().filter(|r| r["source"] != "bulkwire").collect();
+    // The raw UDP floor: one blocking row per job over UDP, each followed
+    // by a polling one where the processes have a core each (2 here).
+    let raw: Vec<&Value> = rows.iter().filter(|r| r["source"] == "udp").collect();
+    let blocking = raw.iter().filter(|r| r["what"] == "blocking").count();
+    assert_eq!(blocking, udp_jobs, "{v}");
+    for r in &raw {
+        assert!(["blocking", "busy-poll"].contains(&r["what"].as_str().expect("what")), "{r}");
+        assert!(num(r, "median_us") > 0.0 && num(r, "mb_per_s") > 0.0 && num(r, "mean_us") >= num(r, "min_us"), "{r}");
+        assert_eq!(r["procs"], rows[0]["procs"], "{r}");
+    }
+    let reference: Vec<&Value> =
+        rows.iter().filter(|r| !["bulkwire", "udp"].contains(&r["source"].as_str().unwrap())).collect();
     let what: Vec<(&str, &str)> = reference
         .iter()
         .map(|r| (r["what"].as_str().expect("what"), r["measured"].as_str().expect("measured")))
@@ -345,7 +360,8 @@ fn total_exchange_runs_every_order() {
     // Pacing to a link rate sends nothing early, so there is no row without it.
     let args = ["total-exchange", "-n", "2", "--repetitions", "2", "--size", "64", "--no-mpi", "--rate", "1gbit"];
     let paced = bench(&[&args[..], &["--transport", "udp"]].concat());
-    let eager: Vec<f64> = rows(&paced)[1..].iter().map(|r| num(r, "eager_bytes")).collect();
+    let eager: Vec<f64> =
+        job(rows(&paced), "total-exchange", "udp")[1..].iter().map(|r| num(r, "eager_bytes")).collect();
     assert_eq!(eager, [0.0, 0.0, 0.0, 65536.0, 65536.0], "{paced}");
 }
 
