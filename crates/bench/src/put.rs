@@ -290,11 +290,44 @@ fn measure(bsp: &mut Bsp, args: &Args) -> Result<Vec<Row>, BspError> {
                     .with(REQUESTED, requested),
             );
         }
+        rows.push(one_copy(bsp, &src, reps, p, requested)?);
         bsp.pop_reg_raw(dst)?;
         bsp.sync()?;
         drop(inbox);
     }
     Ok(rows)
+}
+
+/// The reference of one copy: every process copies `src` into a buffer of
+/// its own at once (sharing the memory's bandwidth as in the ring), the
+/// buffer's pages already made, timed on process 0 from a sync to the end
+/// of its copy; median over `reps` after one to warm up. `bsp_put` costs
+/// two such copies (the call's, the landing's), `bsp_hpput` and Open MPI's
+/// single-copy shared memory one.
+fn one_copy(bsp: &mut Bsp, src: &[u8], reps: usize, p: u32, requested: &str) -> Result<Row, BspError> {
+    let mut kept = vec![0u8; src.len()];
+    let mut times = Vec::with_capacity(reps);
+    for r in 0..=reps {
+        bsp.sync()?;
+        let t = bsp.time();
+        kept.copy_from_slice(src);
+        std::hint::black_box(&mut kept);
+        if r > 0 {
+            times.push(bsp.time() - t);
+        }
+    }
+    if kept != src {
+        return Err(bsp.error(bulkwire_bsp::Call::Sync, bulkwire_bsp::Reason::Invalid("the copy differs".into())));
+    }
+    let min_us = times.iter().copied().fold(f64::INFINITY, f64::min) * 1e6;
+    let median = median_us(times);
+    Ok(Row::new(BENCH, "memory", "one copy", p)
+        .size(src.len())
+        .with("mb_per_s", mb_per_s(src.len() as u64, median / 1e6))
+        .with("median_us", median)
+        .with("min_us", min_us)
+        .with("repetitions_count", reps)
+        .with(REQUESTED, requested))
 }
 
 /// The Open MPI reference: the same ring of the same sizes.
@@ -338,9 +371,15 @@ pub(crate) fn table(report: &Report) -> String {
              (shm beside shm, udp beside tcp)\n",
         );
     }
+    if rows.iter().any(|r| r.source == "memory") {
+        o.push_str(
+            "# copy ms: one memcpy of the same bytes by every process at once, in the same job (bsp_put makes two, \
+             the call's and the landing's; bsp_hpput one)\n",
+        );
+    }
     o.push_str(&format!(
-        "{:>10} {:<16} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>6}\n",
-        "size", "transport", "put MB/s", "hpput MB/s", "put ms", "hpput ms", "mpi", "x mpi", "reps"
+        "{:>10} {:<16} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8} {:>6}\n",
+        "size", "transport", "put MB/s", "hpput MB/s", "put ms", "hpput ms", "copy ms", "mpi", "x mpi", "reps"
     ));
     let jobs = transport::jobs(&rows);
     for size in sizes_of(rows.iter().copied()) {
@@ -348,6 +387,11 @@ pub(crate) fn table(report: &Report) -> String {
         for job in &jobs {
             let variant = |name: &str| job.iter().filter(at).find(|r| r.what.ends_with(&format!(", {name}"))).copied();
             let (put, hpput) = (variant("put"), variant("hpput"));
+            let copy = rows
+                .iter()
+                .filter(at)
+                .find(|r| r.source == "memory" && r.text(REQUESTED) == job[0].text(REQUESTED))
+                .copied();
             // Open MPI beside the job: over shared memory beside the job
             // that asked for it, over TCP beside the one over UDP.
             let mpi_over = match job[0].text(REQUESTED) {
@@ -370,13 +414,14 @@ pub(crate) fn table(report: &Report) -> String {
                 None => "-".into(),
             };
             o.push_str(&format!(
-                "{:>10} {:<16} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>6}\n",
+                "{:>10} {:<16} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8} {:>6}\n",
                 size_label(size),
                 format!("bulkwire {}", transport::label(job[0])),
                 opt(put.and_then(|r| r.num("mb_per_s")), 1),
                 opt(hpput.and_then(|r| r.num("mb_per_s")), 1),
                 opt(ms(put), 2),
                 opt(ms(hpput), 2),
+                opt(ms(copy), 2),
                 mpi_cell,
                 ratios,
                 put.and_then(|r| r.num("repetitions_count")).map_or("-".into(), |n| format!("{n:.0}")),
@@ -390,9 +435,10 @@ pub(crate) fn table(report: &Report) -> String {
             });
             if !beside {
                 o.push_str(&format!(
-                    "{:>10} {:<16} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>6}\n",
+                    "{:>10} {:<16} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8} {:>6}\n",
                     size_label(size),
                     format!("open mpi {}", transport::of_row(r)),
+                    "-",
                     "-",
                     "-",
                     "-",

@@ -335,6 +335,13 @@ pub struct Bsp {
     /// one's (a fresh buffer's pages cost the kernel a fault and a clearing
     /// each); they hold as many bytes as that superstep's direct puts.
     spare_lent: Vec<Vec<u8>>,
+    /// Bytes of this superstep's direct puts copied into the runtime's
+    /// stage (`Engine::stage`), whose readers map it rather than read this
+    /// process's memory; and the most bytes of direct puts a superstep has
+    /// had, the size the stage takes at the next superstep's first one.
+    staged: usize,
+    stage_want: usize,
+    direct_bytes: usize,
     /// The sources of hpputs lent to the runtime in this sync
     /// (`OutStream::hpput_in_place`): the sync ends once every one is
     /// returned, or releases them if it fails.
@@ -513,6 +520,9 @@ impl Bsp {
             outboxes: Outbox::all(nprocs),
             hpputs: Vec::new(),
             spare_lent: Vec::new(),
+            staged: 0,
+            stage_want: 0,
+            direct_bytes: 0,
             loans: Vec::new(),
             direct_puts_read: 0,
             arena,
@@ -854,6 +864,12 @@ impl Bsp {
             self.outboxes[pid as usize].stream.put(slot, offset, data);
             return;
         }
+        if let Some(addr) = self.copy_to_stage(data) {
+            let outbox = &mut self.outboxes[pid as usize];
+            outbox.stream.direct(false, slot, offset, data.len() as u64, addr);
+            outbox.direct = true;
+            return;
+        }
         // The spare buffer that fits best, else a new one.
         let best = (0..self.spare_lent.len())
             .filter(|&i| self.spare_lent[i].capacity() >= data.len())
@@ -867,6 +883,35 @@ impl Bsp {
         outbox.stream.direct(false, slot, offset, data.len() as u64, copy.as_ptr() as u64);
         outbox.lent.push(copy);
         outbox.direct = true;
+    }
+
+    /// Copies `data`, a direct put's bytes, into the runtime's stage after
+    /// this superstep's others, and returns where it lies in this process's
+    /// memory; `None` where there is no stage or no room left in it. The
+    /// superstep's first direct put may replace the stage with one as large
+    /// as the most any superstep has put directly: nobody reads the old one
+    /// any more (the last sync waited for its readers). Where a stage
+    /// cannot be made, direct puts go through buffers of the heap, which
+    /// their readers read with `process_vm_readv`.
+    fn copy_to_stage(&mut self, data: &[u8]) -> Option<u64> {
+        // Each put starts on a cache line.
+        let start = self.staged.next_multiple_of(64);
+        let end = start.checked_add(data.len())?;
+        self.direct_bytes = self.direct_bytes.saturating_add(data.len().next_multiple_of(64));
+        self.stage_want = self.stage_want.max(self.direct_bytes);
+        let want = if start == 0 { self.stage_want } else { 0 };
+        let rt = self.rt.as_ref()?;
+        let (ptr, len) = rt.with(|e| Ok(e.stage(want).ok())).ok()??;
+        if end > len {
+            return None;
+        }
+        // SAFETY: `start..end` lies within the stage, which this process
+        // alone writes, and which no reader reads before this superstep's
+        // sync (the bytes there from the last one were read before it
+        // ended).
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr.add(start), data.len()) };
+        self.staged = end;
+        Some(ptr as u64 + start as u64)
     }
 
     /// Copies `data`, a put's bytes for `pid`, into this superstep's half
@@ -1141,6 +1186,15 @@ impl Bsp {
         self.usable(Call::End)?;
         self.superstep_end(Call::End).map_err(|e| self.poison(e))?;
         self.ended = true;
+        // The last sync waited for the readers of this process's stage, and
+        // read what this one was told to read in its peers'.
+        if self.stage_want > 0 || self.direct_puts_read > 0 {
+            let rt = self.rt.as_ref().expect("the runtime is there until end");
+            let _ = rt.with(|e| {
+                e.release_stages();
+                Ok(())
+            });
+        }
         if std::env::var(STATS_ENV).is_ok_and(|v| v.trim() == "1") {
             // One write per line, so the lines of a job's processes do not mix.
             let line = format!("{}\n", self.packet_stats().line(self.pid));

@@ -724,6 +724,10 @@ impl Bsp {
             self.spare_lent = lent.buffers;
             self.spare_lent.iter_mut().for_each(Vec::clear);
         }
+        // Every reader of the stage has read it: the next superstep's
+        // direct puts start again at its beginning.
+        self.staged = 0;
+        self.direct_bytes = 0;
         for index in self.registry.apply() {
             self.owned[index] = None;
         }

@@ -210,23 +210,34 @@ fn semantics_for_every_order_and_under_loss() {
 /// a later small put over a large one wins, an hpput sends what its source
 /// holds at the sync, into owned and raw areas, over several supersteps
 /// (the sender's buffers are reused); and the same results with those
-/// reads off and over UDP.
-fn large_puts(bsp: &mut Bsp) -> Result<u64, BspError> {
+/// reads off and over UDP. A put's copy goes into the sender's stage,
+/// mapped by the receiver: the puts grow from superstep to superstep, so
+/// the stage is replaced by larger ones, and the second put of the middle
+/// superstep finds it full and goes through the heap. Returns the direct
+/// puts read and how many of them came from a stage.
+fn large_puts(bsp: &mut Bsp) -> Result<(u64, u64), BspError> {
     let (me, p) = (bsp.pid(), bsp.nprocs());
     let right = (me + 1) % p;
     let left = (me + p - 1) % p;
     const N: usize = 1 << 20;
+    // Elements of the put at 0 and of the one at N, by superstep.
+    const FIRST: [usize; 3] = [N / 2, N, N];
+    const SECOND: [usize; 3] = [0, 5 * N / 8, 5 * N / 8];
     let pattern = |who: u32, step: u32, i: usize| (i as u32).wrapping_mul(2_654_435_761) ^ (who << 24) ^ (step << 16);
-    let owned = bsp.register::<u32>(N)?;
+    let owned = bsp.register::<u32>(N + SECOND[2])?;
     let mut raw = vec![0u8; 3 * N];
     // SAFETY: `raw` outlives its registration and is read only between syncs.
     unsafe { bsp.push_reg_raw(raw.as_mut_ptr(), raw.len())? };
     bsp.sync()?;
     for step in 0..3u32 {
-        let data: Vec<u32> = (0..N).map(|i| pattern(me, step, i)).collect();
-        bsp.put(right, &data, &owned, 0)?;
+        let (first, second) = (FIRST[step as usize], SECOND[step as usize]);
+        let data: Vec<u32> = (0..N + second).map(|i| pattern(me, step, i)).collect();
+        bsp.put(right, &data[..first], &owned, 0)?;
         // A small put after the large one, over part of it: it lands later.
         bsp.put(right, &[u32::MAX; 4], &owned, 1000)?;
+        if second > 0 {
+            bsp.put(right, &data[N..N + second], &owned, N)?;
+        }
         let mut source = vec![0u8; N + 7];
         // SAFETY: `source` lives until after the sync; `raw` is registered.
         unsafe { bsp.hpput_raw(right, source.as_ptr(), raw.as_ptr(), 3, N + 7)? };
@@ -234,9 +245,10 @@ fn large_puts(bsp: &mut Bsp) -> Result<u64, BspError> {
         source.iter_mut().enumerate().for_each(|(i, b)| *b = (i as u32 ^ me ^ step) as u8);
         bsp.sync()?;
         let got = bsp.area(&owned);
-        for (i, &v) in got.iter().enumerate() {
+        for (i, &v) in got[..first].iter().chain(&got[N..N + second]).enumerate() {
+            let i = if i < first { i } else { N + i - first };
             let expect = if (1000..1004).contains(&i) { u32::MAX } else { pattern(left, step, i) };
-            assert_eq!(v, expect, "step {step}: element {i} of the put from {left}");
+            assert_eq!(v, expect, "step {step}: element {i} of the puts from {left}");
         }
         for (i, &b) in raw[3..3 + N + 7].iter().enumerate() {
             assert_eq!(b, (i as u32 ^ left ^ step) as u8, "step {step}: byte {i} of the hpput from {left}");
@@ -245,31 +257,40 @@ fn large_puts(bsp: &mut Bsp) -> Result<u64, BspError> {
     }
     bsp.pop_reg_raw(raw.as_ptr())?;
     bsp.sync()?;
-    Ok(bsp.direct_puts_read())
+    let staged = bsp
+        .runtime()
+        .with(|e| Ok(e.stage_reads()))
+        .map_err(|e| bsp.error(Call::Sync, Reason::Runtime(e.to_string())))?;
+    Ok((bsp.direct_puts_read(), staged))
 }
 
 #[test]
 fn large_puts_on_one_host_are_read_from_the_sender() {
     if is_rank() {
         let mut bsp = Bsp::begin().unwrap();
-        let read = large_puts(&mut bsp).unwrap_or_else(|e| panic!("{e}"));
+        let (read, staged) = large_puts(&mut bsp).unwrap_or_else(|e| panic!("{e}"));
         let pid = bsp.pid();
         bsp.end().unwrap();
-        println!("direct {read} pid {pid}");
+        println!("direct {read} staged {staged} pid {pid}");
         println!("ok pid {pid}");
         return;
     }
-    for (env, direct) in
-        [(&[][..], true), (&[("BULKWIRE_SHM_CMA", "0")][..], false), (&[("BULKWIRE_SHM", "0")][..], false)]
-    {
+    // Read directly: the puts (one, two, two) and the hpputs (one each
+    // superstep); from the stage: the puts but the one that found it full.
+    let runs = [
+        (&[][..], 8, 4),
+        (&[("BULKWIRE_SHM_STAGE", "0")][..], 8, 0),
+        (&[("BULKWIRE_SHM_CMA", "0")][..], 0, 0),
+        (&[("BULKWIRE_SHM", "0")][..], 0, 0),
+    ];
+    for (env, direct, staged) in runs {
         for n in [2, 3] {
             let out = launch(n, "large_puts_on_one_host_are_read_from_the_sender", env);
             expect_ok(&out, n, &format!("{env:?}"));
             let all = text(&out);
-            // Two large puts each superstep, three supersteps.
-            let expect = if direct { 6 } else { 0 };
             for pid in 0..n {
-                assert!(all.contains(&format!("direct {expect} pid {pid}\n")), "{env:?} n={n}:\n{all}");
+                let line = format!("direct {direct} staged {staged} pid {pid}\n");
+                assert!(all.contains(&line), "{env:?} n={n}: no {line:?} in\n{all}");
             }
         }
     }

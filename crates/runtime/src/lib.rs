@@ -31,6 +31,7 @@ pub mod rate;
 pub mod rendezvous;
 mod shm;
 mod sockets;
+mod stage;
 
 pub use engine::{
     Deferral, Engine, Inbound, LentMessage, Loan, ProgressHook, Runtime, RuntimeError, BEST_EFFORT_CHANNEL, LEND_FROM,
@@ -42,6 +43,6 @@ pub use loss::{LossInjector, DROP, DROP_SEED};
 pub use paths::{Paths, HIGH as LATENCY_HIGH, INTERVAL as LATENCY_INTERVAL, LOW as LATENCY_LOW, PATHS};
 pub use shm::{
     leftover_files as shm_leftover_files, Kind as PostKind, ShmStats, Transport, POST_MAX, SHM, SHM_ARENA, SHM_CMA,
-    SHM_RING, SHM_SPLIT,
+    SHM_RING, SHM_SPLIT, SHM_STAGE,
 };
 pub use sockets::{mark_control, PathSockets, SocketOptions};

@@ -97,6 +97,10 @@ pub const SHM_SPLIT: &str = "BULKWIRE_SHM_SPLIT";
 
 /// Bytes of each process's arena ([`Shm::arena`]); 0 for none.
 pub const SHM_ARENA: &str = "BULKWIRE_SHM_ARENA";
+/// `BULKWIRE_SHM_STAGE=0` leaves every process without a stage
+/// ([`Shm::stage`]): BSP's buffered direct puts are then read with
+/// `process_vm_readv` from the sender's heap.
+pub const SHM_STAGE: &str = "BULKWIRE_SHM_STAGE";
 
 /// The arena's size unless [`SHM_ARENA`] says otherwise: BSP takes half a
 /// superstep (a superstep's puts of up to 1 MiB to the processes of the
@@ -104,7 +108,7 @@ pub const SHM_ARENA: &str = "BULKWIRE_SHM_ARENA";
 pub const ARENA_DEFAULT: usize = 2 << 20;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"bwshm\0\0\x01");
-const VERSION: u32 = 5;
+const VERSION: u32 = 6;
 /// The file's header: fixed fields, the doorbell and the sleep flag on
 /// lines of their own, the host identity.
 const HEADER: usize = 4096;
@@ -116,6 +120,13 @@ const H_PID: usize = 24;
 const H_HOST_LEN: usize = 28;
 const H_PROBE: usize = 32;
 const H_ARENA: usize = 40;
+/// This process's stage ([`crate::stage`]): its generation (0 for none,
+/// stored last), its descriptor, where it lies in this process's memory,
+/// its length.
+const H_STAGE_GEN: usize = 48;
+const H_STAGE_FD: usize = 52;
+const H_STAGE_BASE: usize = 56;
+const H_STAGE_LEN: usize = 64;
 const H_DOORBELL: usize = 128;
 const H_SLEEPING: usize = 256;
 const H_HOST: usize = 512;
@@ -209,6 +220,8 @@ pub(crate) struct ShmOptions {
     pub cma: bool,
     pub split: bool,
     pub arena: usize,
+    /// Whether this process makes a stage when asked for one.
+    pub stage: bool,
 }
 
 impl ShmOptions {
@@ -249,7 +262,8 @@ impl ShmOptions {
             }
             None => ARENA_DEFAULT,
         };
-        Ok(Some(ShmOptions { ring, cma, split, arena }))
+        let stage = crate::env::switch(SHM_STAGE, lookup(SHM_STAGE).as_deref(), true)?;
+        Ok(Some(ShmOptions { ring, cma, split, arena, stage }))
     }
 
     /// Bytes of the file system the files of `local` processes of one host
@@ -396,6 +410,14 @@ struct Own {
     arena_len: usize,
     /// Kept alive for the address published in the header.
     _probe: Box<u64>,
+    job: u64,
+    /// The stage, where one was asked for ([`Shm::stage`]), and whether
+    /// one may be made.
+    stage: Option<crate::stage::Stage>,
+    stage_on: bool,
+    /// The last stage's generation (never used again: a peer may still map
+    /// one it let go of).
+    stage_gen: u32,
 }
 
 /// A peer on this host.
@@ -427,6 +449,40 @@ struct Peer {
     /// Where the peer's arena lies in its file, and its length.
     arena: usize,
     arena_len: usize,
+    /// The peer's stage, mapped, and the generation that could not be.
+    stage: Option<crate::stage::View>,
+    stage_failed: u32,
+}
+
+impl Peer {
+    /// The `len` bytes at `addr` in this peer's memory where they lie in
+    /// its stage, through this process's mapping of it (made, or made
+    /// again for a new generation, here); `None` where they do not, or the
+    /// stage cannot be mapped (the caller reads them from the peer's
+    /// memory then, as from anywhere else).
+    fn staged(&mut self, job: u64, rank: u32, addr: u64, len: usize) -> Option<&[u8]> {
+        let theirs = &self.w.theirs;
+        let gen = theirs.u32(H_STAGE_GEN).load(Ordering::Acquire);
+        if gen == 0 || gen == self.stage_failed {
+            return None;
+        }
+        if self.stage.as_ref().is_none_or(|v| v.gen() != gen) {
+            self.stage = None;
+            let fd = theirs.u32(H_STAGE_FD).load(Ordering::Relaxed);
+            let base = theirs.u64(H_STAGE_BASE).load(Ordering::Relaxed);
+            let stage_len = usize::try_from(theirs.u64(H_STAGE_LEN).load(Ordering::Relaxed)).ok()?;
+            match crate::stage::View::open(self.pid, job, rank, gen, fd, base, stage_len) {
+                Ok(view) => self.stage = Some(view),
+                Err(_) => {
+                    // Not tried again for this generation; its bytes are
+                    // read from the peer's memory, as without a stage.
+                    self.stage_failed = gen;
+                    return None;
+                }
+            }
+        }
+        self.stage.as_ref()?.slice(addr, len)
+    }
 }
 
 /// The writing end of a ring in a peer's file.
@@ -566,6 +622,8 @@ pub(crate) struct Shm {
     /// The post whose peers' counterparts this process may be waiting for:
     /// it does not sleep while they are all there (see [`Shm::may_sleep`]).
     awaited: Option<u64>,
+    /// Reads from peers' stages ([`Shm::read_from`]).
+    stage_reads: u64,
 }
 
 /// Which collective a post on the board belongs to: a process reads its
@@ -685,6 +743,10 @@ impl Shm {
                 arena,
                 arena_len: options.arena,
                 _probe: probe,
+                job,
+                stage: None,
+                stage_on: options.stage,
+                stage_gen: 0,
             },
             peers: (0..size).map(|_| None).collect(),
             local: Vec::new(),
@@ -700,6 +762,7 @@ impl Shm {
             wake: Vec::new(),
             posts: 0,
             awaited: None,
+            stage_reads: 0,
         })
     }
 
@@ -773,6 +836,8 @@ impl Shm {
             wake_to,
             arena,
             arena_len,
+            stage: None,
+            stage_failed: 0,
         })
     }
 
@@ -1481,13 +1546,72 @@ impl Shm {
     }
 
     /// Copies `dst.len()` bytes at `addr` in `rank`'s memory into `dst` (one
-    /// copy, by the kernel), for a layer above that told `rank` where to
-    /// read ([`Shm::single_copy_from`] must hold).
-    pub fn read_from(&self, rank: u32, addr: u64, dst: &mut [u8]) -> io::Result<()> {
-        match self.peers.get(rank as usize).and_then(Option::as_ref) {
-            Some(p) if p.cma_from => read_remote_into(p.pid, addr, dst),
+    /// copy), for a layer above that told `rank` where to read
+    /// ([`Shm::single_copy_from`] must hold): from this process's mapping of
+    /// `rank`'s stage where they lie in it ([`Shm::stage`]), else by the
+    /// kernel (`process_vm_readv`). Returns whether they came from the
+    /// stage.
+    pub fn read_from(&mut self, rank: u32, addr: u64, dst: &mut [u8]) -> io::Result<bool> {
+        let job = self.own.job;
+        match self.peers.get_mut(rank as usize).and_then(Option::as_mut) {
+            Some(p) if p.cma_from => {
+                if let Some(src) = p.staged(job, rank, addr, dst.len()) {
+                    dst.copy_from_slice(src);
+                    self.stage_reads += 1;
+                    return Ok(true);
+                }
+                read_remote_into(p.pid, addr, dst).map(|()| false)
+            }
             _ => Err(io::Error::new(io::ErrorKind::Unsupported, "not a peer whose memory this process reads")),
         }
+    }
+
+    /// This process's stage, at least `at_least` bytes (where it lies and
+    /// its length): memory of this process that its peers on the host read
+    /// by mapping it rather than with `process_vm_readv` ([`Shm::read_from`]
+    /// of an address in it). A stage too small is replaced by a larger one
+    /// (its length rounded up to 2 MiB), so the caller must know that no
+    /// peer reads the one it had any more. An error where none may be made
+    /// (`BULKWIRE_SHM_STAGE=0`) or the memory cannot be had.
+    pub fn stage(&mut self, at_least: usize) -> Result<(*mut u8, usize), String> {
+        if let Some(stage) = self.own.stage.as_ref().filter(|s| s.len() >= at_least) {
+            return Ok((stage.ptr(), stage.len()));
+        }
+        if !self.own.stage_on {
+            return Err(format!("{SHM_STAGE}=0"));
+        }
+        let len = at_least.max(1).checked_next_multiple_of(crate::stage::STAGE_UNIT).ok_or("too large a stage")?;
+        let gen = self.own.stage_gen.checked_add(1).ok_or("no stage generation left")?;
+        self.own.stage_gen = gen;
+        let region = &self.own.region;
+        // Readers see no stage while it changes, then the whole of the new one.
+        region.u32(H_STAGE_GEN).store(0, Ordering::Release);
+        self.own.stage = None;
+        let stage = crate::stage::Stage::create(self.own.job, self.me, gen, len)
+            .map_err(|e| format!("a stage of {len} bytes: {e}"))?;
+        region.u32(H_STAGE_FD).store(stage.fd() as u32, Ordering::Relaxed);
+        region.u64(H_STAGE_BASE).store(stage.ptr() as u64, Ordering::Relaxed);
+        region.u64(H_STAGE_LEN).store(stage.len() as u64, Ordering::Relaxed);
+        region.u32(H_STAGE_GEN).store(gen, Ordering::Release);
+        let made = (stage.ptr(), stage.len());
+        self.own.stage = Some(stage);
+        Ok(made)
+    }
+
+    /// Lets go of this process's stage and of its mappings of its peers'
+    /// (each holds the pages of a stage its owner let go of), for a caller
+    /// that knows nobody reads them any more.
+    pub fn release_stages(&mut self) {
+        self.own.region.u32(H_STAGE_GEN).store(0, Ordering::Release);
+        self.own.stage = None;
+        for peer in self.peers.iter_mut().flatten() {
+            peer.stage = None;
+        }
+    }
+
+    /// Reads of peers' stages so far ([`Shm::read_from`]).
+    pub fn stage_reads(&self) -> u64 {
+        self.stage_reads
     }
 
     /// This process's arena: memory in its file that its peers on this
@@ -1807,7 +1931,7 @@ mod tests {
     use super::*;
 
     fn options(ring: usize) -> ShmOptions {
-        ShmOptions { ring, cma: true, split: true, arena: 64 << 10 }
+        ShmOptions { ring, cma: true, split: true, arena: 64 << 10, stage: true }
     }
 
     fn pair(ring: usize) -> (Shm, Shm) {
@@ -2103,7 +2227,7 @@ mod tests {
     /// arena, then nothing (the job goes over UDP).
     #[test]
     fn the_settings_shrink_to_fit_the_file_system() {
-        let o = ShmOptions { ring: 2 << 20, cma: true, split: true, arena: ARENA_DEFAULT };
+        let o = ShmOptions { ring: 2 << 20, cma: true, split: true, arena: ARENA_DEFAULT, stage: true };
         let mib = 1u64 << 20;
         // 8 processes: 7 rings of 2 MiB and an arena each, 8 × 16 MiB and a bit.
         assert!(o.host_bytes(8) > 128 * mib && o.host_bytes(8) < 129 * mib);
@@ -2147,6 +2271,51 @@ mod tests {
         assert_eq!((c.arena().1, d.arena_of(0), c.arena_of(1)), (0, 0, 64 << 10));
         assert!(d.read_arena(0, 0, &mut got[..1]).is_err());
         d.read_arena(0, 0, &mut []).unwrap();
+    }
+
+    /// What a peer reads where it lies in a stage comes from its mapping
+    /// of the stage, anything else from the owner's memory; a larger stage
+    /// replaces a smaller one and is mapped anew; after a release nothing
+    /// of the old stage is there to read; and without stages every read is
+    /// the kernel's.
+    #[test]
+    fn a_peer_reads_the_stage_through_its_mapping() {
+        let (mut a, mut b) = pair(64 << 10);
+        assert!(b.single_copy_from(0), "this test reads its own process's memory");
+        let (ptr, len) = a.stage(100).unwrap();
+        assert_eq!(len, crate::stage::STAGE_UNIT);
+        // The same stage while it is large enough.
+        assert_eq!(a.stage(len).unwrap(), (ptr, len));
+        let fill = |ptr: *mut u8, len: usize, salt: u8| {
+            // SAFETY: the stage's own mapping.
+            let bytes = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
+            bytes.iter_mut().enumerate().for_each(|(i, v)| *v = (i % 253) as u8 ^ salt);
+        };
+        fill(ptr, len, 1);
+        let mut got = vec![0u8; 5000];
+        assert!(b.read_from(0, ptr as u64 + 777, &mut got).unwrap(), "read from the stage");
+        assert!(got.iter().enumerate().all(|(i, &v)| v == ((i + 777) % 253) as u8 ^ 1));
+        // Outside it (here, the tail end and past it): the kernel reads.
+        let heap = vec![9u8; 5000];
+        assert!(!b.read_from(0, heap.as_ptr() as u64, &mut got).unwrap());
+        assert!(got.iter().all(|&v| v == 9));
+        // A larger stage, under a new generation.
+        let (bigger, big_len) = a.stage(len + 1).unwrap();
+        assert_eq!(big_len, 2 * crate::stage::STAGE_UNIT);
+        fill(bigger, big_len, 2);
+        assert!(b.read_from(0, bigger as u64 + len as u64, &mut got).unwrap());
+        assert!(got.iter().enumerate().all(|(i, &v)| v == ((i + len) % 253) as u8 ^ 2));
+        assert_eq!(b.stage_reads(), 2);
+        // Released: the old addresses are nobody's.
+        a.release_stages();
+        assert!(b.read_from(0, bigger as u64, &mut got).is_err());
+        assert_eq!(b.stage_reads(), 2);
+        // Without stages.
+        let job = crate::new_job_id();
+        let addr: std::net::SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let mut c = Shm::create(job, 0, 2, &ShmOptions { stage: false, ..options(64 << 10) }).unwrap();
+        c.attach(job, &[addr, addr]);
+        assert!(c.stage(1).unwrap_err().contains("BULKWIRE_SHM_STAGE=0"));
     }
 
     #[test]
@@ -2205,5 +2374,10 @@ mod tests {
             let e = ShmOptions::from_lookup(|k: &str| (k == SHM_ARENA).then(|| bad.to_string()), 2).unwrap_err();
             assert!(e.starts_with("BULKWIRE_SHM_ARENA="), "{e}");
         }
+        assert!(ShmOptions::from_lookup(look(&[]), 2).unwrap().unwrap().stage);
+        assert!(!ShmOptions::from_lookup(look(&[(SHM_STAGE, "0")]), 2).unwrap().unwrap().stage);
+        assert!(ShmOptions::from_lookup(look(&[(SHM_STAGE, "sometimes")]), 2)
+            .unwrap_err()
+            .contains("BULKWIRE_SHM_STAGE"));
     }
 }
