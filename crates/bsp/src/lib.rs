@@ -342,6 +342,8 @@ pub struct Bsp {
     staged: usize,
     stage_want: usize,
     direct_bytes: usize,
+    /// No stage could be had: not asked for again.
+    no_stage: bool,
     /// The sources of hpputs lent to the runtime in this sync
     /// (`OutStream::hpput_in_place`): the sync ends once every one is
     /// returned, or releases them if it fails.
@@ -523,6 +525,7 @@ impl Bsp {
             staged: 0,
             stage_want: 0,
             direct_bytes: 0,
+            no_stage: false,
             loans: Vec::new(),
             direct_puts_read: 0,
             arena,
@@ -900,8 +903,16 @@ impl Bsp {
         self.direct_bytes = self.direct_bytes.saturating_add(data.len().next_multiple_of(64));
         self.stage_want = self.stage_want.max(self.direct_bytes);
         let want = if start == 0 { self.stage_want } else { 0 };
+        if self.no_stage {
+            return None;
+        }
         let rt = self.rt.as_ref()?;
-        let (ptr, len) = rt.with(|e| Ok(e.stage(want).ok())).ok()??;
+        let Some((ptr, len)) = rt.with(|e| Ok(e.stage(want).ok())).ok().flatten() else {
+            // Off, or the memory could not be had (making a stage
+            // allocates its pages): the heap's buffers from now on.
+            self.no_stage = true;
+            return None;
+        };
         if end > len {
             return None;
         }

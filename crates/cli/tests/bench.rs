@@ -26,6 +26,14 @@ fn bench_noted(args: &[&str]) -> (Value, String) {
     (v, stderr.into_owned())
 }
 
+/// Runs `bulkwire bench <args>` and returns the table it printed.
+fn text_of(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_bulkwire")).arg("bench").args(args).output().expect("run bulkwire");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "bulkwire bench {args:?} failed\n{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    stdout
+}
+
 /// The rows of a result, each checked for the row format: flat, with
 /// bench, source, what and procs.
 fn rows(v: &Value) -> &Vec<Value> {
@@ -590,8 +598,9 @@ fn an_unknown_transport_is_refused_by_name() {
 }
 
 /// `bench put`: for each job, bsp_put and bsp_hpput at every size (each
-/// repetition checked at its receiver, or the job fails), and Open MPI's
-/// ring over shared memory and TCP where it is installed.
+/// repetition checked at its receiver, or the job fails) and one copy of
+/// the same bytes, and Open MPI's ring over shared memory and TCP where
+/// it is installed.
 #[test]
 fn put_to_a_neighbour_with_put_and_hpput() {
     let (v, notes) = bench_noted(&["put", "--sizes", "1,100000,3000000", "--repetitions", "2"]);
@@ -612,7 +621,16 @@ fn put_to_a_neighbour_with_put_and_hpput() {
             assert!(mb > 0.0 && us > 0.0, "{r}");
             assert!((mb - num(r, "size_bytes") / us).abs() <= 1e-6 * mb, "MB/s is size over the median: {r}");
         }
+        // One copy per size, measured in the same job.
+        let copies: Vec<&Value> =
+            rows.iter().filter(|r| r["source"] == "memory" && r["requested_transport"] == requested).collect();
+        assert_eq!(sizes(&copies), all, "{v}");
+        for r in copies {
+            assert!(r["what"] == "one copy" && num(r, "median_us") > 0.0 && num(r, "mb_per_s") > 0.0, "{r}");
+        }
     }
+    let table = text_of(&["put", "--sizes", "300000", "--repetitions", "2", "--transport", "shm", "--no-mpi"]);
+    assert!(table.contains("copy ms") && table.contains("# copy ms: one memcpy"), "{table}");
     if open_mpi() {
         for transport in ["shm", "tcp"] {
             let mpi = of(rows, "put", "mpi", &format!("{transport}, Isend/Irecv ring"));
@@ -625,6 +643,6 @@ fn put_to_a_neighbour_with_put_and_hpput() {
     let ring_rows = crate::rows(&ring);
     assert_eq!(jobs(ring_rows, "put"), ["udp"]);
     let what: Vec<&str> = ring_rows.iter().map(|r| r["what"].as_str().expect("what")).collect();
-    assert_eq!(what, ["udp, put", "udp, hpput"], "{ring}");
+    assert_eq!(what, ["udp, put", "udp, hpput", "one copy"], "{ring}");
     assert!(ring_rows.iter().all(|r| num(r, "procs") == 3.0), "{ring}");
 }
