@@ -33,6 +33,12 @@
 //! owner writes and its peers read where it lies, for a layer above that
 //! knows when they have read it (BSP's puts, [`SHM_ARENA`]).
 //!
+//! Beside its file a process may have a stage ([`Shm::stage`],
+//! [`crate::stage`]): a memory file of its own, published in its header,
+//! that a peer told to read there maps and copies from rather than reading
+//! the process's memory with `process_vm_readv` (BSP's buffered large
+//! puts, [`SHM_STAGE`]).
+//!
 //! No reliability machinery runs here: nothing is lost between processes
 //! of one host. A record becomes visible to its reader only once it is
 //! written whole (the ring's tail is stored after the data, with release
