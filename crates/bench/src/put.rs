@@ -4,7 +4,9 @@
 //! runs from before the puts to the end of the sync, and MB/s is `size`
 //! over the median time (process 0's; the sync is a barrier). Two
 //! variants: `bsp_put` (its source copied when called) and `bsp_hpput`
-//! (read at the sync). bulkwire runs over its shared memory or UDP
+//! (read at the sync); and a third, the same bytes the other way round:
+//! each process gets its left neighbour's source with `bsp_get`
+//! (served at the sync). bulkwire runs over its shared memory or UDP
 //! (`--transport`, a job each); Open MPI beside it, where installed, makes
 //! the same ring with `MPI_Isend`/`MPI_Irecv` and `MPI_Waitall` over shared
 //! memory and TCP (`scripts/ompi/bench.c`, `ring`).
@@ -58,11 +60,13 @@ fn repetitions(asked: u32, size: usize) -> usize {
     (asked.max(1) as usize).min((BUDGET / size.max(1)).max(LEAST))
 }
 
-/// The two ways to put.
+/// The two ways to put, and the get of the same bytes the other way
+/// round (each process gets its left neighbour's source).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Variant {
     Put,
     HpPut,
+    Get,
 }
 
 impl Variant {
@@ -70,6 +74,7 @@ impl Variant {
         match self {
             Variant::Put => "put",
             Variant::HpPut => "hpput",
+            Variant::Get => "get",
         }
     }
 }
@@ -239,11 +244,15 @@ fn measure(bsp: &mut Bsp, args: &Args) -> Result<Vec<Row>, BspError> {
         // SAFETY: the area lives until after the sync that ends its
         // registration, and is touched only between syncs.
         unsafe { bsp.push_reg_raw(dst, size)? };
-        bsp.sync()?;
         let mut src = vec![0u8; size];
         fill(&mut src, me);
+        // SAFETY: `src` lives until after the sync that ends its
+        // registration; gets read it at the syncs, between which it is
+        // written.
+        unsafe { bsp.push_reg_raw(src.as_ptr(), size)? };
+        bsp.sync()?;
         let reps = repetitions(args.repetitions, size);
-        for variant in [Variant::Put, Variant::HpPut] {
+        for variant in [Variant::Put, Variant::HpPut, Variant::Get] {
             let mut times = Vec::with_capacity(reps);
             // One repetition to warm up: the first grows the buffers.
             for r in 0..=reps {
@@ -258,11 +267,13 @@ fn measure(bsp: &mut Bsp, args: &Args) -> Result<Vec<Row>, BspError> {
                 let t = bsp.time();
                 // SAFETY: `src` holds `size` bytes, and is neither dropped
                 // nor written until the sync below has ended (hpput reads it
-                // then).
+                // then, and so does the left neighbour's get); `dst` is
+                // registered with `size` bytes and read only after it.
                 unsafe {
                     match variant {
                         Variant::Put => bsp.put_raw(right, src.as_ptr(), dst, 0, size)?,
                         Variant::HpPut => bsp.hpput_raw(right, src.as_ptr(), dst, 0, size)?,
+                        Variant::Get => bsp.get_raw(left, src.as_ptr(), 0, dst as *mut u8, size)?,
                     }
                 }
                 bsp.sync()?;
@@ -272,7 +283,7 @@ fn measure(bsp: &mut Bsp, args: &Args) -> Result<Vec<Row>, BspError> {
                 }
                 if let Err(why) = verify(inbox.bytes_mut(), left, &stamp(left, variant, r), r == reps) {
                     bsp.abort(&format!(
-                        "bench put: the {size} bytes process {left} put with bsp_{} (repetition {r}) arrived \
+                        "bench put: the {size} bytes from process {left} by bsp_{} (repetition {r}) arrived \
                          wrong: {why}",
                         variant.name()
                     ));
@@ -291,6 +302,7 @@ fn measure(bsp: &mut Bsp, args: &Args) -> Result<Vec<Row>, BspError> {
             );
         }
         rows.push(one_copy(bsp, &src, reps, p, requested)?);
+        bsp.pop_reg_raw(src.as_ptr())?;
         bsp.pop_reg_raw(dst)?;
         bsp.sync()?;
         drop(inbox);
@@ -360,8 +372,8 @@ pub(crate) fn table(report: &Report) -> String {
     let rows: Vec<&Row> = report.table(BENCH).collect();
     let p = rows.first().map_or(0, |r| r.procs);
     let mut o = format!(
-        "# BSP put to the right neighbour, {p} processes: MB/s (10^6 B/s) of one process's bytes over the time \
-         from before the puts to the end of the sync, median (process 0)\n"
+        "# BSP put to the right neighbour (get: from the left one), {p} processes: MB/s (10^6 B/s) of one \
+         process's bytes over the time from before the puts to the end of the sync, median (process 0)\n"
     );
     o.push_str(&transport::legend(report, BENCH));
     if rows.iter().any(|r| r.source == "mpi") {
@@ -378,15 +390,25 @@ pub(crate) fn table(report: &Report) -> String {
         );
     }
     o.push_str(&format!(
-        "{:>10} {:<16} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8} {:>6}\n",
-        "size", "transport", "put MB/s", "hpput MB/s", "put ms", "hpput ms", "copy ms", "mpi", "x mpi", "reps"
+        "{:>10} {:<16} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8} {:>6}\n",
+        "size",
+        "transport",
+        "put MB/s",
+        "hpput MB/s",
+        "get MB/s",
+        "put ms",
+        "hpput ms",
+        "copy ms",
+        "mpi",
+        "x mpi",
+        "reps"
     ));
     let jobs = transport::jobs(&rows);
     for size in sizes_of(rows.iter().copied()) {
         let at = |r: &&&Row| r.size_bytes == Some(size);
         for job in &jobs {
             let variant = |name: &str| job.iter().filter(at).find(|r| r.what.ends_with(&format!(", {name}"))).copied();
-            let (put, hpput) = (variant("put"), variant("hpput"));
+            let (put, hpput, get) = (variant("put"), variant("hpput"), variant("get"));
             let copy = rows
                 .iter()
                 .filter(at)
@@ -414,11 +436,12 @@ pub(crate) fn table(report: &Report) -> String {
                 None => "-".into(),
             };
             o.push_str(&format!(
-                "{:>10} {:<16} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8} {:>6}\n",
+                "{:>10} {:<16} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8} {:>6}\n",
                 size_label(size),
                 format!("bulkwire {}", transport::label(job[0])),
                 opt(put.and_then(|r| r.num("mb_per_s")), 1),
                 opt(hpput.and_then(|r| r.num("mb_per_s")), 1),
+                opt(get.and_then(|r| r.num("mb_per_s")), 1),
                 opt(ms(put), 2),
                 opt(ms(hpput), 2),
                 opt(ms(copy), 2),
@@ -435,9 +458,10 @@ pub(crate) fn table(report: &Report) -> String {
             });
             if !beside {
                 o.push_str(&format!(
-                    "{:>10} {:<16} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8} {:>6}\n",
+                    "{:>10} {:<16} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>8} {:>6}\n",
                     size_label(size),
                     format!("open mpi {}", transport::of_row(r)),
+                    "-",
                     "-",
                     "-",
                     "-",

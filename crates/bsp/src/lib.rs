@@ -335,15 +335,8 @@ pub struct Bsp {
     /// one's (a fresh buffer's pages cost the kernel a fault and a clearing
     /// each); they hold as many bytes as that superstep's direct puts.
     spare_lent: Vec<Vec<u8>>,
-    /// Bytes of this superstep's direct puts copied into the runtime's
-    /// stage (`Engine::stage`), whose readers map it rather than read this
-    /// process's memory; and the most bytes of direct puts a superstep has
-    /// had, the size the stage takes at the next superstep's first one.
-    staged: usize,
-    stage_want: usize,
-    direct_bytes: usize,
-    /// No stage could be had: not asked for again.
-    no_stage: bool,
+    /// This superstep's use of the runtime's stage.
+    staging: Staging,
     /// The sources of hpputs lent to the runtime in this sync
     /// (`OutStream::hpput_in_place`): the sync ends once every one is
     /// returned, or releases them if it fails.
@@ -522,10 +515,7 @@ impl Bsp {
             outboxes: Outbox::all(nprocs),
             hpputs: Vec::new(),
             spare_lent: Vec::new(),
-            staged: 0,
-            stage_want: 0,
-            direct_bytes: 0,
-            no_stage: false,
+            staging: Staging::default(),
             loans: Vec::new(),
             direct_puts_read: 0,
             arena,
@@ -867,7 +857,7 @@ impl Bsp {
             self.outboxes[pid as usize].stream.put(slot, offset, data);
             return;
         }
-        if let Some(addr) = self.copy_to_stage(data) {
+        if let Some(addr) = self.staging.copy(&self.rt, data) {
             let outbox = &mut self.outboxes[pid as usize];
             outbox.stream.direct(false, slot, offset, data.len() as u64, addr);
             outbox.direct = true;
@@ -886,43 +876,6 @@ impl Bsp {
         outbox.stream.direct(false, slot, offset, data.len() as u64, copy.as_ptr() as u64);
         outbox.lent.push(copy);
         outbox.direct = true;
-    }
-
-    /// Copies `data`, a direct put's bytes, into the runtime's stage after
-    /// this superstep's others, and returns where it lies in this process's
-    /// memory; `None` where there is no stage or no room left in it. The
-    /// superstep's first direct put may replace the stage with one as large
-    /// as the most any superstep has put directly: nobody reads the old one
-    /// any more (the last sync waited for its readers). Where a stage
-    /// cannot be made, direct puts go through buffers of the heap, which
-    /// their readers read with `process_vm_readv`.
-    fn copy_to_stage(&mut self, data: &[u8]) -> Option<u64> {
-        // Each put starts on a cache line.
-        let start = self.staged.next_multiple_of(64);
-        let end = start.checked_add(data.len())?;
-        self.direct_bytes = self.direct_bytes.saturating_add(data.len().next_multiple_of(64));
-        self.stage_want = self.stage_want.max(self.direct_bytes);
-        let want = if start == 0 { self.stage_want } else { 0 };
-        if self.no_stage {
-            return None;
-        }
-        let rt = self.rt.as_ref()?;
-        let Some((ptr, len)) = rt.with(|e| Ok(e.stage(want).ok())).ok().flatten() else {
-            // Off, or the memory could not be had (making a stage
-            // allocates its pages): the heap's buffers from now on.
-            self.no_stage = true;
-            return None;
-        };
-        if end > len {
-            return None;
-        }
-        // SAFETY: `start..end` lies within the stage, which this process
-        // alone writes, and which no reader reads before this superstep's
-        // sync (the bytes there from the last one were read before it
-        // ended).
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr.add(start), data.len()) };
-        self.staged = end;
-        Some(ptr as u64 + start as u64)
     }
 
     /// Copies `data`, a put's bytes for `pid`, into this superstep's half
@@ -1199,7 +1152,7 @@ impl Bsp {
         self.ended = true;
         // The last sync waited for the readers of this process's stage, and
         // read what this one was told to read in its peers'.
-        if self.stage_want > 0 || self.direct_puts_read > 0 {
+        if self.staging.want > 0 || self.direct_puts_read > 0 {
             let rt = self.rt.as_ref().expect("the runtime is there until end");
             let _ = rt.with(|e| {
                 e.release_stages();
@@ -1248,6 +1201,67 @@ impl Drop for Bsp {
         };
         eprintln!("{reason}");
         rt.fail(&reason);
+    }
+}
+
+/// A superstep's use of the runtime's stage (`Engine::stage`): memory whose
+/// readers on this host map it rather than read this process's memory, for
+/// the copies of direct puts and of large get replies.
+#[derive(Default)]
+struct Staging {
+    /// Bytes of this superstep's copies in the stage.
+    used: usize,
+    /// Bytes of this superstep's direct copies, staged or not, and the most
+    /// any superstep has had: the size the stage takes at a superstep's
+    /// first.
+    wanted: usize,
+    want: usize,
+    /// No stage could be had: not asked for again.
+    off: bool,
+}
+
+impl Staging {
+    /// Copies `data`, bytes another process of this host is to read, into
+    /// the runtime's stage after this superstep's others, and returns where
+    /// they lie in this process's memory; `None` where there is no stage or
+    /// no room left in it. The superstep's first copy may replace the stage
+    /// with one as large as the most any superstep has copied: nobody reads
+    /// the old one any more (the last sync waited for its readers). Where a
+    /// stage cannot be made, the copies go in buffers of the heap, which
+    /// their readers read with `process_vm_readv`.
+    fn copy(&mut self, rt: &Option<Held>, data: &[u8]) -> Option<u64> {
+        // Each copy starts on a cache line.
+        let start = self.used.next_multiple_of(64);
+        let end = start.checked_add(data.len())?;
+        self.wanted = self.wanted.saturating_add(data.len().next_multiple_of(64));
+        self.want = self.want.max(self.wanted);
+        if self.off {
+            return None;
+        }
+        let grow_to = if start == 0 { self.want } else { 0 };
+        let Some((ptr, len)) = rt.as_ref()?.with(|e| Ok(e.stage(grow_to).ok())).ok().flatten() else {
+            // Off, or the memory could not be had (making a stage
+            // allocates its pages): the heap's buffers from now on.
+            self.off = true;
+            return None;
+        };
+        if end > len {
+            return None;
+        }
+        // SAFETY: `start..end` lies within the stage, which this process
+        // alone writes, and which no reader reads before this superstep's
+        // sync (the bytes there from the last one were read before it
+        // ended).
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr.add(start), data.len()) };
+        self.used = end;
+        Some(ptr as u64 + start as u64)
+    }
+
+    /// Every reader has read this superstep's copies: the next superstep's
+    /// start again at the stage's beginning.
+    fn read(&mut self) {
+        self.used = 0;
+        self.wanted = 0;
     }
 }
 

@@ -64,6 +64,7 @@ const HPPUT: u8 = 4;
 const DIRECT: u8 = 5;
 const REPLY_AT: u8 = 6;
 const SEND_AT: u8 = 7;
+const REPLY_FROM: u8 = 8;
 
 pub const PUT_HEADER: usize = 1 + 4 + 8 + 8;
 pub const SEND_HEADER: usize = 1 + 4 + 8;
@@ -330,9 +331,20 @@ impl OutStream {
     /// A get's reply of `len` bytes that this process copied to `at` in its
     /// arena.
     pub fn reply_in_arena(&mut self, len: u64, at: u64) {
+        self.reply_elsewhere(REPLY_AT, len, at);
+    }
+
+    /// A get's reply of `len` bytes at `addr` in this process (its stage),
+    /// which the receiver reads from there, as a direct put's.
+    pub fn reply_from(&mut self, len: u64, addr: u64) {
+        self.reply_elsewhere(REPLY_FROM, len, addr);
+    }
+
+    /// A reply record of `kind` whose `len` bytes are at `at`.
+    fn reply_elsewhere(&mut self, kind: u8, len: u64, at: u64) {
         self.referenced += len;
         let buf = self.extend(REPLY_AT_LEN);
-        buf.push(REPLY_AT);
+        buf.push(kind);
         buf.extend_from_slice(&len.to_le_bytes());
         buf.extend_from_slice(&at.to_le_bytes());
     }
@@ -503,6 +515,12 @@ pub enum Record {
         len: u64,
         at: u64,
     },
+    /// A get's reply: `len` bytes at `addr` in the sender's memory, which
+    /// the receiver reads and says so (`READ_DONE`), as a direct put's.
+    ReplyFrom {
+        len: u64,
+        addr: u64,
+    },
     /// A message whose payload is `len` bytes from `at` in the sender's
     /// arena.
     SendAt {
@@ -562,6 +580,7 @@ pub fn parse_parts(parts: &[&[u8]], base: usize) -> Result<Vec<Record>, String> 
                 Record::Reply { data: start..start + len }
             }
             REPLY_AT => Record::ReplyAt { len: r.u64()?, at: r.u64()? },
+            REPLY_FROM => Record::ReplyFrom { len: r.u64()?, addr: r.u64()? },
             SEND_AT => {
                 let tag_len = r.u32()? as usize;
                 let (len, at) = (r.u64()?, r.u64()?);
@@ -791,6 +810,16 @@ mod tests {
         for cut in 0..DIRECT_LEN {
             assert!(parse(&bytes[start..start + cut], 0).is_err() || cut == 0);
         }
+        // A reply in the sender's memory (its stage), counted as delivered.
+        let mut s = OutStream::new(0);
+        s.reply_from(300_000, 0x7f00_0000_0040);
+        assert_eq!(s.delivers(), s.len() as u64 + 300_000);
+        let (bytes, start) = s.into_bytes();
+        assert_eq!(parse(&bytes, start).unwrap(), [Record::ReplyFrom { len: 300_000, addr: 0x7f00_0000_0040 }]);
+        for cut in 1..REPLY_AT_LEN {
+            assert!(parse(&bytes[start..start + cut], 0).is_err());
+        }
+        assert!(parse(&[9], 0).unwrap_err().contains("unknown record kind 9"));
     }
 
     #[test]

@@ -724,10 +724,7 @@ impl Bsp {
             self.spare_lent = lent.buffers;
             self.spare_lent.iter_mut().for_each(Vec::clear);
         }
-        // Every reader of the stage has read it: the next superstep's
-        // direct puts start again at its beginning.
-        self.staged = 0;
-        self.direct_bytes = 0;
+        self.staging.read();
         for index in self.registry.apply() {
             self.owned[index] = None;
         }
@@ -1046,7 +1043,16 @@ impl Bsp {
                     format!("{} by process {j}", if q.hp { "bsp_hpget" } else { "bsp_get" })
                 })?;
                 let data = read_area(&self.owned, area, offset, len);
-                // From 1 KiB to a process on this host: through the arena.
+                // From 256 KiB to a process on this host that reads this
+                // one's memory: through the stage, as a direct put; from
+                // 1 KiB: through the arena.
+                if self.reads_here(j as u32, len) {
+                    if let Some(addr) = self.staging.copy(&self.rt, data) {
+                        self.outboxes[j].stream.reply_from(len as u64, addr);
+                        self.outboxes[j].direct = true;
+                        continue;
+                    }
+                }
                 let stream = &mut self.outboxes[j].stream;
                 match self.arena.as_mut().filter(|_| self.arena_readers[j]).and_then(|a| a.copy(self.superstep, data)) {
                     Some(at) => stream.reply_in_arena(data.len() as u64, at),
@@ -1229,15 +1235,18 @@ impl Bsp {
             .collect::<Result<_, _>>()?;
         let views: Vec<View<'_>> = streams.iter().map(Stream::view).collect();
 
+        let mut read_from = vec![false; p];
         for (j, recs) in records.iter().enumerate() {
-            let mut replies = recs.iter().filter(|r| matches!(r, Record::Reply { .. } | Record::ReplyAt { .. }));
+            let mut replies = recs
+                .iter()
+                .filter(|r| matches!(r, Record::Reply { .. } | Record::ReplyAt { .. } | Record::ReplyFrom { .. }));
             for (q, target) in outboxes[j].requests.iter().zip(&outboxes[j].targets) {
                 let reply = replies
                     .next()
                     .ok_or_else(|| Reason::Malformed { peer: j as u32, why: "a get reply is missing".into() })?;
                 let len = match reply {
                     Record::Reply { data } => data.len() as u64,
-                    &Record::ReplyAt { len, .. } => len,
+                    &Record::ReplyAt { len, .. } | &Record::ReplyFrom { len, .. } => len,
                     _ => unreachable!("filtered"),
                 };
                 if len != q.len {
@@ -1255,6 +1264,16 @@ impl Bsp {
                         lent.referenced += len;
                         self.arena_reads += 1;
                     }
+                    &Record::ReplyFrom { len, addr } => {
+                        let dst = target_mut(&mut self.owned, *target, len as usize);
+                        read_memory(&self.rt, j as u32, addr, dst).map_err(|why| Reason::DirectRead {
+                            peer: j as u32,
+                            what: "a get's reply",
+                            why,
+                        })?;
+                        lent.referenced += len;
+                        read_from[j] = true;
+                    }
                     _ => unreachable!("filtered"),
                 }
             }
@@ -1263,7 +1282,6 @@ impl Bsp {
             }
         }
         let mut entries = Vec::new();
-        let mut read_from = vec![false; p];
         for (j, recs) in records.iter().enumerate() {
             for r in recs {
                 match r {
@@ -1296,7 +1314,7 @@ impl Bsp {
                         lent.referenced += len;
                         self.arena_reads += 1;
                     }
-                    Record::Reply { .. } | Record::ReplyAt { .. } => {}
+                    Record::Reply { .. } | Record::ReplyAt { .. } | Record::ReplyFrom { .. } => {}
                     &Record::Direct { hp, arena, slot, offset, len, addr } => {
                         let area =
                             self.registry.area(slot).ok_or(Reason::UnknownRegistration { slot, owner: me as u32 })?;

@@ -597,7 +597,7 @@ fn an_unknown_transport_is_refused_by_name() {
     }
 }
 
-/// `bench put`: for each job, bsp_put and bsp_hpput at every size (each
+/// `bench put`: for each job, bsp_put, bsp_hpput and bsp_get at every size (each
 /// repetition checked at its receiver, or the job fails) and one copy of
 /// the same bytes, and Open MPI's ring over shared memory and TCP where
 /// it is installed.
@@ -611,9 +611,10 @@ fn put_to_a_neighbour_with_put_and_hpput() {
         let ours = job(rows, "put", requested);
         let variants: Vec<&str> = ours.iter().map(|r| r["what"].as_str().expect("what")).collect();
         let over = variants[0].split(", ").next().expect("a transport");
-        let expected: Vec<String> = all.iter().flat_map(|_| ["put", "hpput"]).map(|v| format!("{over}, {v}")).collect();
+        let expected: Vec<String> =
+            all.iter().flat_map(|_| ["put", "hpput", "get"]).map(|v| format!("{over}, {v}")).collect();
         assert_eq!(variants, expected, "{v}");
-        assert_eq!(sizes(&ours), [1, 1, 100000, 100000, 3000000, 3000000], "{v}");
+        assert_eq!(sizes(&ours), [1, 1, 1, 100000, 100000, 100000, 3000000, 3000000, 3000000], "{v}");
         for r in ours {
             assert_eq!(num(r, "procs"), 2.0, "{r}");
             assert_eq!(num(r, "repetitions_count"), 2.0, "{r}");
@@ -630,7 +631,7 @@ fn put_to_a_neighbour_with_put_and_hpput() {
         }
     }
     let table = text_of(&["put", "--sizes", "300000", "--repetitions", "2", "--transport", "shm", "--no-mpi"]);
-    assert!(table.contains("copy ms") && table.contains("# copy ms: one memcpy"), "{table}");
+    assert!(table.contains("get MB/s") && table.contains("# copy ms: one memcpy"), "{table}");
     if open_mpi() {
         for transport in ["shm", "tcp"] {
             let mpi = of(rows, "put", "mpi", &format!("{transport}, Isend/Irecv ring"));
@@ -643,6 +644,6 @@ fn put_to_a_neighbour_with_put_and_hpput() {
     let ring_rows = crate::rows(&ring);
     assert_eq!(jobs(ring_rows, "put"), ["udp"]);
     let what: Vec<&str> = ring_rows.iter().map(|r| r["what"].as_str().expect("what")).collect();
-    assert_eq!(what, ["udp, put", "udp, hpput", "one copy"], "{ring}");
+    assert_eq!(what, ["udp, put", "udp, hpput", "udp, get", "one copy"], "{ring}");
     assert!(ring_rows.iter().all(|r| num(r, "procs") == 3.0), "{ring}");
 }

@@ -211,10 +211,11 @@ fn semantics_for_every_order_and_under_loss() {
 /// holds at the sync, into owned and raw areas, over several supersteps
 /// (the sender's buffers are reused); and the same results with those
 /// reads off and over UDP. A put's copy goes into the sender's stage,
-/// mapped by the receiver: the puts grow from superstep to superstep, so
-/// the stage is replaced by larger ones, and the second put of the middle
-/// superstep finds it full and goes through the heap. Returns the direct
-/// puts read and how many of them came from a stage.
+/// mapped by the receiver, and so does a large get's reply: the puts grow
+/// from superstep to superstep, so the stage is replaced by larger ones,
+/// and what finds it full goes through the heap (a put) or the stream (a
+/// reply). Returns the direct puts read and how many puts and replies came
+/// from a stage.
 fn large_puts(bsp: &mut Bsp) -> Result<(u64, u64), BspError> {
     let (me, p) = (bsp.pid(), bsp.nprocs());
     let right = (me + 1) % p;
@@ -224,7 +225,11 @@ fn large_puts(bsp: &mut Bsp) -> Result<(u64, u64), BspError> {
     const FIRST: [usize; 3] = [N / 2, N, N];
     const SECOND: [usize; 3] = [0, 5 * N / 8, 5 * N / 8];
     let pattern = |who: u32, step: u32, i: usize| (i as u32).wrapping_mul(2_654_435_761) ^ (who << 24) ^ (step << 16);
+    // A get of as many elements each superstep, from the right neighbour.
+    const GET: usize = 300_000;
     let owned = bsp.register::<u32>(N + SECOND[2])?;
+    let served = bsp.register::<u32>(GET)?;
+    let fetched = bsp.register::<u32>(GET)?;
     let mut raw = vec![0u8; 3 * N];
     // SAFETY: `raw` outlives its registration and is read only between syncs.
     unsafe { bsp.push_reg_raw(raw.as_mut_ptr(), raw.len())? };
@@ -238,6 +243,9 @@ fn large_puts(bsp: &mut Bsp) -> Result<(u64, u64), BspError> {
         if second > 0 {
             bsp.put(right, &data[N..N + second], &owned, N)?;
         }
+        let values: Vec<u32> = (0..GET).map(|i| pattern(me, step + 9, i)).collect();
+        bsp.area_mut(&served).copy_from_slice(&values);
+        bsp.get(right, &served, 0, &fetched, 0, GET)?;
         let mut source = vec![0u8; N + 7];
         // SAFETY: `source` lives until after the sync; `raw` is registered.
         unsafe { bsp.hpput_raw(right, source.as_ptr(), raw.as_ptr(), 3, N + 7)? };
@@ -249,6 +257,9 @@ fn large_puts(bsp: &mut Bsp) -> Result<(u64, u64), BspError> {
             let i = if i < first { i } else { N + i - first };
             let expect = if (1000..1004).contains(&i) { u32::MAX } else { pattern(left, step, i) };
             assert_eq!(v, expect, "step {step}: element {i} of the puts from {left}");
+        }
+        for (i, &v) in bsp.area(&fetched).iter().enumerate() {
+            assert_eq!(v, pattern(right, step + 9, i), "step {step}: element {i} of the get from {right}");
         }
         for (i, &b) in raw[3..3 + N + 7].iter().enumerate() {
             assert_eq!(b, (i as u32 ^ left ^ step) as u8, "step {step}: byte {i} of the hpput from {left}");
@@ -276,9 +287,11 @@ fn large_puts_on_one_host_are_read_from_the_sender() {
         return;
     }
     // Read directly: the puts (one, two, two) and the hpputs (one each
-    // superstep); from the stage: the puts but the one that found it full.
+    // superstep); from the stage: the puts but the one that found it full
+    // (in the middle superstep), and the last superstep's reply (the stage
+    // grows to the most a superstep copied, puts and replies, by the next).
     let runs = [
-        (&[][..], 8, 4),
+        (&[][..], 8, 5),
         (&[("BULKWIRE_SHM_STAGE", "0")][..], 8, 0),
         (&[("BULKWIRE_SHM_CMA", "0")][..], 0, 0),
         (&[("BULKWIRE_SHM", "0")][..], 0, 0),
