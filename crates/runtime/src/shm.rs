@@ -2312,9 +2312,19 @@ mod tests {
         assert!(b.read_from(0, bigger as u64 + len as u64, &mut got).unwrap());
         assert!(got.iter().enumerate().all(|(i, &v)| v == ((i + len) % 253) as u8 ^ 2));
         assert_eq!(b.stage_reads(), 2);
+        // A stage that cannot be mapped (here its descriptor published
+        // wrong) is read by the kernel, and not tried again.
+        let (third, third_len) = a.stage(big_len + 1).unwrap();
+        fill(third, third_len, 3);
+        a.own.region.u32(H_STAGE_FD).store(0, Ordering::Relaxed);
+        for _ in 0..2 {
+            assert!(!b.read_from(0, third as u64 + 5, &mut got).unwrap(), "by the kernel");
+            assert!(got.iter().enumerate().all(|(i, &v)| v == ((i + 5) % 253) as u8 ^ 3));
+        }
+        assert_eq!(b.stage_reads(), 2);
         // Released: the old addresses are nobody's.
         a.release_stages();
-        assert!(b.read_from(0, bigger as u64, &mut got).is_err());
+        assert!(b.read_from(0, third as u64, &mut got).is_err());
         assert_eq!(b.stage_reads(), 2);
         // Without stages.
         let job = crate::new_job_id();
