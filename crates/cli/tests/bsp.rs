@@ -272,6 +272,11 @@ fn large_puts(bsp: &mut Bsp) -> Result<(u64, u64), BspError> {
         .runtime()
         .with(|e| Ok(e.stage_reads()))
         .map_err(|e| bsp.error(Call::Sync, Reason::Runtime(e.to_string())))?;
+    // The bytes of those reads: the puts and the reply that went through
+    // the stage.
+    let bytes = bsp.runtime().shm_stats().stage_read_bytes;
+    let expect = if staged == 0 { 0 } else { 4 * (FIRST.iter().sum::<usize>() + SECOND[2] + GET) as u64 };
+    assert_eq!(bytes, expect, "bytes read from a stage");
     Ok((bsp.direct_puts_read(), staged))
 }
 
@@ -306,6 +311,22 @@ fn large_puts_on_one_host_are_read_from_the_sender() {
                 assert!(all.contains(&line), "{env:?} n={n}: no {line:?} in\n{all}");
             }
         }
+    }
+    // `run --stats` shows those bytes by pair: 14.307 MB each way.
+    let out = Command::new(env!("CARGO_BIN_EXE_bulkwire"))
+        .args(["run", "-n", "2", "--stats"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", "large_puts_on_one_host_are_read_from_the_sender", "--nocapture", "--test-threads=1"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    expect_ok(&out, 2, "--stats");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let table = stderr.split("shared memory read where it lies").nth(1).unwrap_or_else(|| panic!("{stderr}"));
+    for pair in ["1>0", "0>1"] {
+        let row =
+            table.lines().find(|l| l.split_whitespace().next() == Some(pair)).unwrap_or_else(|| panic!("{table}"));
+        assert_eq!(row.split_whitespace().collect::<Vec<_>>()[1..], ["0.000", "14.307"], "{table}");
     }
 }
 

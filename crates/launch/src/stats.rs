@@ -64,6 +64,18 @@ pub fn table(reports: &BTreeMap<u32, Vec<PeerReport>>) -> String {
     section(
         &mut o,
         reports,
+        "shared memory read where it lies (BSP's puts and get replies on the host): MB the rank copied from \
+         the peer's arena and from its stage",
+        &[("from", 6), ("arena MB", 10), ("stage MB", 10)],
+        |p| p.shm_arena_read_bytes + p.shm_stage_read_bytes > 0,
+        |p| {
+            let mb = |bytes: u64| format!("{:.3}", bytes as f64 / 1e6);
+            vec![mb(p.shm_arena_read_bytes), mb(p.shm_stage_read_bytes)]
+        },
+    );
+    section(
+        &mut o,
+        reports,
         "UDP reads and sends: datagrams to the peer that left in segmented sends (GSO); from the peer, \
          datagrams that came in coalesced reads (GRO), and data datagrams read straight into the buffer of \
          the message they continue",
@@ -165,6 +177,8 @@ pub fn json(reports: &BTreeMap<u32, Vec<PeerReport>>, ranks: u32) -> String {
                     .with("shm_bytes", p.shm_bytes)
                     .with("shm_single_copy_count", p.shm_single_copy)
                     .with("shm_wakeups_count", p.shm_wakeups)
+                    .with("shm_arena_read_bytes", p.shm_arena_read_bytes)
+                    .with("shm_stage_read_bytes", p.shm_stage_read_bytes)
                     .with("segmented_packets", p.offload_sent)
                     .with("coalesced_packets", p.offload_received)
                     .with("read_in_place_packets", p.read_in_place)

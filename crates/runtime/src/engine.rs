@@ -859,8 +859,8 @@ impl Engine {
 
     /// Copies `dst.len()` bytes from `at` in `peer`'s arena into `dst`; bytes
     /// outside it are an error that says so.
-    pub fn read_peer_arena(&self, peer: u32, at: u64, dst: &mut [u8]) -> Result<(), String> {
-        self.shm.as_ref().ok_or("no shared memory with any peer")?.read_arena(peer, at, dst)
+    pub fn read_peer_arena(&mut self, peer: u32, at: u64, dst: &mut [u8]) -> Result<(), String> {
+        self.shm.as_mut().ok_or("no shared memory with any peer")?.read_arena(peer, at, dst)
     }
 
     /// Copies `dst.len()` bytes at `addr` in `peer`'s memory into `dst`, in
@@ -1663,6 +1663,8 @@ impl Runtime {
             total.read_in_place += s.read_in_place;
             total.shared_copies += s.shared_copies;
             total.wakeups_sent += s.wakeups_sent;
+            total.arena_read_bytes += s.arena_read_bytes;
+            total.stage_read_bytes += s.stage_read_bytes;
         }
         total
     }
@@ -1711,6 +1713,8 @@ impl Runtime {
                     shm_bytes: m.bytes_sent,
                     shm_single_copy: m.single_copy,
                     shm_wakeups: m.wakeups_sent,
+                    shm_arena_read_bytes: m.arena_read_bytes,
+                    shm_stage_read_bytes: m.stage_read_bytes,
                     offload_sent: e.tx.segmented(peer),
                     offload_received: e.coalesced.get(peer as usize).copied().unwrap_or(0),
                     read_in_place: c.read_in_place,

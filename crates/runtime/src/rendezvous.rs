@@ -100,6 +100,12 @@ pub struct PeerReport {
     pub shm_single_copy: u64,
     #[serde(default)]
     pub shm_wakeups: u64,
+    /// Bytes this rank copied from the peer's arena and from its stage,
+    /// where they lay (BSP's puts and get replies on one host).
+    #[serde(default)]
+    pub shm_arena_read_bytes: u64,
+    #[serde(default)]
+    pub shm_stage_read_bytes: u64,
     /// Over UDP with segmentation offload: datagrams to the peer that left
     /// in segmented sends (GSO), and datagrams from the peer that came in
     /// coalesced reads (GRO).

@@ -592,6 +592,11 @@ pub struct ShmStats {
     /// first ([`SPLIT_FROM`]).
     pub shared_copies: u64,
     pub wakeups_sent: u64,
+    /// Bytes this process copied from the peer's arena and from its stage
+    /// where they lay (BSP's puts and get replies through them; a message
+    /// read where it lies in the arena is the layer above's to count).
+    pub arena_read_bytes: u64,
+    pub stage_read_bytes: u64,
 }
 
 impl std::fmt::Debug for Shm {
@@ -1564,6 +1569,7 @@ impl Shm {
                 if let Some(src) = p.staged(job, rank, addr, dst.len()) {
                     dst.copy_from_slice(src);
                     self.stage_reads += 1;
+                    self.stats[rank as usize].stage_read_bytes += dst.len() as u64;
                     return Ok(true);
                 }
                 read_remote_into(p.pid, addr, dst).map(|()| false)
@@ -1644,7 +1650,7 @@ impl Shm {
     }
 
     /// Copies `dst.len()` bytes from `at` in `rank`'s arena into `dst`.
-    pub fn read_arena(&self, rank: u32, at: u64, dst: &mut [u8]) -> Result<(), String> {
+    pub fn read_arena(&mut self, rank: u32, at: u64, dst: &mut [u8]) -> Result<(), String> {
         let Some(peer) = self.peers.get(rank as usize).and_then(Option::as_ref) else {
             return Err(format!("rank {rank} is not on this host"));
         };
@@ -1665,6 +1671,7 @@ impl Shm {
         unsafe {
             std::ptr::copy_nonoverlapping(peer.w.theirs.ptr.add(peer.arena + at), dst.as_mut_ptr(), dst.len());
         }
+        self.stats[rank as usize].arena_read_bytes += dst.len() as u64;
         Ok(())
     }
 
@@ -2252,7 +2259,7 @@ mod tests {
 
     #[test]
     fn a_peer_reads_the_arena_where_it_lies_and_nothing_outside() {
-        let (a, b) = pair(64 << 10);
+        let (a, mut b) = pair(64 << 10);
         let (ptr, len) = a.arena();
         assert_eq!(len, 64 << 10);
         assert_eq!(b.arena_of(0), len);
@@ -2262,6 +2269,7 @@ mod tests {
         let mut got = vec![0u8; 1000];
         b.read_arena(0, (len - 1000) as u64, &mut got).unwrap();
         assert_eq!(got, bytes);
+        assert_eq!(b.stats[0].arena_read_bytes, 1000);
         let past = b.read_arena(0, (len - 999) as u64, &mut got).unwrap_err();
         assert!(past.contains("outside rank 0's arena of 65536 bytes"), "{past}");
         assert!(b.read_arena(0, u64::MAX, &mut got).is_err());
@@ -2312,6 +2320,7 @@ mod tests {
         assert!(b.read_from(0, bigger as u64 + len as u64, &mut got).unwrap());
         assert!(got.iter().enumerate().all(|(i, &v)| v == ((i + len) % 253) as u8 ^ 2));
         assert_eq!(b.stage_reads(), 2);
+        assert_eq!(b.stats[0].stage_read_bytes, 2 * 5000, "what the kernel read is not counted");
         // A stage that cannot be mapped (here its descriptor published
         // wrong) is read by the kernel, and not tried again.
         let (third, third_len) = a.stage(big_len + 1).unwrap();
