@@ -1151,14 +1151,13 @@ impl Bsp {
         self.superstep_end(Call::End).map_err(|e| self.poison(e))?;
         self.ended = true;
         // The last sync waited for the readers of this process's stage, and
-        // read what this one was told to read in its peers'.
-        if self.staging.want > 0 || self.direct_puts_read > 0 {
-            let rt = self.rt.as_ref().expect("the runtime is there until end");
-            let _ = rt.with(|e| {
-                e.release_stages();
-                Ok(())
-            });
-        }
+        // read what this one was told to read in its peers' (puts and get
+        // replies): let go of both, whose pages a mapping would keep.
+        let rt = self.rt.as_ref().expect("the runtime is there until end");
+        let _ = rt.with(|e| {
+            e.release_stages();
+            Ok(())
+        });
         if std::env::var(STATS_ENV).is_ok_and(|v| v.trim() == "1") {
             // One write per line, so the lines of a job's processes do not mix.
             let line = format!("{}\n", self.packet_stats().line(self.pid));
