@@ -289,17 +289,8 @@ fn measure(bsp: &mut Bsp, args: &Args) -> Result<Vec<Row>, BspError> {
                     ));
                 }
             }
-            let min_us = times.iter().copied().fold(f64::INFINITY, f64::min) * 1e6;
-            let median = median_us(times);
-            rows.push(
-                Row::new(BENCH, "bulkwire", format!("{over}, {}", variant.name()), p)
-                    .size(size)
-                    .with("mb_per_s", mb_per_s(size as u64, median / 1e6))
-                    .with("median_us", median)
-                    .with("min_us", min_us)
-                    .with("repetitions_count", reps)
-                    .with(REQUESTED, requested),
-            );
+            let row = Row::new(BENCH, "bulkwire", format!("{over}, {}", variant.name()), p);
+            rows.push(timed(row, size, times, requested));
         }
         rows.push(one_copy(bsp, &src, reps, p, requested)?);
         bsp.pop_reg_raw(src.as_ptr())?;
@@ -331,15 +322,22 @@ fn one_copy(bsp: &mut Bsp, src: &[u8], reps: usize, p: u32, requested: &str) -> 
     if kept != src {
         return Err(bsp.error(bulkwire_bsp::Call::Sync, bulkwire_bsp::Reason::Invalid("the copy differs".into())));
     }
+    Ok(timed(Row::new(BENCH, "memory", "one copy", p), src.len(), times, requested))
+}
+
+/// `row` for `size` bytes moved in each of `times` (seconds): MB/s of the
+/// median, the median and the least, how many, and the transport the job
+/// asked for.
+fn timed(row: Row, size: usize, times: Vec<f64>, requested: &str) -> Row {
+    let reps = times.len();
     let min_us = times.iter().copied().fold(f64::INFINITY, f64::min) * 1e6;
     let median = median_us(times);
-    Ok(Row::new(BENCH, "memory", "one copy", p)
-        .size(src.len())
-        .with("mb_per_s", mb_per_s(src.len() as u64, median / 1e6))
+    row.size(size)
+        .with("mb_per_s", mb_per_s(size as u64, median / 1e6))
         .with("median_us", median)
         .with("min_us", min_us)
         .with("repetitions_count", reps)
-        .with(REQUESTED, requested))
+        .with(REQUESTED, requested)
 }
 
 /// The Open MPI reference: the same ring of the same sizes.

@@ -152,18 +152,18 @@ pub fn rank(args: &Args) -> Result<Option<Report>, String> {
     Ok(rows.map(|mut report| {
         notes.append(&mut report.notes);
         if reference > 0 {
-            notes.push(
-                "raw udp: each process sends its bytes to every other in datagrams of at most 64000 B, \
-                 then reads every other's, each piece copied to its place; nothing acknowledged or resent"
-                    .into(),
-            );
+            notes.push(format!(
+                "raw udp: each process sends its bytes to every other in datagrams of at most {} B, \
+                 then reads every other's, each piece copied to its place; nothing acknowledged or resent",
+                crate::reference::UDP_MAX_PAYLOAD
+            ));
         }
         Report { rows: report.rows, notes }
     }))
 }
 
-/// The BSP section of [`rank`], after the rows of `reference`: process 0
-/// returns every row.
+/// The BSP section of [`rank`]: its rows after `rows` (the raw UDP
+/// reference's), all of them returned by process 0.
 fn bsp_section(args: &Args, rt: &'static Runtime, over: &str, mut rows: Vec<Row>) -> Result<Option<Report>, BspError> {
     let mut bsp = Bsp::begin_on(rt)?;
     let (me, p) = (bsp.pid(), bsp.nprocs());

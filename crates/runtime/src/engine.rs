@@ -898,11 +898,6 @@ impl Engine {
         }
     }
 
-    /// Reads of peers' stages so far ([`Engine::read_peer_memory`]).
-    pub fn stage_reads(&self) -> u64 {
-        self.shm.as_ref().map_or(0, |s| s.stage_reads())
-    }
-
     /// Whether a message of `len` bytes to `to` would be lent
     /// ([`Engine::lend`]) rather than copied: `to` runs on this host, reads
     /// this process's memory, and the message is at least as long as its

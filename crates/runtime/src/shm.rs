@@ -633,8 +633,6 @@ pub(crate) struct Shm {
     /// The post whose peers' counterparts this process may be waiting for:
     /// it does not sleep while they are all there (see [`Shm::may_sleep`]).
     awaited: Option<u64>,
-    /// Reads from peers' stages ([`Shm::read_from`]).
-    stage_reads: u64,
 }
 
 /// Which collective a post on the board belongs to: a process reads its
@@ -773,7 +771,6 @@ impl Shm {
             wake: Vec::new(),
             posts: 0,
             awaited: None,
-            stage_reads: 0,
         })
     }
 
@@ -1568,7 +1565,6 @@ impl Shm {
             Some(p) if p.cma_from => {
                 if let Some(src) = p.staged(job, rank, addr, dst.len()) {
                     dst.copy_from_slice(src);
-                    self.stage_reads += 1;
                     self.stats[rank as usize].stage_read_bytes += dst.len() as u64;
                     return Ok(true);
                 }
@@ -1619,11 +1615,6 @@ impl Shm {
         for peer in self.peers.iter_mut().flatten() {
             peer.stage = None;
         }
-    }
-
-    /// Reads of peers' stages so far ([`Shm::read_from`]).
-    pub fn stage_reads(&self) -> u64 {
-        self.stage_reads
     }
 
     /// This process's arena: memory in its file that its peers on this
@@ -2319,7 +2310,6 @@ mod tests {
         fill(bigger, big_len, 2);
         assert!(b.read_from(0, bigger as u64 + len as u64, &mut got).unwrap());
         assert!(got.iter().enumerate().all(|(i, &v)| v == ((i + len) % 253) as u8 ^ 2));
-        assert_eq!(b.stage_reads(), 2);
         assert_eq!(b.stats[0].stage_read_bytes, 2 * 5000, "what the kernel read is not counted");
         // A stage that cannot be mapped (here its descriptor published
         // wrong) is read by the kernel, and not tried again.
@@ -2330,11 +2320,11 @@ mod tests {
             assert!(!b.read_from(0, third as u64 + 5, &mut got).unwrap(), "by the kernel");
             assert!(got.iter().enumerate().all(|(i, &v)| v == ((i + 5) % 253) as u8 ^ 3));
         }
-        assert_eq!(b.stage_reads(), 2);
+        assert_eq!(b.stats[0].stage_read_bytes, 2 * 5000);
         // Released: the old addresses are nobody's.
         a.release_stages();
         assert!(b.read_from(0, third as u64, &mut got).is_err());
-        assert_eq!(b.stage_reads(), 2);
+        assert_eq!(b.stats[0].stage_read_bytes, 2 * 5000);
         // Without stages.
         let job = crate::new_job_id();
         let addr: std::net::SocketAddr = "127.0.0.1:9".parse().unwrap();
