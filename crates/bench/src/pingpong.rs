@@ -151,7 +151,7 @@ impl RoundTrips {
 
 pub(crate) fn rank(world: &World, args: &Args) -> Result<Vec<Row>, CommError> {
     let me = world.rank();
-    let (peer, initiator) = (me ^ 1, me % 2 == 0);
+    let (peer, initiator) = (me ^ 1, me.is_multiple_of(2));
     let mut sockets = Sockets::open(world, &[peer])?;
     let requested = args.transport.requested().as_str();
     let over = transport::reached(world.runtime(), [peer]);

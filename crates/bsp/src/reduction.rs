@@ -1130,7 +1130,7 @@ mod tests {
             let n = matrix_words(p);
             let bits = p as usize * p as usize;
             let clear_past_end = move |mut words: Vec<u64>| {
-                if bits % 64 != 0 {
+                if !bits.is_multiple_of(64) {
                     words[n - 1] &= !(!0u64 << (bits % 64));
                 }
                 words

@@ -513,7 +513,7 @@ fn a_busy_member_does_not_hold_up_posts_or_joins() {
 fn best_effort_posts_lose_what_the_network_drops_and_nothing_else() {
     const POSTS: u32 = 600;
     // Some posts take several datagrams: a lost piece drops the whole post.
-    let post = |i: u32| pattern(i, if i % 25 == 0 { 100_000 } else { 200 });
+    let post = |i: u32| pattern(i, if i.is_multiple_of(25) { 100_000 } else { 200 });
     if is_rank() {
         let world = World::init().unwrap();
         let groups = Groups::new(&world).unwrap();

@@ -818,7 +818,7 @@ fn rogue_traffic_is_dropped_and_counted() {
                         // Replays of sequence numbers 0 to 2, long delivered.
                         _ => seal(&h, &[0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 9], &key),
                     };
-                    let _ = rogue.send_to(&datagram, if i % 2 == 0 { ordinary } else { premium });
+                    let _ = rogue.send_to(&datagram, if i.is_multiple_of(2) { ordinary } else { premium });
                     i += 1;
                 }
             });

@@ -277,7 +277,7 @@ fn latency_between_the_thresholds_does_not_flap() {
     // wobbling between the thresholds, above TM, wobbling again, below Tm.
     let profile = |t: Time| -> Duration {
         let phase = t.as_nanos() / (100 * MS);
-        let wobble = if (t.as_nanos() / (5 * MS)) % 2 == 0 { 160 } else { 195 };
+        let wobble = if (t.as_nanos() / (5 * MS)).is_multiple_of(2) { 160 } else { 195 };
         Duration::from_micros(match phase {
             0 => wobble,
             1 => 400,

@@ -435,7 +435,7 @@ impl Engine {
             } else {
                 self.progress_paths(&[])
             }
-        } else if both || round % 4 == 0 {
+        } else if both || round.is_multiple_of(4) {
             // The other path first: a datagram the hot one brings is then
             // handled and answered without a read of the other after it
             // (one system call, 0.3-0.4 us, on an answer's way out).
@@ -1901,7 +1901,7 @@ impl Runtime {
             drop(e);
             // The clock at every eighth turn of a spin, which lasts hundreds
             // of turns (at every turn where there is no spin).
-            if round % 8 == 0 || spin.is_zero() {
+            if round.is_multiple_of(8) || spin.is_zero() {
                 let now = Instant::now();
                 if now >= *spin_until.get_or_insert(now + spin) {
                     break Ok(None);
@@ -1920,7 +1920,7 @@ impl Runtime {
             // time slice (500,000 round trips of 8 B, two bound ranks, the
             // machine otherwise busy, paired runs: 1.24 s yielding at every
             // turn, 0.70 s at every 16th).
-            if self.shares_cores || round % 16 == 0 {
+            if self.shares_cores || round.is_multiple_of(16) {
                 std::thread::yield_now();
             }
         };

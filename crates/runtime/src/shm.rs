@@ -261,7 +261,7 @@ impl ShmOptions {
         let arena = match lookup(SHM_ARENA) {
             Some(v) => {
                 let n: usize = v.trim().parse().map_err(|_| format!("{SHM_ARENA}={v:?}: not a number of bytes"))?;
-                if n != 0 && (n % 8192 != 0 || n > 1 << 32) {
+                if n != 0 && (!n.is_multiple_of(8192) || n > 1 << 32) {
                     return Err(format!("{SHM_ARENA}={n}: expected 0 or a multiple of 8192 up to 4294967296"));
                 }
                 n
@@ -373,13 +373,13 @@ impl Region {
     }
 
     fn u64(&self, at: usize) -> &AtomicU64 {
-        assert!(at % 8 == 0 && at + 8 <= self.len);
+        assert!(at.is_multiple_of(8) && at + 8 <= self.len);
         // SAFETY: in bounds and aligned (the mapping is page-aligned).
         unsafe { &*(self.ptr.add(at) as *const AtomicU64) }
     }
 
     fn u32(&self, at: usize) -> &AtomicU32 {
-        assert!(at % 4 == 0 && at + 4 <= self.len);
+        assert!(at.is_multiple_of(4) && at + 4 <= self.len);
         // SAFETY: in bounds and aligned.
         unsafe { &*(self.ptr.add(at) as *const AtomicU32) }
     }
@@ -1839,7 +1839,7 @@ unsafe fn read_shared(
             return Err(io::Error::new(io::ErrorKind::InvalidData, "the lender broke the protocol of a shared copy"));
         }
         turns = turns.wrapping_add(1);
-        if turns % 1024 == 0 {
+        if turns.is_multiple_of(1024) {
             if !process_exists(peer.pid) {
                 return Err(io::Error::from_raw_os_error(libc::ESRCH));
             }
