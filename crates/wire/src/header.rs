@@ -1,7 +1,7 @@
 //! The fixed header that starts every datagram.
 
 /// Wire format version; a datagram with another version is rejected.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 
 /// Bytes of the fixed header.
 pub const HEADER_LEN: usize = 60;

@@ -25,6 +25,7 @@ mod header;
 mod latency;
 mod mac;
 mod packet;
+mod polyval;
 mod records;
 
 pub use control::{AckPayload, WarpFeedback, ACK_PAYLOAD_LEN, WARP_FEEDBACK_LEN};
