@@ -18,6 +18,7 @@ mod bw;
 mod collective;
 mod echo;
 mod incast;
+mod mac;
 pub mod mpi;
 mod pingpong;
 mod put;
@@ -85,6 +86,11 @@ pub enum Bench {
     /// sync, a comm barrier and a small total exchange, beside Open MPI's
     /// MPI_Barrier and MPI_Alltoall for the same count.
     Scale(scale::Args),
+    /// What sealing or checking one datagram costs: bulkwire's MAC
+    /// (AES-256-GCM-SIV's tag) beside the aes-gcm-siv crate's,
+    /// SipHash-2-4-128 and keyed BLAKE3 over the same bytes, in this
+    /// process (no job).
+    Mac(mac::Args),
 }
 
 impl Bench {
@@ -99,6 +105,7 @@ impl Bench {
             Bench::Solver(a) => a.ranks,
             Bench::Bcast(a) | Bench::Allreduce(a) => a.ranks,
             Bench::Scale(a) => a.ranks,
+            Bench::Mac(_) => 1,
         }
     }
 
@@ -122,6 +129,9 @@ impl Bench {
     pub fn jobs(&self, remote: bool) -> Vec<(Bench, Option<Transport>)> {
         // Studies of the network (echo and ttcp, many to one) cross it
         // whatever the hosts: bulkwire over UDP, as its references.
+        if matches!(self, Bench::Mac(_)) {
+            return Vec::new();
+        }
         if matches!(self, Bench::Echo(_) | Bench::Incast(_)) {
             return vec![(self.clone(), Some(Transport::Udp))];
         }
@@ -185,6 +195,7 @@ impl Bench {
                 mpi_reference(remote, a.ranks, &[MpiTransport::Tcp], &a.mpi_args(), "solver", "seconds")
             }
             Bench::Scale(a) => a.open_mpi(remote),
+            Bench::Mac(a) => mac::measure(a),
             _ => Report::default(),
         }
     }
@@ -212,6 +223,7 @@ impl Bench {
             Bench::Bcast(_) => collective::table(bulkwire_groups::Operation::Bcast, report),
             Bench::Allreduce(_) => collective::table(bulkwire_groups::Operation::Allreduce, report),
             Bench::Scale(_) => scale::table(report),
+            Bench::Mac(_) => mac::table(report),
         }
     }
 }
@@ -268,6 +280,9 @@ pub fn rank(bench: &Bench) -> Result<Option<Report>, String> {
     if let Bench::Scale(a) = bench {
         return scale::rank(a);
     }
+    if let Bench::Mac(_) = bench {
+        return Err("bench mac runs no job: its figures are the launching process's".into());
+    }
     // The solver runs BSP on the job's runtime beside the shared memory:
     // its world lives as long as the process.
     if let Bench::Solver(a) = bench {
@@ -293,7 +308,9 @@ pub fn rank(bench: &Bench) -> Result<Option<Report>, String> {
             Bench::Trace(a) => trace::rank(&world, a)?,
             Bench::Bcast(a) => collective::rank(&world, a, bulkwire_groups::Operation::Bcast)?,
             Bench::Allreduce(a) => collective::rank(&world, a, bulkwire_groups::Operation::Allreduce)?,
-            Bench::TotalExchange(_) | Bench::Put(_) | Bench::Solver(_) | Bench::Scale(_) => unreachable!("run above"),
+            Bench::TotalExchange(_) | Bench::Put(_) | Bench::Solver(_) | Bench::Scale(_) | Bench::Mac(_) => {
+                unreachable!("run above")
+            }
         };
         let notes = transport::notes(&rows);
         let report = (world.rank() == 0).then_some(Report { rows, notes });

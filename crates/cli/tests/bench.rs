@@ -238,6 +238,30 @@ fn incast_delivers_every_byte_from_every_sender() {
 }
 
 #[test]
+fn mac_times_every_mac_at_every_size() {
+    let (v, notes) = bench_noted(&["mac", "--sizes", "60,1472", "--rounds", "1"]);
+    let rows = rows(&v);
+    for (source, what) in [
+        ("bulkwire", "aes-256-gcm-siv"),
+        ("crate", "aes-256-gcm-siv"),
+        ("crate", "siphash-2-4-128"),
+        ("crate", "blake3-keyed"),
+    ] {
+        let of = of(rows, "mac", source, what);
+        assert_eq!(sizes(&of), [60, 1472], "{source} {what}");
+        for row in of {
+            assert_eq!(row["procs"], 1);
+            assert!(num(row, "median_us") > 0.0 && num(row, "mb_per_s") > 0.0, "{row}");
+        }
+    }
+    let polyval = of(rows, "mac", "bulkwire", "aes-256-gcm-siv")[0]["polyval"].as_str().expect("a label").to_string();
+    assert!(["vpclmulqdq", "pclmulqdq", "polyval crate"].contains(&polyval.as_str()), "{polyval}");
+    assert!(notes.contains(&polyval), "{notes}");
+    let table = text_of(&["mac", "--sizes", "1472", "--rounds", "1"]);
+    assert!(table.contains("siphash-2-4-128") && table.lines().any(|l| l.trim_start().starts_with("1472")), "{table}");
+}
+
+#[test]
 fn csv_has_a_header_and_a_line_per_row() {
     let out = Command::new(env!("CARGO_BIN_EXE_bulkwire"))
         .args(["bench", "pingpong", "--iterations", "10", "--max-size", "8", "--no-mpi", "--csv"])

@@ -34,7 +34,7 @@ pub use latency::{
     ClockSyncKind, ClockSyncPayload, LatencyStatus, LstatReason, MissingRanges, ProbePayload, WireMode,
     CLOCK_SYNC_PAYLOAD_LEN, LSTAT_FIXED_LEN, MAX_MISSING_RANGES, MISSING_RANGE_LEN, PROBE_PAYLOAD_LEN,
 };
-pub use mac::{Coverage, JobKey, MAC_LEN};
+pub use mac::{mac_polyval, Coverage, JobKey, MAC_LEN};
 pub use packet::{
     decode, decode_split, encode, seal, seal_parts, seal_split, Accept, DecodeError, EncodeError, Packet,
     RejectCounters, MAX_DATAGRAM, MAX_PAYLOAD, OVERHEAD,

@@ -1,7 +1,10 @@
 //! Datagram authentication with the job key.
 
+use std::hash::Hasher;
+
 use aes::cipher::{BlockEncrypt, KeyInit};
 use aes::Aes256;
+use siphasher::sip128::{Hasher128, SipHasher24};
 use subtle::ConstantTimeEq;
 
 use crate::header::HEADER_LEN;
@@ -18,9 +21,14 @@ pub enum Coverage {
     /// is the tag of AES-256-GCM-SIV ([`DatagramMac`]) under a key derived
     /// for this use (keyed BLAKE3 authenticates the rendezvous).
     Datagram,
-    /// The header alone (which holds the payload's length), by the same MAC
-    /// under a key derived for this use, so a datagram sealed one way never
-    /// passes as the other.
+    /// The header alone (which holds the payload's length), by
+    /// SipHash-2-4 with a 128-bit output under a key derived for this use,
+    /// so a datagram sealed one way never passes as the other. SipHash is a
+    /// keyed pseudorandom function made for short inputs: over the 60-byte
+    /// header it takes about 40 ns here, where the datagram MAC takes about
+    /// 60 (most of it the one AES block) and keyed BLAKE3 about 90
+    /// (`bulkwire bench mac`), and every datagram is sealed once and
+    /// checked once.
     ///
     /// Only for a job whose sockets are all on loopback: there the kernel
     /// hands each datagram from socket to socket in memory; no other
@@ -30,17 +38,17 @@ pub enum Coverage {
     /// CAP_NET_RAW in the job's network namespace. So what anyone else can
     /// send is a made-up header, which the MAC still rejects. The payload
     /// is then not hashed twice per datagram: with 8 processes on 2 cores,
-    /// hashing was a quarter of all CPU time in a total exchange (with
-    /// SipHash, before this MAC). Where processes holding CAP_NET_RAW share
+    /// hashing (by SipHash) was a quarter of all CPU time in a total
+    /// exchange. Where processes holding CAP_NET_RAW share
     /// the network namespace and are not trusted (root aside, for example
     /// containers of one pod granted it), a job should keep
     /// [`Coverage::Datagram`].
     Header,
 }
 
-/// The datagram MAC: the tag of AES-256-GCM-SIV (RFC 8452) with the
-/// datagram (or its header, [`Coverage::Header`]) as associated data, no
-/// plaintext, and a fixed nonce, [`DatagramMac::NONCE`].
+/// The MAC of [`Coverage::Datagram`]: the tag of AES-256-GCM-SIV (RFC 8452)
+/// with the datagram as associated data, no plaintext, and a fixed nonce,
+/// [`DatagramMac::NONCE`].
 ///
 /// GCM-SIV is resistant to a repeated nonce: with nothing to encrypt, its tag
 /// is AES of POLYVAL of the data, a universal hash under a secret key
@@ -53,8 +61,8 @@ pub enum Coverage {
 /// bytes SipHash took 0.68 us here where this takes about 0.15 (POLYVAL
 /// with carry-less multiplies, [`crate::polyval`]; one AES block), and every
 /// datagram is sealed once and checked once. Keyed BLAKE3 took 1.6 (a
-/// datagram is too short for its parallel chunks). Over the 60-byte header
-/// alone, this about as fast as SipHash.
+/// datagram is too short for its parallel chunks). Over a 60-byte header
+/// alone SipHash is the faster ([`Coverage::Header`]).
 #[derive(Clone)]
 struct DatagramMac {
     hash: polyval::Key,
@@ -132,8 +140,18 @@ impl DatagramMac {
     }
 }
 
+/// How this CPU computes the datagram MAC's POLYVAL: `vpclmulqdq` (512-bit
+/// carry-less multiplies), `pclmulqdq` (128-bit) or `polyval crate`.
+pub fn mac_polyval() -> &'static str {
+    match polyval::Backend::best() {
+        polyval::Backend::Wide => "vpclmulqdq",
+        polyval::Backend::Clmul => "pclmulqdq",
+        polyval::Backend::Portable => "polyval crate",
+    }
+}
+
 /// Context of the key derived for [`Coverage::Header`].
-const HEADER_KEY_CONTEXT: &str = "bulkwire 2026 datagram MAC, AES-256-GCM-SIV over the header only, on loopback";
+const HEADER_KEY_CONTEXT: &str = "bulkwire 2026 datagram MAC over the header only, on loopback";
 /// Context of the key derived for [`Coverage::Datagram`].
 const DATAGRAM_KEY_CONTEXT: &str = "bulkwire 2026 datagram MAC, AES-256-GCM-SIV over header and payload";
 
@@ -145,7 +163,29 @@ pub struct JobKey {
     coverage: Coverage,
     /// What seals datagrams, under a key derived from `bytes` for the
     /// coverage.
-    mac: DatagramMac,
+    sealer: Sealer,
+}
+
+/// The MAC of a [`Coverage`] under its key.
+#[derive(Clone)]
+enum Sealer {
+    Datagram(Box<DatagramMac>),
+    /// SipHash-2-4-128's key.
+    Header([u8; 16]),
+}
+
+impl Sealer {
+    fn new(job: &[u8; 32], coverage: Coverage) -> Sealer {
+        match coverage {
+            Coverage::Datagram => {
+                Sealer::Datagram(Box::new(DatagramMac::new(&blake3::derive_key(DATAGRAM_KEY_CONTEXT, job))))
+            }
+            Coverage::Header => {
+                let key = blake3::derive_key(HEADER_KEY_CONTEXT, job);
+                Sealer::Header(key[..16].try_into().expect("16 of 32 bytes"))
+            }
+        }
+    }
 }
 
 impl JobKey {
@@ -153,8 +193,7 @@ impl JobKey {
 
     /// A key whose datagram MACs cover whole datagrams.
     pub fn new(bytes: [u8; 32]) -> Self {
-        let mac = DatagramMac::new(&blake3::derive_key(DATAGRAM_KEY_CONTEXT, &bytes));
-        JobKey { bytes, coverage: Coverage::Datagram, mac }
+        JobKey { bytes, coverage: Coverage::Datagram, sealer: Sealer::new(&bytes, Coverage::Datagram) }
     }
 
     /// The same key, with datagram MACs covering `coverage` (see
@@ -163,12 +202,7 @@ impl JobKey {
         if coverage == self.coverage {
             return self;
         }
-        let context = match coverage {
-            Coverage::Datagram => DATAGRAM_KEY_CONTEXT,
-            Coverage::Header => HEADER_KEY_CONTEXT,
-        };
-        let mac = DatagramMac::new(&blake3::derive_key(context, &self.bytes));
-        JobKey { coverage, mac, ..self }
+        JobKey { coverage, sealer: Sealer::new(&self.bytes, coverage), ..self }
     }
 
     pub fn coverage(&self) -> Coverage {
@@ -209,16 +243,8 @@ impl JobKey {
     /// The MAC of a datagram's header and payload (`body`), over what this
     /// key's [`Coverage`] says.
     pub fn datagram_tag(&self, body: &[u8]) -> [u8; MAC_LEN] {
-        match self.coverage {
-            Coverage::Datagram => self.datagram_tag_parts(body, &[]),
-            Coverage::Header => self.header_mac(body),
-        }
-    }
-
-    /// The MAC of [`Coverage::Header`]: that of the first [`HEADER_LEN`]
-    /// bytes of `datagram` (all of it, if shorter).
-    fn header_mac(&self, datagram: &[u8]) -> [u8; MAC_LEN] {
-        self.mac.tag(&datagram[..datagram.len().min(HEADER_LEN)], &[])
+        let (header, payload) = body.split_at(body.len().min(HEADER_LEN));
+        self.datagram_tag_parts(header, &[payload])
     }
 
     /// [`JobKey::datagram_tag`] of the datagram whose header is `header`
@@ -230,10 +256,15 @@ impl JobKey {
     /// [`JobKey::datagram_tag`] of the datagram whose header is `header`
     /// and whose payload lies in `parts`, one after the other.
     pub fn datagram_tag_parts(&self, header: &[u8], parts: &[&[u8]]) -> [u8; MAC_LEN] {
-        if self.coverage == Coverage::Header {
-            return self.header_mac(header);
+        match &self.sealer {
+            Sealer::Datagram(mac) => mac.tag(header, parts),
+            // SipHash-2-4-128 of the header (of all of it, if shorter).
+            Sealer::Header(key) => {
+                let mut hasher = SipHasher24::new_with_key(key);
+                hasher.write(&header[..header.len().min(HEADER_LEN)]);
+                hasher.finish128().as_bytes()
+            }
         }
-        self.mac.tag(header, parts)
     }
 
     /// Constant-time check of a datagram's `tag`.
