@@ -53,7 +53,7 @@ impl Args {
     }
 
     /// The Open MPI reference, measured by the launching process.
-    pub fn open_mpi(&self, op: Operation, remote: bool) -> Report {
+    pub fn open_mpi(&self, op: Operation, remote: Option<&crate::mpi::Hosts<'_>>) -> Report {
         if self.no_mpi {
             return Report::default();
         }
@@ -65,7 +65,8 @@ impl Args {
             "--sizes".into(),
             sizes.join(","),
         ];
-        crate::mpi_reference(remote, self.ranks, &self.transport.mpi(remote), &args, op.name(), "median_us")
+        let over = self.transport.mpi(remote.is_some());
+        crate::mpi_reference(remote, self.ranks, &over, &args, op.name(), "median_us")
     }
 }
 

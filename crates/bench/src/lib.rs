@@ -175,26 +175,27 @@ impl Bench {
     }
 
     /// References measured by the launching process before the job
-    /// (`remote`: the ranks run on other hosts).
-    pub fn before_job(&self, remote: bool) -> Report {
+    /// (`remote`: the ranks run on these hosts, and Open MPI's with them).
+    pub fn before_job(&self, remote: Option<&mpi::Hosts<'_>>) -> Report {
+        let on_hosts = remote.is_some();
         match self {
             Bench::Pingpong(a) if !a.no_mpi => {
-                let over = a.transport.mpi(remote);
+                let over = a.transport.mpi(on_hosts);
                 open_mpi(remote, a.ranks, &over, &pingpong::mpi_args(a), "pingpong", "median_us")
             }
             Bench::Bw(a) if !a.no_mpi => {
-                open_mpi(remote, 2, &a.transport.mpi(remote), &bw::mpi_args(a), "bw", "mb_per_s")
+                open_mpi(remote, 2, &a.transport.mpi(on_hosts), &bw::mpi_args(a), "bw", "mb_per_s")
             }
             Bench::TotalExchange(a) => a.open_mpi(remote, "before the job"),
             Bench::Put(a) if !a.no_mpi => {
-                mpi_reference(remote, a.ranks, &a.transport.mpi(remote), &put::mpi_args(a), "put", "mb_per_s")
+                mpi_reference(remote, a.ranks, &a.transport.mpi(on_hosts), &put::mpi_args(a), "put", "mb_per_s")
             }
             Bench::Bcast(a) => a.open_mpi(bulkwire_groups::Operation::Bcast, remote),
             Bench::Allreduce(a) => a.open_mpi(bulkwire_groups::Operation::Allreduce, remote),
             Bench::Solver(a) if !a.no_mpi => {
                 mpi_reference(remote, a.ranks, &[MpiTransport::Tcp], &a.mpi_args(), "solver", "seconds")
             }
-            Bench::Scale(a) => a.open_mpi(remote),
+            Bench::Scale(a) => a.open_mpi(on_hosts),
             Bench::Mac(a) => mac::measure(a),
             _ => Report::default(),
         }
@@ -202,9 +203,9 @@ impl Bench {
 
     /// References measured again after the job, so that a reader sees
     /// whether the machine's speed moved while the job ran.
-    pub fn after_job(&self, remote: bool) -> Report {
+    pub fn after_job(&self, remote: Option<&mpi::Hosts<'_>>) -> Report {
         match self {
-            Bench::TotalExchange(a) if !remote => a.open_mpi(remote, "after the job"),
+            Bench::TotalExchange(a) => a.open_mpi(remote, "after the job"),
             _ => Report::default(),
         }
     }
@@ -231,8 +232,15 @@ impl Bench {
 /// The Open MPI reference of a two-process sweep (`pingpong`, `bw`) over
 /// each of `over`, measured by the launching process: rows, or a note
 /// saying why there are none.
-fn open_mpi(remote: bool, ranks: u32, over: &[MpiTransport], args: &[String], bench: &str, metric: &str) -> Report {
-    if ranks != 2 && !remote {
+fn open_mpi(
+    remote: Option<&mpi::Hosts<'_>>,
+    ranks: u32,
+    over: &[MpiTransport],
+    args: &[String],
+    bench: &str,
+    metric: &str,
+) -> Report {
+    if ranks != 2 {
         return Report { rows: Vec::new(), notes: vec!["no Open MPI reference: it runs one pair of processes".into()] };
     }
     mpi_reference(remote, ranks, over, args, bench, metric)
@@ -240,9 +248,10 @@ fn open_mpi(remote: bool, ranks: u32, over: &[MpiTransport], args: &[String], be
 
 /// Open MPI's rows of table `bench` on `procs` processes over each of
 /// `over` (the program built once, [`mpi::Program`]), measured by the
-/// launching process, or notes saying why there are none.
+/// launching process (its ranks on `remote`'s hosts, else on this one), or
+/// notes saying why there are none.
 fn mpi_reference(
-    remote: bool,
+    remote: Option<&mpi::Hosts<'_>>,
     procs: u32,
     over: &[MpiTransport],
     args: &[String],
@@ -250,16 +259,13 @@ fn mpi_reference(
     metric: &str,
 ) -> Report {
     let missing = |why: &str| Report { rows: Vec::new(), notes: vec![format!("no Open MPI reference: {why}")] };
-    if remote {
-        return missing("the ranks run on other hosts; it would run on this one");
-    }
     let program = match mpi::Program::build() {
         Ok(program) => program,
         Err(why) => return missing(&why),
     };
     let mut report = Report::default();
     for &transport in over {
-        match program.rows(procs, None, transport, args, bench, metric) {
+        match program.rows(procs, remote, transport, args, bench, metric) {
             Ok(rows) => report.rows.extend(rows),
             Err(why) => report.notes.push(format!("no Open MPI reference over {}: {why}", transport.describe())),
         }

@@ -69,9 +69,10 @@ pub struct Hosts<'a> {
     /// The remote shell (`--mca plm_rsh_agent`), e.g. `scripts/netns-exec`
     /// for the namespace test bed.
     pub agent: &'a Path,
-    /// The network the ranks talk over (`btl_tcp_if_include`), e.g.
-    /// `10.90.0.0/24`.
-    pub network: &'a str,
+    /// The network the ranks talk over (`btl_tcp_if_include` and
+    /// `oob_tcp_if_include`), e.g. `10.90.0.0/24`; Open MPI's own choice
+    /// where `None`.
+    pub network: Option<&'a str>,
 }
 
 /// [`rows`] with the ranks on `hosts` (on this machine over loopback when
@@ -209,19 +210,31 @@ fn mpirun(procs: u32, hosts: Option<&Hosts<'_>>, btl: &str, extra: &[&str], prog
     let mut c = Command::new("mpirun");
     c.args(["-np", &procs.to_string()]);
     c.args(["--mca", "btl", &format!("{btl},self"), "--mca", "pml", "ob1"]);
-    if btl == "tcp" {
-        c.args(["--mca", "btl_tcp_if_include", hosts.map_or("lo", |h| h.network)]);
+    match hosts.map(|h| h.network) {
+        None if btl == "tcp" => _ = c.args(["--mca", "btl_tcp_if_include", "lo"]),
+        Some(Some(network)) => {
+            if btl == "tcp" {
+                c.args(["--mca", "btl_tcp_if_include", network]);
+            }
+            c.args(["--mca", "oob_tcp_if_include", network]);
+        }
+        _ => {}
     }
     c.args(extra);
     match hosts {
         Some(h) => {
-            c.args(["--host", h.hosts, "--mca", "oob_tcp_if_include", h.network, "--mca", "plm_rsh_agent"]);
+            c.args(["--host", h.hosts, "--mca", "plm_rsh_agent"]);
             c.arg(h.agent);
             // The daemons of one machine's hosts (namespaces) would map the
             // topology they share into each other's address holes: Open
             // MPI 4.1's orted crashed there now and then (in
             // hwloc_shmem_topology_write). Each reads its own instead.
             c.args(["--mca", "rtc_hwloc_vmhole", "none"]);
+            // Each host's daemon binds its first rank to its first core;
+            // hosts that are namespaces of one machine would all run on that
+            // one core, time-sliced (a 4 ms half round trip on the test
+            // bed). Left to the scheduler, as bulkwire's ranks are.
+            c.args(["--bind-to", "none"]);
         }
         None => {
             c.arg("--oversubscribe");

@@ -57,11 +57,11 @@ pub struct Args {
 impl Args {
     /// The Open MPI reference (MPI_Barrier and MPI_Alltoall over each
     /// transport of `--transport`), measured `when` ("before the job",
-    /// "after the job") by the launching process, unless it was left out or
-    /// the ranks run on other hosts (the reference runs on this one).
-    pub fn open_mpi(&self, remote: bool, when: &str) -> Report {
-        if let Some(report) = crate::mpi::left_out(self.no_mpi, remote) {
-            return report;
+    /// "after the job") by the launching process, its ranks on `remote`'s
+    /// hosts (else on this one), unless it was left out.
+    pub fn open_mpi(&self, remote: Option<&crate::mpi::Hosts<'_>>, when: &str) -> Report {
+        if self.no_mpi {
+            return Report::default();
         }
         let mut report = Report::default();
         let args = [
@@ -79,8 +79,8 @@ impl Args {
                 return report;
             }
         };
-        for over in self.transport.mpi(remote) {
-            match program.rows(self.ranks, None, over, &args, BENCH, "median_us") {
+        for over in self.transport.mpi(remote.is_some()) {
+            match program.rows(self.ranks, remote, over, &args, BENCH, "median_us") {
                 Ok(rows) => {
                     let sent = (self.size * (self.ranks as usize - 1)) as u64;
                     for mut row in rows {

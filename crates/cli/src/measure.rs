@@ -59,6 +59,24 @@ pub struct Placement {
     /// Address of the rendezvous (as `bulkwire run --bind`).
     #[arg(long)]
     pub bind: Option<std::net::IpAddr>,
+    /// With --hosts, the network Open MPI's reference runs over (its
+    /// btl_tcp_if_include and oob_tcp_if_include), e.g. 10.90.0.0/24; by
+    /// default the /24 of --bind's IPv4 address, else Open MPI's choice.
+    #[arg(long)]
+    pub mpi_network: Option<String>,
+}
+
+impl Placement {
+    /// The network for Open MPI's ranks on the hosts (see `mpi_network`).
+    fn mpi_network(&self) -> Option<String> {
+        self.mpi_network.clone().or_else(|| match self.bind {
+            Some(std::net::IpAddr::V4(ip)) => {
+                let [a, b, c, _] = ip.octets();
+                Some(format!("{a}.{b}.{c}.0/24"))
+            }
+            _ => None,
+        })
+    }
 }
 
 /// Runs `bench` as a job of its ranks (a job per transport with
@@ -67,7 +85,16 @@ pub struct Placement {
 pub fn bench(bench: &Bench, placement: &Placement, format: Format) -> Result<i32, String> {
     bench.check()?;
     let remote = placement.hosts.is_some();
-    let before = bench.before_job(remote);
+    // Open MPI's ranks go where bulkwire's do, started by the same remote
+    // shell (a path made absolute: mpirun runs it from elsewhere).
+    let agent = std::fs::canonicalize(&placement.ssh).unwrap_or_else(|_| PathBuf::from(&placement.ssh));
+    let network = placement.mpi_network();
+    let mpi_hosts = placement.hosts.as_deref().map(|hosts| bulkwire_bench::mpi::Hosts {
+        hosts,
+        agent: &agent,
+        network: network.as_deref(),
+    });
+    let before = bench.before_job(mpi_hosts.as_ref());
     let mut jobs = Report::default();
     for (spec, transport) in bench.jobs(remote) {
         match job_over(&spec, placement, None, transport)? {
@@ -79,7 +106,7 @@ pub fn bench(bench: &Bench, placement: &Placement, format: Format) -> Result<i32
         }
     }
     // Measured again only where it was measured before.
-    let after = if before.rows.is_empty() { Report::default() } else { bench.after_job(remote) };
+    let after = if before.rows.is_empty() { Report::default() } else { bench.after_job(mpi_hosts.as_ref()) };
     // The jobs' rows first, then the references measured around them; each
     // note once.
     let mut report = Report { rows: [jobs.rows, before.rows, after.rows].concat(), notes: Vec::new() };
@@ -285,7 +312,8 @@ pub fn lab(tool: &LabTool, format: Format) -> Result<(), String> {
 /// `lab service-switching`: its jobs launched on the test bed's hosts,
 /// with a progress bar, and its rows printed.
 fn service_switching_on_test_bed(args: &switching_testbed::Args, format: Format) -> Result<(), String> {
-    let placement = Placement { hosts: Some(args.hosts.clone()), ssh: args.ssh.clone(), bind: Some(args.bind) };
+    let placement =
+        Placement { hosts: Some(args.hosts.clone()), ssh: args.ssh.clone(), bind: Some(args.bind), mpi_network: None };
     let bar = ProgressBar::new(args.plan()?.len() as u64);
     bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}").expect("valid template"));
     let mut run_job = |bench: &Bench, paths: &str| {
@@ -310,7 +338,8 @@ fn service_switching_on_test_bed(args: &switching_testbed::Args, format: Format)
 /// `lab solver`: its jobs launched on the test bed's hosts, with a
 /// progress bar, and its rows printed.
 fn solver_on_test_bed(args: &solver_testbed::Args, format: Format) -> Result<(), String> {
-    let placement = Placement { hosts: Some(args.hosts.clone()), ssh: args.ssh.clone(), bind: Some(args.bind) };
+    let placement =
+        Placement { hosts: Some(args.hosts.clone()), ssh: args.ssh.clone(), bind: Some(args.bind), mpi_network: None };
     let bar = ProgressBar::new(args.plan()?.len() as u64);
     bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}").expect("valid template"));
     let mut run_job = |bench: &Bench| job(bench, &placement, None)?.map_err(|status| format!("failed ({status})"));

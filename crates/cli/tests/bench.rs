@@ -432,8 +432,35 @@ fn bench_on_test_bed(hosts: usize, rate: &str, args: &[&str]) -> Option<Value> {
 #[test]
 fn total_exchange_on_the_namespace_test_bed() {
     if let Some(v) = bench_on_test_bed(4, "200mbit", &["total-exchange", "-n", "4", "--repetitions", "2"]) {
-        // Across hosts, one job over UDP by default, and no Open MPI.
-        check_total_exchange(&v, &[], false, &["udp"]);
+        // Across hosts, one job over UDP by default, and Open MPI over TCP
+        // on the same hosts.
+        let mpi: &[&str] = if open_mpi() { &["tcp"] } else { &[] };
+        check_total_exchange(&v, mpi, false, &["udp"]);
+    }
+}
+
+/// A ping-pong between two hosts, Open MPI's ranks on the same hosts
+/// (started by the same remote shell) over TCP.
+#[test]
+fn pingpong_between_hosts_beside_open_mpi_on_them() {
+    let args = ["pingpong", "--iterations", "50", "--max-size", "1024"];
+    let Some(v) = bench_on_test_bed(2, "10gbit", &args) else { return };
+    let rows = rows(&v);
+    let all = [0, 8, 64, 256, 1024];
+    assert_eq!(jobs(rows, "pingpong"), ["udp"], "{v}");
+    assert_eq!(sizes(&job(rows, "pingpong", "udp")), all, "{v}");
+    if open_mpi() {
+        let mpi = of(rows, "pingpong", "mpi", "tcp");
+        assert_eq!(sizes(&mpi), all, "{v}");
+        // Each rank on its own host: no shared memory between them.
+        assert!(of(rows, "pingpong", "mpi", "shm").is_empty(), "{v}");
+        for r in mpi {
+            assert!(num(r, "median_us") > 0.0 && r["btl"] == "tcp,self", "{r}");
+            // Bound to one shared core, the two ranks took 4 ms a half
+            // round trip (the scheduler's slice); each on a core of its
+            // own, microseconds.
+            assert!(num(r, "median_us") < 2000.0, "Open MPI's ranks share a core: {r}");
+        }
     }
 }
 

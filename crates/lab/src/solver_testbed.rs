@@ -137,7 +137,7 @@ impl Args {
     fn open_mpi(&self, load: f64) -> Result<Report, String> {
         let Bench::Solver(solver) = self.bench(load, Variant::Bsp) else { unreachable!("a solver") };
         let agent = std::fs::canonicalize(&self.ssh).map_err(|e| format!("--ssh {}: {e}", self.ssh))?;
-        let hosts = bulkwire_bench::mpi::Hosts { hosts: &self.hosts, agent: &agent, network: &self.mpi_network };
+        let hosts = bulkwire_bench::mpi::Hosts { hosts: &self.hosts, agent: &agent, network: Some(&self.mpi_network) };
         let rows =
             bulkwire_bench::mpi::rows_where(self.hosts() as u32, Some(&hosts), &solver.mpi_args(), BENCH, "seconds")?;
         Ok(Report { rows, notes: Vec::new() })
