@@ -33,7 +33,7 @@ type Mac = (&'static str, &'static str, Box<dyn Fn(&[u8]) -> u8>);
 
 fn macs() -> Vec<Mac> {
     use aes_gcm_siv::aead::{AeadInPlace, KeyInit};
-    let key = bulkwire_wire::JobKey::new(std::array::from_fn(|i| i as u8 * 13 + 1));
+    let key = bulkwire_wire::JobKey::new(std::array::from_fn(|i| (i * 13 + 1) as u8));
     let siv = aes_gcm_siv::Aes256GcmSiv::new(&[3u8; 32].into());
     let sip = [5u8; 16];
     let blake = [7u8; 32];
