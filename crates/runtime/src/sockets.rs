@@ -543,6 +543,11 @@ pub struct SendBatch {
     segmentation: bool,
     /// Datagrams sent in segmented sends, by the rank they went to.
     segmented: Vec<u64>,
+    /// Room to put the queued datagrams in order ([`SendBatch::group`]),
+    /// kept so that it allocates once.
+    order: Vec<usize>,
+    moved: Vec<Option<Queued>>,
+    moved_buffers: Vec<Vec<u8>>,
 }
 
 #[derive(Debug)]
@@ -587,6 +592,9 @@ impl SendBatch {
             queued: Vec::with_capacity(count),
             segmentation: false,
             segmented: Vec::new(),
+            order: Vec::with_capacity(count),
+            moved: Vec::with_capacity(count),
+            moved_buffers: Vec::with_capacity(count),
         }
     }
 
@@ -629,6 +637,9 @@ impl SendBatch {
     /// first datagram is dropped (the protocol recovers it) and the error
     /// returned.
     pub fn send(&mut self, sockets: &PathSockets) -> io::Result<usize> {
+        if self.segmentation {
+            self.group();
+        }
         loop {
             match self.send_once(sockets) {
                 // A segmented send refused (a route whose MTU is smaller
@@ -770,6 +781,36 @@ impl SendBatch {
         }
         self.consume(sent);
         Ok(sent)
+    }
+
+    /// Puts the queued datagrams of each path and peer together, each
+    /// peer's in the order they were queued, so that a peer's run leaves in
+    /// one segmented send: the endpoint takes its channels in turn, a
+    /// datagram each, so a BSP total exchange queues datagrams to every peer
+    /// interleaved (between 8 test-bed hosts, almost none went segmented).
+    /// What one peer receives keeps its order; the order between peers is
+    /// the protocol's to choose at a batch's grain.
+    fn group(&mut self) {
+        let n = self.queued.len();
+        let key = |q: &Queued| (q.path as u8, q.rank);
+        if self.queued.is_sorted_by_key(key) {
+            return;
+        }
+        self.order.clear();
+        self.order.extend(0..n);
+        // Stable: a peer's datagrams keep their order.
+        let queued = &self.queued;
+        self.order.sort_by_key(|&i| key(&queued[i]));
+        self.moved.clear();
+        self.moved.extend(self.queued.drain(..).map(Some));
+        self.moved_buffers.clear();
+        for &i in &self.order {
+            self.queued.push(self.moved[i].take().expect("each index once"));
+            self.moved_buffers.push(std::mem::take(&mut self.buffers[i]));
+        }
+        for (slot, buffer) in self.buffers.iter_mut().zip(self.moved_buffers.drain(..)) {
+            *slot = buffer;
+        }
     }
 
     fn consume(&mut self, n: usize) {
@@ -1068,6 +1109,46 @@ mod tests {
         }
         let n = other.recv(&mut buf).unwrap();
         assert_eq!(&buf[..n], &[9; 20]);
+    }
+
+    #[test]
+    fn datagrams_to_peers_in_turn_leave_in_a_segmented_send_per_peer() {
+        let (sockets, rx, to) = sockets_and_receiver();
+        let other = UdpSocket::bind("127.0.0.1:0").unwrap();
+        other.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+        let mut batch = SendBatch::new(16, 1000);
+        batch.set_segmentation(true);
+        // As the endpoint queues them with a channel to each peer: one
+        // datagram to each in turn, a shorter last one to each.
+        let lens = [300, 300, 300, 300, 100];
+        for (i, &len) in lens.iter().enumerate() {
+            for (rank, at) in [(1, to), (2, other.local_addr().unwrap())] {
+                let mut d = datagram(i, len);
+                d[0] = rank as u8;
+                batch.next_buffer()[..len].copy_from_slice(&d);
+                batch.push(Path::Ordinary, rank, at, len, None);
+            }
+        }
+        // A premium datagram to the first peer amid them goes on its own.
+        batch.next_buffer()[..20].fill(7);
+        batch.push(Path::Premium, 1, to, 20, None);
+        let mut sent = 0;
+        while !batch.is_empty() {
+            sent += batch.send(&sockets).unwrap();
+        }
+        assert_eq!(sent, 11);
+        assert_eq!((batch.segmented(1), batch.segmented(2)), (5, 5), "a run to each peer");
+        let mut buf = [0u8; 2000];
+        for (rank, socket) in [(1, &rx), (2, &other)] {
+            for (i, &len) in lens.iter().enumerate() {
+                let n = socket.recv(&mut buf).unwrap();
+                let mut d = datagram(i, len);
+                d[0] = rank;
+                assert_eq!(&buf[..n], &d[..], "datagram {i} to {rank}, whole and in order");
+            }
+        }
+        let n = rx.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], &[7; 20]);
     }
 
     #[test]
