@@ -112,8 +112,10 @@ impl DatagramMac {
         let mut lengths = [0u8; 16];
         lengths[..8].copy_from_slice(&(len as u64 * 8).to_le_bytes());
         let mut s = if len <= Self::SHORT {
-            // A header (or a short datagram): gathered, padded and hashed at
-            // once, a third less time than block by block.
+            // A short datagram: gathered, padded and hashed at once, with
+            // one reduction (`bench mac --sizes 60,100,200`: 0.057-0.069,
+            // 0.059 and 0.071-0.079 us, against 0.073-0.074, 0.098-0.099
+            // and 0.104-0.105 block by block).
             let mut buffer = [0u8; Self::SHORT + 16];
             let mut at = 0;
             for piece in std::iter::once(head).chain(parts.iter().copied()) {

@@ -105,13 +105,7 @@ impl Key {
         let mut acc = 0;
         let mut portable = None;
         self.blocks(&mut acc, &mut portable, blocks);
-        match portable {
-            Some(portable) => {
-                use polyval::universal_hash::UniversalHash;
-                portable.finalize().into()
-            }
-            None => acc.to_le_bytes(),
-        }
+        result(acc, portable)
     }
 
     /// Folds whole blocks (`data.len()` a multiple of 16) into `acc`, or
@@ -177,14 +171,14 @@ impl Hasher<'_> {
         };
         tail[16..].copy_from_slice(&last);
         self.key.blocks(&mut self.acc, &mut self.portable, &tail[start..]);
-        match self.portable {
-            Some(portable) => {
-                use polyval::universal_hash::UniversalHash;
-                portable.finalize().into()
-            }
-            None => self.acc.to_le_bytes(),
-        }
+        result(self.acc, self.portable)
     }
+}
+
+/// The hash folded so far: the portable backend's where it ran, else `acc`.
+fn result(acc: u128, portable: Option<polyval::Polyval>) -> [u8; 16] {
+    use polyval::universal_hash::UniversalHash;
+    portable.map_or(acc.to_le_bytes(), |portable| portable.finalize().into())
 }
 
 #[cfg(target_arch = "x86_64")]
