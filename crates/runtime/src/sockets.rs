@@ -1059,10 +1059,42 @@ mod tests {
     /// A process's sockets and a plain socket that receives what they send.
     fn sockets_and_receiver() -> (PathSockets, UdpSocket, SocketAddr) {
         let sockets = PathSockets::bind("127.0.0.1".parse().unwrap(), &SocketOptions::default()).unwrap();
-        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        rx.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+        let rx = receiver();
         let to = rx.local_addr().unwrap();
         (sockets, rx, to)
+    }
+
+    /// A socket on loopback whose reads give up after 5 s.
+    fn receiver() -> UdpSocket {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+        rx
+    }
+
+    /// A batch of 16 datagrams of up to 1,000 B that sends runs segmented.
+    fn segmenting_batch() -> SendBatch {
+        let mut batch = SendBatch::new(16, 1000);
+        batch.set_segmentation(true);
+        batch
+    }
+
+    /// Queues datagram `i` of `lens` to each of `peers` in turn on the
+    /// ordinary path, as the endpoint does with a channel to each
+    /// ([`to_peer`]).
+    fn queue_in_turn(batch: &mut SendBatch, lens: &[usize], peers: &[(u32, SocketAddr)]) {
+        for (i, &len) in lens.iter().enumerate() {
+            for &(rank, at) in peers {
+                batch.next_buffer()[..len].copy_from_slice(&to_peer(i, len, rank));
+                batch.push(Path::Ordinary, rank, at, len, None);
+            }
+        }
+    }
+
+    /// [`datagram`] `i` to `rank`, which its first byte names.
+    fn to_peer(i: usize, len: usize, rank: u32) -> Vec<u8> {
+        let mut d = datagram(i, len);
+        d[0] = rank as u8;
+        d
     }
 
     #[test]
@@ -1108,14 +1140,12 @@ mod tests {
     fn runs_of_equal_datagrams_leave_in_segmented_sends_and_arrive_as_sent() {
         let (sockets, rx, to) = sockets_and_receiver();
         assert!(sockets.segmentation, "this kernel has UDP GSO (Linux 4.18 and later)");
-        let mut batch = SendBatch::new(16, 1000);
-        batch.set_segmentation(true);
+        let mut batch = segmenting_batch();
         // A run of five and a shorter last one; a datagram after a short
         // one starts a run of its own; another destination too.
         let lens = [300, 300, 300, 300, 300, 40, 300, 300];
         queue(&mut batch, &lens, to);
-        let other = UdpSocket::bind("127.0.0.1:0").unwrap();
-        other.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+        let other = receiver();
         batch.next_buffer()[..20].fill(9);
         batch.push(Path::Ordinary, 2, other.local_addr().unwrap(), 20, None);
         assert_eq!(batch.send(&sockets).unwrap(), 9);
@@ -1133,21 +1163,11 @@ mod tests {
     #[test]
     fn datagrams_to_peers_in_turn_leave_in_a_segmented_send_per_peer() {
         let (sockets, rx, to) = sockets_and_receiver();
-        let other = UdpSocket::bind("127.0.0.1:0").unwrap();
-        other.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
-        let mut batch = SendBatch::new(16, 1000);
-        batch.set_segmentation(true);
-        // As the endpoint queues them with a channel to each peer: one
-        // datagram to each in turn, a shorter last one to each.
+        let other = receiver();
+        let mut batch = segmenting_batch();
+        // One datagram to each peer in turn, a shorter last one to each.
         let lens = [300, 300, 300, 300, 100];
-        for (i, &len) in lens.iter().enumerate() {
-            for (rank, at) in [(1, to), (2, other.local_addr().unwrap())] {
-                let mut d = datagram(i, len);
-                d[0] = rank as u8;
-                batch.next_buffer()[..len].copy_from_slice(&d);
-                batch.push(Path::Ordinary, rank, at, len, None);
-            }
-        }
+        queue_in_turn(&mut batch, &lens, &[(1, to), (2, other.local_addr().unwrap())]);
         // A premium datagram to the first peer after them goes on its own.
         batch.next_buffer()[..20].fill(7);
         batch.push(Path::Premium, 1, to, 20, None);
@@ -1161,9 +1181,7 @@ mod tests {
         for (rank, socket) in [(1, &rx), (2, &other)] {
             for (i, &len) in lens.iter().enumerate() {
                 let n = socket.recv(&mut buf).unwrap();
-                let mut d = datagram(i, len);
-                d[0] = rank;
-                assert_eq!(&buf[..n], &d[..], "datagram {i} to {rank}, whole and in order");
+                assert_eq!(&buf[..n], &to_peer(i, len, rank)[..], "datagram {i} to {rank}, whole and in order");
             }
         }
         let n = rx.recv(&mut buf).unwrap();
@@ -1173,19 +1191,13 @@ mod tests {
     #[test]
     fn a_datagram_queued_before_the_runs_leaves_before_them() {
         let (sockets, rx, to) = sockets_and_receiver();
-        let other = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let mut batch = SendBatch::new(16, 1000);
-        batch.set_segmentation(true);
+        let other = receiver();
+        let mut batch = segmenting_batch();
         // A probe on the premium path first (its timestamp says when it
         // left), then data to two peers in turn on the ordinary path.
         batch.next_buffer()[..20].fill(7);
         batch.push(Path::Premium, 1, to, 20, None);
-        for i in 0..3 {
-            for (rank, at) in [(2, other.local_addr().unwrap()), (1, to)] {
-                batch.next_buffer()[..300].copy_from_slice(&datagram(i, 300));
-                batch.push(Path::Ordinary, rank, at, 300, None);
-            }
-        }
+        queue_in_turn(&mut batch, &[300; 3], &[(2, other.local_addr().unwrap()), (1, to)]);
         assert_eq!(batch.send(&sockets).unwrap(), 1, "the probe leaves first, on its own");
         assert_eq!(batch.send(&sockets).unwrap(), 6);
         assert_eq!((batch.segmented(1), batch.segmented(2)), (3, 3));
@@ -1194,7 +1206,7 @@ mod tests {
         assert_eq!(&buf[..n], &[7; 20], "the probe arrived first");
         for i in 0..3 {
             let n = rx.recv(&mut buf).unwrap();
-            assert_eq!(&buf[..n], &datagram(i, 300)[..]);
+            assert_eq!(&buf[..n], &to_peer(i, 300, 1)[..]);
         }
     }
 
