@@ -154,6 +154,33 @@ fn hole_filling_resends_exactly_the_missing_packets() {
 }
 
 #[test]
+fn a_data_packet_whose_acknowledgement_waits_leaves_nothing_to_transmit() {
+    // A ping-pong's message: once handled, the receiver has nothing to
+    // send until its answer (or its acknowledgement's timer) is due.
+    let mut p = Pair::default();
+    let mut buf = vec![0u8; 65_536];
+    p.ends[0].send(1, 0, &msg(0, 8)).unwrap();
+    let t = p.ends[0].poll_transmit(p.now, &mut buf).unwrap();
+    p.ends[1].handle_datagram(p.now + DELAY, &buf[..t.len]);
+    assert!(!p.ends[1].has_transmit(), "nothing is due right after a data packet");
+    assert!(p.ends[1].poll_transmit(p.now + DELAY, &mut buf).is_none());
+    assert!(matches!(p.ends[1].poll_event(), Some(Event::Message { .. })));
+    // The answer carries the acknowledgement; the sender frees its packet.
+    p.now = p.now + DELAY;
+    p.ends[1].send(0, 0, &msg(1, 8)).unwrap();
+    assert!(p.ends[1].has_transmit());
+    p.run(Duration::from_secs(1));
+    assert_eq!(p.received[0].len(), 1);
+    assert!(p.ends[0].is_idle() && p.ends[1].is_idle());
+    // Alone, a data packet is still acknowledged once its timer runs.
+    p.ends[0].send(1, 0, &msg(2, 8)).unwrap();
+    p.run(Duration::from_secs(1));
+    assert_eq!(p.received[1].len(), 1);
+    assert!(p.ends[0].is_idle(), "the lone packet was acknowledged");
+    assert!(p.ends[1].channel_stats(0, 0).unwrap().explicit_acks_sent >= 1);
+}
+
+#[test]
 fn symmetric_traffic_piggybacks_and_does_not_resend_twice_per_round_trip() {
     let mut p = Pair::default();
     p.drop = Box::new(|s| s.from == 0 && s.packet_type == 1 && !s.retransmission && s.sequence == 5);
