@@ -530,7 +530,8 @@ fn read_controls(header: &libc::msghdr) -> (Option<usize>, Option<Duration>) {
 }
 
 /// Datagrams waiting to go out, sent with one sendmmsg(2) per run of the
-/// same path: a burst costs one system call, not one per datagram. With
+/// same path: a burst costs one system call, not one per datagram (a
+/// datagram alone on its path goes by sendto(2), cheaper still). With
 /// segmentation on ([`SendBatch::set_segmentation`]), consecutive
 /// datagrams to one peer of one size (the last may be shorter) go as one
 /// message that the kernel cuts into them (UDP GSO): one trip through the
