@@ -409,3 +409,53 @@ fn a_premium_interface_carries_the_premium_path() {
     let said = "the premium path is not available (interface eth9 has no address (or does not exist))";
     assert_eq!(stderr.matches(said).count(), 2, "once per rank: {stderr}");
 }
+
+/// Hosts of the test bed are network namespaces of one machine: their
+/// processes share its cores. A job of one rank more than the machine has
+/// cores, spread over two such hosts (no host with more ranks than cores),
+/// is told so at the rendezvous and its waits yield; a job of two ranks is
+/// not. Every rank says what its runtime decided. Needs root and iproute2;
+/// skipped otherwise.
+#[test]
+fn ranks_on_namespaces_of_one_machine_share_its_cores() {
+    if is_rank() {
+        let world = World::init().unwrap();
+        println!("rank {} shares cores: {}", world.rank(), world.runtime().shares_cores());
+        world.barrier().unwrap();
+        world.finalize().unwrap();
+        return;
+    }
+    let cores = bulkwire_runtime::kernel_cores();
+    if cores > 16 {
+        eprintln!("skipped: {cores} cores would make a job of {} ranks", cores + 1);
+        return;
+    }
+    let Some(bed) = TestBed::bottleneck() else { return };
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let job = |ranks: u32| {
+        let out = Command::new(env!("CARGO_BIN_EXE_bulkwire"))
+            .args(["run", "-n", &ranks.to_string(), "--hosts", "bwh0,bwh1", "--bind", "10.90.0.254"])
+            .arg("--ssh")
+            .arg(dir.join("scripts/netns-exec"))
+            .arg(std::env::current_exe().unwrap())
+            .args(["--exact", "ranks_on_namespaces_of_one_machine_share_its_cores", "--nocapture", "--test-threads=1"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        stdout
+    };
+    let many = cores + 1;
+    let stdout = job(many);
+    for rank in 0..many {
+        assert!(stdout.contains(&format!("rank {rank} shares cores: true")), "{many} ranks on {cores} cores: {stdout}");
+    }
+    if cores >= 2 {
+        let stdout = job(2);
+        for rank in 0..2 {
+            assert!(stdout.contains(&format!("rank {rank} shares cores: false")), "2 ranks on {cores} cores: {stdout}");
+        }
+    }
+    drop(bed);
+}

@@ -649,6 +649,16 @@ fn spawn_accept_thread(listener: TcpListener, key: JobKey, job: u64, size: u32, 
     });
 }
 
+/// By rank, how many ranks run on its kernel: those that named the same
+/// one (a rank that named none counts itself alone).
+fn on_each_kernel(kernels: &[String]) -> Vec<u32> {
+    let mut counts: HashMap<&str, u32> = HashMap::new();
+    for k in kernels.iter().filter(|k| !k.is_empty()) {
+        *counts.entry(k.as_str()).or_default() += 1;
+    }
+    kernels.iter().map(|k| counts.get(k.as_str()).copied().unwrap_or(1)).collect()
+}
+
 /// Reads one rank's control connection: its hello, then its messages.
 fn serve_rank(stream: TcpStream, key: &JobKey, job: u64, size: u32, tx: &Sender<Ev>) {
     let _ = stream.set_nodelay(true);
@@ -807,6 +817,8 @@ fn supervise(
     let n = size as usize;
     let mut streams: HashMap<u32, TcpStream> = HashMap::new();
     let mut addrs: Vec<Option<(SocketAddr, SocketAddr)>> = vec![None; n];
+    // Each rank's kernel, as it said (empty: unknown).
+    let mut kernels: Vec<String> = vec![String::new(); n];
     let mut last_seen = vec![Instant::now(); n];
     let mut finished = vec![false; n];
     let mut exited = vec![false; pids.len()];
@@ -840,15 +852,17 @@ fn supervise(
                 if !table_sent && addrs.iter().all(Option::is_some) && streams.len() == n {
                     let peers: Vec<_> = addrs.iter().map(|a| a.expect("all joined")).collect();
                     let max_datagram = if max_datagram == usize::MAX { 0 } else { max_datagram };
-                    broadcast(&mut streams, key, &ToRank::Table { job, peers, max_datagram });
+                    let kernels = on_each_kernel(&kernels);
+                    broadcast(&mut streams, key, &ToRank::Table { job, peers, max_datagram, kernels });
                     table_sent = true;
                 }
             }
             Some(Ev::Message { rank, msg }) => {
                 last_seen[rank as usize] = Instant::now();
                 match msg {
-                    ToLauncher::Hello { ordinary, premium, max_datagram: m, .. } => {
+                    ToLauncher::Hello { ordinary, premium, max_datagram: m, kernel, .. } => {
                         addrs[rank as usize] = Some((ordinary, premium));
+                        kernels[rank as usize] = kernel;
                         if m > 0 {
                             max_datagram = max_datagram.min(m);
                         }
@@ -945,6 +959,15 @@ fn supervise(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_rank_hears_how_many_ranks_share_its_kernel() {
+        let kernels: Vec<String> = ["a", "b", "a", "", "a", ""].iter().map(|k| k.to_string()).collect();
+        // A rank that named no kernel counts itself alone, even beside
+        // another that named none.
+        assert_eq!(on_each_kernel(&kernels), [3, 1, 3, 1, 3, 1]);
+        assert!(on_each_kernel(&[]).is_empty());
+    }
 
     #[test]
     fn settings_go_to_ranks_over_ssh_but_not_the_key_nor_per_rank_values() {

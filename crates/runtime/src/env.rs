@@ -115,6 +115,20 @@ pub fn host_cores() -> u32 {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()) as u32)
 }
 
+/// The cores of the machine the kernel runs on (online, whatever this
+/// process's affinity): what the job's processes on this kernel share.
+pub fn kernel_cores() -> u32 {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    u32::try_from(n).ok().filter(|&n| n > 0).unwrap_or_else(host_cores)
+}
+
+/// The running kernel's boot id (empty where it cannot be read): processes
+/// with the same one run on one machine, whatever namespaces they are in.
+pub fn kernel_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id").map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
 pub fn new_key() -> JobKey {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).expect("the operating system's random source");

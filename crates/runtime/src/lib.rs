@@ -37,7 +37,7 @@ pub use engine::{
     Deferral, Engine, Inbound, LentMessage, Loan, ProgressHook, Runtime, RuntimeError, BEST_EFFORT_CHANNEL, LEND_FROM,
     LEND_SUFFIX_MAX,
 };
-pub use env::{host_cores, new_job_id, new_key, JobEnv, JobEnvError};
+pub use env::{host_cores, kernel_cores, new_job_id, new_key, JobEnv, JobEnvError};
 pub use env::{CORES, JOB, KEY, LOCAL_SIZE, RANK, RENDEZVOUS, SIZE};
 pub use loss::{LossInjector, DROP, DROP_SEED};
 pub use paths::{Paths, HIGH as LATENCY_HIGH, INTERVAL as LATENCY_INTERVAL, LOW as LATENCY_LOW, PATHS};

@@ -30,6 +30,11 @@ pub enum ToLauncher {
         /// The largest datagram this rank's interface carries in one frame.
         #[serde(default)]
         max_datagram: usize,
+        /// The boot id of the kernel the rank runs on (empty: unknown).
+        /// Ranks on one kernel share its cores, whatever network namespace
+        /// (host of a test bed, container) each is in.
+        #[serde(default)]
+        kernel: String,
     },
     Heartbeat,
     /// The rank stops the job: a peer is unreachable, or the program failed.
@@ -137,6 +142,10 @@ pub enum ToRank {
         peers: Vec<(SocketAddr, SocketAddr)>,
         #[serde(default)]
         max_datagram: usize,
+        /// By rank: how many ranks of the job run on its kernel (empty
+        /// where the launcher does not say).
+        #[serde(default)]
+        kernels: Vec<u32>,
     },
     /// Stop now: another rank failed.
     Abort { reason: String },
