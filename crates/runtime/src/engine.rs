@@ -1550,8 +1550,9 @@ impl Runtime {
         // of this host's, and of this kernel's where hosts are network
         // namespaces of one machine (a test bed, containers). Measured on 8
         // test-bed hosts over 2 cores (`bench --hosts … total-exchange -n 8`,
-        // two alternating pairs): an empty sync 96-112 us against 323-341,
-        // the exchanges of 16 KiB a pair 1.25-1.62 ms against 1.49-1.79.
+        // in turns with spinning ranks): an empty sync 96-112 us against
+        // 323-440; the exchanges of 16 KiB a pair not clearly faster
+        // (1.25-2.36 ms in eight runs against 1.49-2.22 in four).
         let cores = crate::env::host_cores();
         let shares_cores = env.local_size > cores || on_kernel > crate::env::kernel_cores();
         if shares_cores && env.local_size <= cores && verbose && env.rank == 0 {
@@ -1896,10 +1897,11 @@ impl Runtime {
     /// [`Runtime::wait_collective`] for a layer whose messages come on both
     /// paths at once (groups: a control plane on the premium path beside
     /// data on the ordinary one): both sockets are read at every turn of
-    /// the spin, where a plain wait reads the other path at every fourth
-    /// turn at most (measured with `bench bcast -n 8`, 8 B, 8 processes on 2 cores, six
-    /// alternating pairs: median 64 against 206 us flat, 150 against 205 us
-    /// binomial, 235 against 304 us by chain).
+    /// the spin, where a plain wait reads the other path at every 4th to
+    /// 16th turn (measured, when that was every 4th, with `bench bcast -n
+    /// 8`, 8 B, 8 processes on 2 cores, six alternating pairs: median 64
+    /// against 206 us flat, 150 against 205 us binomial, 235 against 304 us
+    /// by chain).
     pub fn wait_both_paths<R>(
         &self,
         f: impl FnMut(&mut Engine) -> Result<Option<R>, RuntimeError>,
