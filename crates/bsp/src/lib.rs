@@ -423,11 +423,16 @@ impl Bsp {
     fn begin_held(rt: Held, requested: i64) -> Result<Bsp, BspError> {
         let (rank, size) = (rt.rank(), rt.size());
         let fail = |reason: Reason| BspError { pid: rank, call: Call::Begin, reason };
-        // Few messages where processes share cores (each message then costs
-        // CPU time the others wait for: the star; and for the dissemination,
-        // fan-out 2 measured best against 1 and 7 with 8 processes on 2
-        // cores); fewer rounds where each has its own.
-        let shared_cores = rt.shares_cores();
+        // Few messages where processes share a host's cores (each message
+        // then costs CPU time the others wait for: the star; and for the
+        // dissemination, fan-out 2 measured best against 1 and 7 with 8
+        // processes on 2 cores); fewer rounds where each has its own. Not
+        // where hosts are network namespaces of one machine: their links
+        // may be what limits the job, and the star sends every message
+        // through one process's (8 test-bed hosts behind 20 Mbit/s ports,
+        // unpaced exchanges that lose packets: 306-884 ms with the star,
+        // 190-226 with the dissemination).
+        let shared_cores = rt.host_shares_cores();
         // The board where every process is on this host, if not too many.
         let on_board = rt.with(|e| Ok(e.on_board())).unwrap_or(false);
         let board = on_board && size <= reduction::BOARD_DEFAULT_MAX;

@@ -1354,8 +1354,11 @@ pub struct Runtime {
     size: u32,
     /// The job runs on one host, over loopback.
     loopback: bool,
-    /// More of the job's processes run on this host than it has cores.
+    /// More of the job's processes run on this host, or on this machine
+    /// (hosts that are its network namespaces), than it has cores.
     shares_cores: bool,
+    /// More of the job's processes run on this host than it has cores.
+    host_shares_cores: bool,
     finished: AtomicBool,
 }
 
@@ -1550,9 +1553,10 @@ impl Runtime {
         // of this host's, and of this kernel's where hosts are network
         // namespaces of one machine (a test bed, containers). Measured on 8
         // test-bed hosts over 2 cores (`bench --hosts … total-exchange -n 8`,
-        // in turns with spinning ranks): an empty sync 96-112 us against
-        // 323-440; the exchanges of 16 KiB a pair not clearly faster
-        // (1.25-2.36 ms in eight runs against 1.49-2.22 in four).
+        // in turns with spinning ranks): an empty sync 266-289 us against
+        // 323-440 (BSPlib's barrier the dissemination in both); the
+        // exchanges of 16 KiB a pair not clearly faster (1.25-2.36 ms in
+        // ten runs against 1.49-2.22 in four).
         let cores = crate::env::host_cores();
         let shares_cores = env.local_size > cores || on_kernel > crate::env::kernel_cores();
         if shares_cores && env.local_size <= cores && verbose && env.rank == 0 {
@@ -1633,6 +1637,7 @@ impl Runtime {
             size: env.size,
             loopback,
             shares_cores,
+            host_shares_cores: env.local_size > cores,
             finished: AtomicBool::new(false),
         })
     }
@@ -1675,10 +1680,20 @@ impl Runtime {
     }
 
     /// Whether more of the job's processes run on this host than it has
-    /// cores: then a process waits for a core before it can pass a message
-    /// on, and each hop of a relay costs a scheduling delay.
+    /// cores, or on this machine than it has (where hosts are network
+    /// namespaces of one machine): then a process waits for a core before
+    /// it can pass a message on, and each hop of a relay costs a
+    /// scheduling delay.
     pub fn shares_cores(&self) -> bool {
         self.shares_cores
+    }
+
+    /// Whether more of the job's processes run on this host than it has
+    /// cores: they share cores and nothing but memory lies between them
+    /// (not the network namespaces of one machine, whose links may be
+    /// what limits the job).
+    pub fn host_shares_cores(&self) -> bool {
+        self.host_shares_cores
     }
 
     pub fn rank(&self) -> u32 {
