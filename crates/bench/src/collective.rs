@@ -98,7 +98,7 @@ pub fn rank(world: &World, args: &Args, op: Operation) -> Result<Vec<Row>, CommE
                 let median = time(world, &all, op, size, args.repetitions).map_err(to_comm)?;
                 let acks = groups.stats().acks_received - acks_before;
                 let reps = args.repetitions.max(1) as u64 + warm_up(args.repetitions) as u64;
-                let chosen = bulkwire_groups::schedule::choose(op, size, p as usize, world.runtime().shares_cores());
+                let chosen = all.algorithm(op, size).map_err(to_comm)?;
                 let what = match algorithm {
                     Some(a) => a.name().to_string(),
                     None => format!("auto ({chosen})"),

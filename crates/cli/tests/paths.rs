@@ -414,13 +414,19 @@ fn a_premium_interface_carries_the_premium_path() {
 /// processes share its cores. A job of one rank more than the machine has
 /// cores, spread over two such hosts (no host with more ranks than cores),
 /// is told so at the rendezvous and its waits yield; a job of two ranks is
-/// not. Every rank says what its runtime decided. Needs root and iproute2;
+/// not; the group broadcast's automatic choice is the one for hosts with a
+/// core per process. Every rank says what its runtime decided. Needs root and iproute2;
 /// skipped otherwise.
 #[test]
 fn ranks_on_namespaces_of_one_machine_share_its_cores() {
     if is_rank() {
         let world = World::init().unwrap();
         println!("rank {} shares cores: {}", world.rank(), world.runtime().shares_cores());
+        // The links between such hosts, not the shared cores, decide how
+        // a group broadcasts: no host has more ranks than cores.
+        let groups = bulkwire_groups::Groups::new(&world).unwrap();
+        let chosen = groups.world().algorithm(bulkwire_groups::Operation::Bcast, 32 << 10).unwrap();
+        println!("rank {} broadcasts 32 KiB by: {chosen}", world.rank());
         world.barrier().unwrap();
         world.finalize().unwrap();
         return;
@@ -450,6 +456,7 @@ fn ranks_on_namespaces_of_one_machine_share_its_cores() {
     let stdout = job(many);
     for rank in 0..many {
         assert!(stdout.contains(&format!("rank {rank} shares cores: true")), "{many} ranks on {cores} cores: {stdout}");
+        assert!(stdout.contains(&format!("rank {rank} broadcasts 32 KiB by: binomial")), "{stdout}");
     }
     if cores >= 2 {
         let stdout = job(2);

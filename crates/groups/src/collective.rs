@@ -242,6 +242,13 @@ impl<'g> Group<'g> {
         })
     }
 
+    /// How this group runs `op` on `bytes` per member among its present
+    /// members: the algorithm set for it, else the job's
+    /// (`BULKWIRE_ALGORITHMS`), else the automatic choice.
+    pub fn algorithm(&self, op: Operation, bytes: usize) -> Result<Algorithm, GroupError> {
+        Ok(self.groups.algorithm(self.id, op, bytes, self.size()?))
+    }
+
     /// Chooses how this group runs `op` (`None`: the automatic choice).
     pub fn set_algorithm(&self, op: Operation, algorithm: Option<Algorithm>) -> Result<(), GroupError> {
         if let Some(a) = algorithm.filter(|a| !a.supports(op)) {

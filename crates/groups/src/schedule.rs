@@ -123,7 +123,7 @@ impl FromStr for Operation {
 }
 
 /// The automatic choice, by message size (bytes per member), group size,
-/// and whether the processes share cores: the fewest rounds for small
+/// and whether a host's processes share its cores: the fewest rounds for small
 /// messages, the fewest bytes per link for large ones. Where processes
 /// share cores, every relay waits for one, so broadcasts go straight from
 /// the root up to 1 MiB, and reductions below 16 KiB (measured with 8
