@@ -92,10 +92,6 @@ impl JobEnv {
     }
 }
 
-/// A fresh random job key.
-/// The cores the job's processes on this host share: `BULKWIRE_CORES`,
-/// which the launcher sets (a rank bound to one core sees only that one
-/// itself), else those this process may run on.
 /// A switch from the environment variable `name`: `1` or `on`, `0` or
 /// `off`; absent or empty, `default`; anything else an error that says so.
 pub(crate) fn switch(name: &str, value: Option<&str>, default: bool) -> Result<bool, String> {
@@ -107,6 +103,9 @@ pub(crate) fn switch(name: &str, value: Option<&str>, default: bool) -> Result<b
     }
 }
 
+/// The cores the job's processes on this host share: `BULKWIRE_CORES`,
+/// which the launcher sets (a rank bound to one core sees only that one
+/// itself), else those this process may run on.
 pub fn host_cores() -> u32 {
     std::env::var(CORES)
         .ok()
@@ -129,6 +128,7 @@ pub fn kernel_id() -> String {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id").map(|s| s.trim().to_string()).unwrap_or_default()
 }
 
+/// A fresh random job key.
 pub fn new_key() -> JobKey {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).expect("the operating system's random source");
