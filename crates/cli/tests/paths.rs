@@ -415,8 +415,8 @@ fn a_premium_interface_carries_the_premium_path() {
 /// cores, spread over two such hosts (no host with more ranks than cores),
 /// is told so at the rendezvous and its waits yield; a job of two ranks is
 /// not; the group broadcast's automatic choice is the one for hosts with a
-/// core per process. Every rank says what its runtime decided. Needs root and iproute2;
-/// skipped otherwise.
+/// core per process. Every rank says what its runtime decided. Needs root
+/// and iproute2; skipped otherwise.
 #[test]
 fn ranks_on_namespaces_of_one_machine_share_its_cores() {
     if is_rank() {

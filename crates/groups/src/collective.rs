@@ -244,7 +244,7 @@ impl<'g> Group<'g> {
 
     /// How this group runs `op` on `bytes` per member among its present
     /// members: the algorithm set for it, else the job's
-    /// (`BULKWIRE_ALGORITHMS`), else the automatic choice.
+    /// (`BULKWIRE_GROUP_ALGORITHM`), else the automatic choice.
     pub fn algorithm(&self, op: Operation, bytes: usize) -> Result<Algorithm, GroupError> {
         Ok(self.groups.algorithm(self.id, op, bytes, self.size()?))
     }
