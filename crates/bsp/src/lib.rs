@@ -431,7 +431,7 @@ impl Bsp {
         // may be what limits the job, and the star sends every message
         // through one process's (8 test-bed hosts behind 20 Mbit/s ports,
         // unpaced exchanges that lose packets: 306-884 ms with the star,
-        // 190-226 with the dissemination).
+        // 215-237 with the dissemination).
         let shared_cores = rt.host_shares_cores();
         // The board where every process is on this host, if not too many.
         let on_board = rt.with(|e| Ok(e.on_board())).unwrap_or(false);
