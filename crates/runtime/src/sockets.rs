@@ -1415,6 +1415,40 @@ mod tests {
     }
 
     #[test]
+    fn a_segmented_run_of_shared_payloads_arrives_as_sent() {
+        let (sockets, rx, to) = sockets_and_receiver();
+        let mut batch = segmenting_batch();
+        // Shared payloads of 300 B, one datagram in its own buffer of the
+        // same length among them, and a shorter last one: one segmented
+        // send, put together in the stage.
+        let payloads: Vec<SharedPayload> =
+            (0..5).map(|i| SharedPayload::whole(vec![10 + i as u8; if i == 4 { 100 } else { 300 }])).collect();
+        let mut sent = Vec::new();
+        for (i, payload) in payloads.iter().enumerate() {
+            if i == 2 {
+                let len = OVERHEAD + 300;
+                batch.next_buffer()[..len].fill(9);
+                batch.push(Path::Ordinary, 1, to, len, None);
+                sent.push(vec![9; len]);
+            }
+            let head = batch.next_buffer();
+            head[..HEADER_LEN].fill(1 + i as u8);
+            head[HEADER_LEN..OVERHEAD].fill(2);
+            batch.push(Path::Ordinary, 1, to, OVERHEAD, Some(payload.clone()));
+            let (_, bytes) = payload.parts();
+            sent.push([vec![1 + i as u8; HEADER_LEN], bytes.to_vec(), vec![2; MAC_LEN]].concat());
+        }
+        assert_eq!(batch.send(&sockets).unwrap(), 6);
+        assert_eq!(batch.segmented(1), 6, "one segmented send");
+        assert!(payloads.iter().all(|p| p.holders() == 1), "the batch let go of the payloads it sent");
+        let mut buf = [0u8; 2000];
+        for (i, datagram) in sent.iter().enumerate() {
+            let n = rx.recv(&mut buf).unwrap();
+            assert_eq!(&buf[..n], &datagram[..], "datagram {i}, whole and in order");
+        }
+    }
+
+    #[test]
     fn a_lone_datagram_arrives_whole_whether_copied_together_or_not() {
         let (sockets, rx, to) = sockets_and_receiver();
         let mut batch = SendBatch::new(2, 64_000);
