@@ -299,8 +299,17 @@ impl MessageBytes {
 
 /// A packet carries a piece of a large message where it lies, rather than
 /// a copy, from this many bytes (a copy of less costs less than the
-/// bookkeeping; loopback's datagrams carry 63 KiB, Ethernet's 1.4 KiB).
+/// bookkeeping; loopback's datagrams carry 63 KiB, Ethernet's 1.4 KiB)...
 const SHARED_PIECE_MIN: usize = 8 << 10;
+
+/// ...or from this many where the piece fills its packet, as Ethernet's
+/// do: a piece that does not (a message's last) leaves the rest of its
+/// packet to the messages behind it, copied. Between two test-bed hosts
+/// whose links outrun the cores (40 Gbit/s), streams of 1 MiB messages ran
+/// 1.04-1.25x (median 1.17) and of 64 KiB 1.01-1.36x as fast as with
+/// Ethernet's pieces copied, six alternating pairs each; over loopback,
+/// and a BSP total exchange among 8 hosts, the same within the noise.
+const FULL_PIECE_MIN: usize = 1 << 10;
 
 #[derive(Debug)]
 struct SentPacket {
@@ -1495,7 +1504,8 @@ impl Channel {
                 None => (0, &[][..]),
             };
             let lies = msg.offset == 0 || msg.offset >= prefix;
-            if lies && take >= carried.len() + SHARED_PIECE_MIN && self.strategy != Strategy::BestEffort {
+            let least = if take == room(0) { FULL_PIECE_MIN } else { SHARED_PIECE_MIN };
+            if lies && take >= carried.len() + least && self.strategy != Strategy::BestEffort {
                 let head = Head::new(&record_header(msg.len() as u32, msg.offset as u32, take as u16), carried);
                 // Where the piece's bytes after the head start in the
                 // shared buffer (lent memory starts behind the prefix).
