@@ -1420,7 +1420,7 @@ mod tests {
         let mut batch = segmenting_batch();
         // Shared payloads of 300 B, one datagram in its own buffer of the
         // same length among them, and a shorter last one: one segmented
-        // send, put together in the stage.
+        // send, each datagram from where its pieces lie.
         let payloads: Vec<SharedPayload> =
             (0..5).map(|i| SharedPayload::whole(vec![10 + i as u8; if i == 4 { 100 } else { 300 }])).collect();
         let mut sent = Vec::new();
