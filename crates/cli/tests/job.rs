@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use bulkwire_comm::{CommError, Completion, Source, Tag, World};
 use bulkwire_runtime::RuntimeError;
-use bulkwire_wire::{encode, Header, JobKey, PacketType};
+use bulkwire_wire::{encode, job_tag, Header, JobKey, PacketType};
 
 fn is_rank() -> bool {
     // Set for every rank, whoever started it (BULKWIRE_RANK is not, under mpirun).
@@ -800,7 +800,7 @@ fn rogue_traffic_is_dropped_and_counted() {
                 let mut i = 0u64;
                 while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
                     let mut h = Header::new(PacketType::Data);
-                    h.job = job;
+                    h.job = job_tag(job);
                     h.source = 0;
                     h.destination = 1;
                     h.sequence = i % 3;
@@ -812,7 +812,7 @@ fn rogue_traffic_is_dropped_and_counted() {
                         0 => vec![i as u8; 20],
                         1 => seal(&h, b"forged", &JobKey::new([1; 32])),
                         2 => {
-                            h.job = job ^ 1;
+                            h.job = job_tag(job ^ 1);
                             seal(&h, b"other job", &key)
                         }
                         // Replays of sequence numbers 0 to 2, long delivered.

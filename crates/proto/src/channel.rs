@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bulkwire_wire::{
-    record_header, seal, seal_parts, AckPayload, Flags, Header, LatencyStatus, MissingRanges, PacketType, Records,
-    WireMode, HEADER_LEN, LSTAT_FIXED_LEN, MISSING_RANGE_LEN, RECORD_HEADER_LEN,
+    job_tag, record_header, seal, seal_parts, AckPayload, Flags, Header, LatencyStatus, MissingRanges, PacketType,
+    Records, WireMode, HEADER_LEN, LSTAT_FIXED_LEN, MISSING_RANGE_LEN, RECORD_HEADER_LEN,
 };
 
 use crate::config::{Config, Strategy};
@@ -1658,7 +1658,7 @@ impl Channel {
             flags,
             channel: self.id,
             colour: self.colour,
-            job: cfg.job,
+            job: job_tag(cfg.job),
             source: cfg.rank,
             destination: self.peer,
             sequence,

@@ -26,8 +26,8 @@
 use std::time::Duration;
 
 use bulkwire_wire::{
-    seal, ClockSyncKind, ClockSyncPayload, Flags, Header, LatencyStatus, LstatReason, PacketType, ProbePayload,
-    WireMode, HEADER_LEN,
+    job_tag, seal, ClockSyncKind, ClockSyncPayload, Flags, Header, LatencyStatus, LstatReason, PacketType,
+    ProbePayload, WireMode, HEADER_LEN,
 };
 
 use crate::clock::{self, ClockEstimate, ClockSync};
@@ -496,7 +496,7 @@ impl PeerLink {
         };
         let mut header = Header::new(packet_type);
         header.flags = flags;
-        header.job = cfg.job;
+        header.job = job_tag(cfg.job);
         header.source = cfg.rank;
         header.destination = peer;
         header.timestamp = now.as_nanos();

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bulkwire_wire::{
-    decode, decode_split, read_record_header, seal, Accept, ClockSyncPayload, DecodeError, Flags, Header,
+    decode, decode_split, job_tag, read_record_header, seal, Accept, ClockSyncPayload, DecodeError, Flags, Header,
     LatencyStatus, PacketType, ProbePayload, WarpFeedback, HEADER_LEN, MAC_LEN, OVERHEAD, RECORD_HEADER_LEN,
 };
 
@@ -997,7 +997,7 @@ impl Endpoint {
         if let Some((peer, feedback)) = self.feedback_due.pop_front() {
             let len = feedback.write(&mut buf[HEADER_LEN..]);
             let mut header = Header::new(PacketType::Warp);
-            header.job = self.cfg.job;
+            header.job = job_tag(self.cfg.job);
             header.source = self.cfg.rank;
             header.destination = peer;
             header.timestamp = now.as_nanos();

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use bulkwire_proto::{Config, Endpoint, Event, SendError, Strategy, Time};
-use bulkwire_wire::{encode, Header, JobKey, PacketType};
+use bulkwire_wire::{encode, job_tag, Header, JobKey, PacketType};
 
 const JOB: u64 = 77;
 const DELAY: Duration = Duration::from_micros(50);
@@ -65,8 +65,8 @@ impl Pair {
                 let seen = Seen {
                     from: i,
                     packet_type: bytes[1],
-                    sequence: u64::from_be_bytes(bytes[24..32].try_into().unwrap()),
-                    retransmission: bytes[3] & 4 != 0,
+                    sequence: bulkwire_wire::Header::named_sequence(&bytes).unwrap(),
+                    retransmission: bytes[2] & 4 != 0,
                 };
                 if !(self.drop)(&seen) {
                     let delay = (self.delay)(&seen);
@@ -256,7 +256,7 @@ fn a_prod_with_nothing_missing_is_answered_by_an_ack() {
     // A late prod from a receiver that has everything (it ran ahead, or the
     // prod was delayed): nothing is resent, an acknowledgement says so.
     let mut h = Header::new(PacketType::Prod);
-    h.job = JOB;
+    h.job = job_tag(JOB);
     h.source = 1;
     h.destination = 0;
     h.ack = before.data_sent;
@@ -742,13 +742,13 @@ fn bad_datagrams_are_counted_and_dropped() {
     e.handle_datagram(Time::ZERO, &[]);
     e.handle_datagram(Time::ZERO, &[0xff; 2000]);
     let mut h = Header::new(PacketType::Data);
-    h.job = JOB;
+    h.job = job_tag(JOB);
     h.source = 0;
     h.destination = 1;
     let mut buf = vec![0; 200];
     let n = encode(&h, &[], &JobKey::new([4; 32]), &mut buf).unwrap();
     e.handle_datagram(Time::ZERO, &buf[..n]); // another key
-    h.job = JOB + 1;
+    h.job = job_tag(JOB + 1);
     let n = encode(&h, &[], &JobKey::new([3; 32]), &mut buf).unwrap();
     e.handle_datagram(Time::ZERO, &buf[..n]); // another job
     let r = e.stats().rejected;
@@ -760,7 +760,7 @@ fn bad_datagrams_are_counted_and_dropped() {
 fn a_peer_that_breaks_the_protocol_closes_its_channel() {
     let mut p = Pair::default();
     let mut h = Header::new(PacketType::Ack);
-    h.job = JOB;
+    h.job = job_tag(JOB);
     h.source = 0;
     h.destination = 1;
     h.ack = 1000; // acknowledges packets never sent

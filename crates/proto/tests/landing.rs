@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use bulkwire_proto::{Config, Endpoint, Event, Landed, Landing, Time};
-use bulkwire_wire::{Coverage, JobKey};
+use bulkwire_wire::{Coverage, JobKey, HEADER_LEN};
 use proptest::prelude::*;
 
 const JOB: u64 = 91;
@@ -160,7 +160,7 @@ fn run(sizes: &[(u16, usize)], faults: &[Fault], slots: usize, coverage: Coverag
                     let mut d = batch[j].clone();
                     // Under header coverage only the header is authenticated
                     // (loopback): flip there, as nothing else could.
-                    let span = if coverage == Coverage::Header { 60 } else { d.len() };
+                    let span = if coverage == Coverage::Header { HEADER_LEN } else { d.len() };
                     d[at % span] ^= 0x10;
                     out.push(d);
                 }

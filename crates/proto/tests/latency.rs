@@ -136,9 +136,9 @@ impl Pair {
                     from: i,
                     path: t.path,
                     packet_type: bytes[1],
-                    sequence: u64::from_be_bytes(bytes[24..32].try_into().unwrap()),
-                    retransmission: bytes[3] & 4 != 0,
-                    flags: bytes[3],
+                    sequence: bulkwire_wire::Header::named_sequence(&bytes).unwrap(),
+                    retransmission: bytes[2] & 4 != 0,
+                    flags: bytes[2],
                     at: self.now,
                 };
                 self.log.push(seen);

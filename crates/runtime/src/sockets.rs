@@ -1194,7 +1194,7 @@ mod tests {
     fn datagram(i: usize, len: usize) -> Vec<u8> {
         let mut d = vec![i as u8; len];
         if len >= HEADER_LEN + MAC_LEN {
-            d[56..58].copy_from_slice(&((len - HEADER_LEN - MAC_LEN) as u16).to_be_bytes());
+            d[6..8].copy_from_slice(&((len - HEADER_LEN - MAC_LEN) as u16).to_be_bytes());
         }
         d
     }

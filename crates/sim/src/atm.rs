@@ -22,7 +22,7 @@
 //! when its last cell leaves the switch, and is lost if any of its cells is
 //! dropped, as an AAL5 frame is. The paper's AAL uses one-cell frames so that
 //! a lost cell costs exactly one retransmitted cell; a bulkwire datagram has
-//! 76 bytes of header and MAC, more than a cell's payload, so it needs at
+//! 60 bytes of header and MAC, more than a cell's payload, so it needs at
 //! least two cells and one lost cell loses them all (see
 //! `docs/EXPERIMENTS.md`, "Service switching").
 //!

@@ -59,9 +59,9 @@ impl Mode {
     }
 }
 
-/// Largest datagram the task's endpoint sends: five cells. The 76 bytes of
-/// header and MAC leave 154 bytes of records, so every PDE2 burst fits one
-/// datagram and an 8 KB PDE1 burst takes 54.
+/// Largest datagram the task's endpoint sends: five cells. The 60 bytes of
+/// header and MAC leave 180 bytes, 170 of them a record's, so every PDE2
+/// burst fits one datagram and an 8 KB PDE1 burst takes 49.
 pub const TASK_MAX_DATAGRAM: usize = 5 * crate::atm::CELL_PAYLOAD;
 
 /// The loads of the paper's Tables 3 (PDE1) and 4 (PDE2).

@@ -1,10 +1,21 @@
 //! The fixed header that starts every datagram.
 
 /// Wire format version; a datagram with another version is rejected.
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 
 /// Bytes of the fixed header.
-pub const HEADER_LEN: usize = 60;
+pub const HEADER_LEN: usize = 44;
+
+/// Sequence numbers and acknowledgements travel in 48 bits: a channel
+/// carries fewer than 2^48 packets (nine years at a million a second).
+pub const SEQUENCE_LIMIT: u64 = 1 << 48;
+
+/// The job id's low 32 bits, which every datagram carries: a datagram of
+/// another job is told apart before its MAC is checked (and would fail
+/// it, the key being the job's own).
+pub const fn job_tag(job: u64) -> u32 {
+    job as u32
+}
 
 /// What a datagram is. Data packets are sequenced; every other type is an
 /// unsequenced control packet.
@@ -83,7 +94,8 @@ impl Flags {
     /// This data packet is sent once and never again (a best-effort
     /// channel): the receiver delivers what comes and asks for nothing.
     pub const BEST_EFFORT: Flags = Flags(1 << 6);
-    /// Every flag this version defines; others must be zero.
+    /// Every flag this version defines; others must be zero. They fit
+    /// the header's one byte of flags.
     pub const ALL: Flags = Flags(0b111_1111);
 
     pub const fn empty() -> Flags {
@@ -127,16 +139,20 @@ pub struct Header {
     /// Superstep colour: alternates between supersteps so that a packet of the
     /// next superstep acknowledges the previous one.
     pub colour: u8,
-    pub job: u64,
+    /// The job's tag ([`job_tag`] of its id).
+    pub job: u32,
     pub source: u32,
     pub destination: u32,
-    /// Sequence number of a data packet; zero in control packets.
+    /// Sequence number of a data packet; zero in control packets. Below
+    /// [`SEQUENCE_LIMIT`], as are `ack` and `end_of_hole`.
     pub sequence: u64,
     /// Every packet of the reverse direction with a sequence number below this
     /// has arrived (cumulative acknowledgement).
     pub ack: u64,
     /// The first packet the receiver holds beyond the hole that starts at `ack`;
-    /// equal to `ack` when nothing is missing. `[ack, end_of_hole)` is the hole.
+    /// equal to `ack` when nothing is missing. `[ack, end_of_hole)` is the hole;
+    /// the wire carries its length in 32 bits (a longer one is sent as
+    /// 2^32 - 1 packets: a receiver holds far fewer).
     pub end_of_hole: u64,
     /// The sender's clock when the packet left, in nanoseconds.
     pub timestamp: u64,
@@ -144,11 +160,10 @@ pub struct Header {
 }
 
 impl Header {
-    /// A header with every field zero but the type.
     /// The source rank a datagram names, unchecked (no MAC is verified):
     /// for counting what arrived, never for acting on it.
     pub fn named_source(datagram: &[u8]) -> Option<u32> {
-        Some(u32::from_be_bytes(datagram.get(16..20)?.try_into().ok()?))
+        Some(u32::from_be_bytes(datagram.get(12..16)?.try_into().ok()?))
     }
 
     /// The length on the wire (header, payload and MAC) a datagram's
@@ -157,10 +172,11 @@ impl Header {
     /// size of each, the first one's names it (every one but the last is
     /// that long), and the MAC of each piece then decides.
     pub fn named_length(datagram: &[u8]) -> Option<usize> {
-        let len = u16::from_be_bytes(datagram.get(56..58)?.try_into().ok()?);
+        let len = u16::from_be_bytes(datagram.get(6..8)?.try_into().ok()?);
         Some(HEADER_LEN + len as usize + crate::mac::MAC_LEN)
     }
 
+    /// A header with every field zero but the type.
     pub fn new(packet_type: PacketType) -> Header {
         Header {
             packet_type,
@@ -178,24 +194,37 @@ impl Header {
         }
     }
 
-    pub(crate) fn write(&self, out: &mut [u8; HEADER_LEN]) {
+    /// The sequence number a datagram's header names, unchecked (no MAC
+    /// is verified): for tests and traces that look at datagrams.
+    pub fn named_sequence(datagram: &[u8]) -> Option<u64> {
+        datagram.get(20..26).map(|b| u48_at(b, 0))
+    }
+
+    /// Writes the header; `false` where a sequence number or
+    /// acknowledgement does not fit its 48 bits.
+    pub(crate) fn write(&self, out: &mut [u8; HEADER_LEN]) -> bool {
+        if self.sequence >= SEQUENCE_LIMIT || self.ack >= SEQUENCE_LIMIT || self.end_of_hole >= SEQUENCE_LIMIT {
+            return false;
+        }
+        let hole = self.end_of_hole.saturating_sub(self.ack).min(u32::MAX as u64) as u32;
         out[0] = VERSION;
         out[1] = self.packet_type as u8;
-        out[2..4].copy_from_slice(&self.flags.bits().to_be_bytes());
+        out[2] = self.flags.bits() as u8;
+        out[3] = self.colour;
         out[4..6].copy_from_slice(&self.channel.to_be_bytes());
-        out[6] = self.colour;
-        out[7] = 0;
-        out[8..16].copy_from_slice(&self.job.to_be_bytes());
-        out[16..20].copy_from_slice(&self.source.to_be_bytes());
-        out[20..24].copy_from_slice(&self.destination.to_be_bytes());
-        out[24..32].copy_from_slice(&self.sequence.to_be_bytes());
-        out[32..40].copy_from_slice(&self.ack.to_be_bytes());
-        out[40..48].copy_from_slice(&self.end_of_hole.to_be_bytes());
-        out[48..56].copy_from_slice(&self.timestamp.to_be_bytes());
-        out[56..58].copy_from_slice(&self.payload_len.to_be_bytes());
-        out[58..60].copy_from_slice(&[0, 0]);
+        out[6..8].copy_from_slice(&self.payload_len.to_be_bytes());
+        out[8..12].copy_from_slice(&self.job.to_be_bytes());
+        out[12..16].copy_from_slice(&self.source.to_be_bytes());
+        out[16..20].copy_from_slice(&self.destination.to_be_bytes());
+        out[20..26].copy_from_slice(&self.sequence.to_be_bytes()[2..]);
+        out[26..32].copy_from_slice(&self.ack.to_be_bytes()[2..]);
+        out[32..36].copy_from_slice(&hole.to_be_bytes());
+        out[36..44].copy_from_slice(&self.timestamp.to_be_bytes());
+        true
     }
 }
+
+const _: () = assert!(Flags::ALL.bits() <= u8::MAX as u16, "the flags fit one byte");
 
 pub(crate) fn u16_at(b: &[u8; HEADER_LEN], at: usize) -> u16 {
     u16::from_be_bytes([b[at], b[at + 1]])
@@ -203,6 +232,12 @@ pub(crate) fn u16_at(b: &[u8; HEADER_LEN], at: usize) -> u16 {
 
 pub(crate) fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+pub(crate) fn u48_at(b: &[u8], at: usize) -> u64 {
+    let mut word = [0u8; 8];
+    word[2..].copy_from_slice(&b[at..at + 6]);
+    u64::from_be_bytes(word)
 }
 
 pub(crate) fn u64_at(b: &[u8], at: usize) -> u64 {

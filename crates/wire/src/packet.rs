@@ -1,6 +1,6 @@
 //! Whole datagrams: encode, seal with the MAC, decode and verify.
 
-use crate::header::{u16_at, u32_at, u64_at, Flags, Header, PacketType, HEADER_LEN, VERSION};
+use crate::header::{job_tag, u16_at, u32_at, u48_at, u64_at, Flags, Header, PacketType, HEADER_LEN, VERSION};
 use crate::mac::{JobKey, MAC_LEN};
 
 /// Header plus MAC: the bytes every datagram spends on the protocol.
@@ -19,18 +19,16 @@ pub enum DecodeError {
     Oversized(usize),
     #[error("wire version {0} is not supported (this is version {VERSION})")]
     UnsupportedVersion(u8),
-    #[error("datagram belongs to job {0:#x}")]
-    WrongJob(u64),
+    #[error("datagram belongs to the job tagged {0:#x}")]
+    WrongJob(u32),
     #[error("MAC does not match: forged or corrupted datagram")]
     BadMac,
     #[error("payload length {declared} does not match the {actual} bytes present")]
     LengthMismatch { declared: usize, actual: usize },
     #[error("unknown packet type {0}")]
     UnknownType(u8),
-    #[error("undefined flag bits {0:#06x}")]
+    #[error("undefined flag bits {0:#04x}")]
     UnknownFlags(u16),
-    #[error("reserved header bytes are not zero")]
-    ReservedNotZero,
     #[error("datagram addressed to rank {to} from rank {from} is not for this process")]
     Misaddressed { from: u32, to: u32 },
     #[error("channel {0} does not exist")]
@@ -46,6 +44,8 @@ pub enum EncodeError {
     PayloadTooLarge(usize),
     #[error("output buffer of {have} bytes cannot hold a {need}-byte datagram")]
     BufferTooSmall { need: usize, have: usize },
+    #[error("a sequence number or acknowledgement is beyond the 48 bits the wire carries")]
+    SequenceSpent,
 }
 
 /// A verified datagram. The payload borrows the input buffer.
@@ -81,7 +81,9 @@ pub fn seal(header: &Header, payload_len: usize, key: &JobKey, out: &mut [u8]) -
     let mut header = *header;
     header.payload_len = payload_len as u16;
     let head: &mut [u8; HEADER_LEN] = (&mut out[..HEADER_LEN]).try_into().expect("length checked");
-    header.write(head);
+    if !header.write(head) {
+        return Err(EncodeError::SequenceSpent);
+    }
     let body = HEADER_LEN + payload_len;
     let tag = key.datagram_tag(&out[..body]);
     out[body..need].copy_from_slice(&tag);
@@ -102,7 +104,9 @@ pub fn seal_parts(header: &Header, parts: &[&[u8]], key: &JobKey, out: &mut [u8]
     let mut header = *header;
     header.payload_len = len as u16;
     let head: &mut [u8; HEADER_LEN] = (&mut out[..HEADER_LEN]).try_into().expect("length checked");
-    header.write(head);
+    if !header.write(head) {
+        return Err(EncodeError::SequenceSpent);
+    }
     let tag = key.datagram_tag_parts(head, parts);
     out[HEADER_LEN..OVERHEAD].copy_from_slice(&tag);
     Ok(OVERHEAD)
@@ -168,11 +172,11 @@ fn first_checks<'a>(start: &'a [u8], len: usize, accept: &Accept) -> Result<&'a 
     if head[0] != VERSION {
         return Err(DecodeError::UnsupportedVersion(head[0]));
     }
-    let job = u64_at(head, 8);
-    if job != accept.job {
+    let job = u32_at(head, 8);
+    if job != job_tag(accept.job) {
         return Err(DecodeError::WrongJob(job));
     }
-    let payload_len = u16_at(head, 56) as usize;
+    let payload_len = u16_at(head, 6) as usize;
     if OVERHEAD + payload_len != len {
         return Err(DecodeError::LengthMismatch { declared: payload_len, actual: len - OVERHEAD });
     }
@@ -182,23 +186,21 @@ fn first_checks<'a>(start: &'a [u8], len: usize, accept: &Accept) -> Result<&'a 
 /// The checks after the MAC: the fields, trusted now, make sense.
 fn last_checks(head: &[u8; HEADER_LEN], payload_len: usize, accept: &Accept) -> Result<Header, DecodeError> {
     let packet_type = PacketType::from_u8(head[1]).ok_or(DecodeError::UnknownType(head[1]))?;
-    let flag_bits = u16_at(head, 2);
+    let flag_bits = head[2] as u16;
     let flags = Flags::from_bits(flag_bits).ok_or(DecodeError::UnknownFlags(flag_bits))?;
-    if head[7] != 0 || u16_at(head, 58) != 0 {
-        return Err(DecodeError::ReservedNotZero);
-    }
+    let ack = u48_at(head, 26);
     let header = Header {
         packet_type,
         flags,
         channel: u16_at(head, 4),
-        colour: head[6],
-        job: u64_at(head, 8),
-        source: u32_at(head, 16),
-        destination: u32_at(head, 20),
-        sequence: u64_at(head, 24),
-        ack: u64_at(head, 32),
-        end_of_hole: u64_at(head, 40),
-        timestamp: u64_at(head, 48),
+        colour: head[3],
+        job: u32_at(head, 8),
+        source: u32_at(head, 12),
+        destination: u32_at(head, 16),
+        sequence: u48_at(head, 20),
+        ack,
+        end_of_hole: ack + u32_at(head, 32) as u64,
+        timestamp: u64_at(head, 36),
         payload_len: payload_len as u16,
     };
     if header.destination != accept.destination || header.source >= accept.ranks || header.source == accept.destination
@@ -207,9 +209,6 @@ fn last_checks(head: &[u8; HEADER_LEN], payload_len: usize, accept: &Accept) -> 
     }
     if header.channel >= accept.channels {
         return Err(DecodeError::UnknownChannel(header.channel));
-    }
-    if header.end_of_hole < header.ack {
-        return Err(DecodeError::MalformedPayload("end of hole below acknowledgement"));
     }
     Ok(header)
 }
@@ -238,9 +237,7 @@ impl RejectCounters {
             DecodeError::BadMac => &mut self.bad_mac,
             DecodeError::LengthMismatch { .. } => &mut self.length_mismatch,
             DecodeError::UnknownType(_) => &mut self.unknown_type,
-            DecodeError::UnknownFlags(_) | DecodeError::ReservedNotZero | DecodeError::MalformedPayload(_) => {
-                &mut self.malformed
-            }
+            DecodeError::UnknownFlags(_) | DecodeError::MalformedPayload(_) => &mut self.malformed,
             DecodeError::Misaddressed { .. } | DecodeError::UnknownChannel(_) => &mut self.misaddressed,
         };
         *counter += 1;

@@ -13,7 +13,7 @@ fn accept() -> Accept {
 
 fn header(packet_type: PacketType) -> Header {
     let mut h = Header::new(packet_type);
-    h.job = JOB;
+    h.job = job_tag(JOB);
     h.source = 0;
     h.destination = 1;
     h
@@ -42,8 +42,8 @@ proptest! {
         channel in 0u16..2,
         colour: u8,
         source in prop::sample::select(vec![0u32, 2, 3]),
-        sequence: u64,
-        ack: u64,
+        sequence in 0..SEQUENCE_LIMIT,
+        ack in 0..SEQUENCE_LIMIT - 1000,
         hole in 0u64..1000,
         timestamp: u64,
         payload in prop::collection::vec(any::<u8>(), 0..3000),
@@ -55,7 +55,7 @@ proptest! {
         h.source = source;
         h.sequence = sequence;
         h.ack = ack;
-        h.end_of_hole = ack.saturating_add(hole);
+        h.end_of_hole = ack + hole;
         h.timestamp = timestamp;
         let mut out = vec![0; OVERHEAD + payload.len()];
         let n = encode(&h, &payload, &key(), &mut out).unwrap();
@@ -152,8 +152,8 @@ fn rejections_are_typed() {
     let mut v = good.clone();
     v[0] = 9;
     assert_eq!(decode(&v, &key(), &accept()), Err(DecodeError::UnsupportedVersion(9)));
-    let other_job = Accept { job: 1, ..accept() };
-    assert_eq!(decode(&good, &key(), &other_job), Err(DecodeError::WrongJob(JOB)));
+    let other_job = Accept { job: JOB ^ 0xff, ..accept() };
+    assert_eq!(decode(&good, &key(), &other_job), Err(DecodeError::WrongJob(job_tag(JOB))));
     assert_eq!(decode(&good, &JobKey::new([8; 32]), &accept()), Err(DecodeError::BadMac));
     let mut longer = good.clone();
     longer.push(0);
@@ -166,6 +166,29 @@ fn rejections_are_typed() {
     counters.record(&DecodeError::BadMac);
     counters.record(&DecodeError::WrongJob(3));
     assert_eq!((counters.bad_mac, counters.wrong_job, counters.total()), (1, 1, 2));
+}
+
+#[test]
+fn sequence_numbers_take_48_bits_and_a_hole_32() {
+    let mut h = header(PacketType::Data);
+    h.sequence = SEQUENCE_LIMIT - 1;
+    h.ack = SEQUENCE_LIMIT - 2;
+    h.end_of_hole = SEQUENCE_LIMIT - 1;
+    let mut out = vec![0; OVERHEAD];
+    assert_eq!(encode(&h, b"", &key(), &mut out), Ok(OVERHEAD));
+    assert_eq!(Header::named_sequence(&out), Some(SEQUENCE_LIMIT - 1));
+    let p = decode(&out, &key(), &accept()).unwrap();
+    assert_eq!((p.header.sequence, p.header.ack, p.header.end_of_hole), (h.sequence, h.ack, h.end_of_hole));
+    for spent in [(SEQUENCE_LIMIT, 0, 0), (0, SEQUENCE_LIMIT, SEQUENCE_LIMIT), (0, 0, SEQUENCE_LIMIT)] {
+        (h.sequence, h.ack, h.end_of_hole) = spent;
+        assert_eq!(encode(&h, b"", &key(), &mut out), Err(EncodeError::SequenceSpent), "{spent:?}");
+    }
+    // A hole longer than 2^32 - 1 packets (no receiver holds so many) is
+    // sent as that long.
+    (h.sequence, h.ack, h.end_of_hole) = (0, 5, 5 + (1 << 40));
+    encode(&h, b"", &key(), &mut out).unwrap();
+    let p = decode(&out, &key(), &accept()).unwrap();
+    assert_eq!(p.header.end_of_hole, 5 + u32::MAX as u64);
 }
 
 #[test]
