@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use bulkwire_wire::{
     job_tag, record_header, seal, seal_parts, AckPayload, Flags, Header, LatencyStatus, MissingRanges, PacketType,
-    Records, WireMode, HEADER_LEN, LSTAT_FIXED_LEN, MISSING_RANGE_LEN, RECORD_HEADER_LEN,
+    Records, WireMode, HEADER_LEN, LSTAT_FIXED_LEN, MISSING_RANGE_LEN, RECORD_HEADER_LEN, SEQUENCE_LIMIT,
 };
 
 use crate::config::{Config, Strategy};
@@ -917,7 +917,9 @@ impl Channel {
         sh: &mut Shared<'_>,
     ) -> Result<(), &'static str> {
         let seq = header.sequence;
-        if seq == u64::MAX {
+        // The last number of the wire's 48 bits would take the
+        // acknowledgement past what a header can carry.
+        if seq >= SEQUENCE_LIMIT - 1 {
             return Err("sequence number space exhausted");
         }
         if let Payload::Bytes(bytes) = payload {
