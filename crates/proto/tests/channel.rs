@@ -129,6 +129,9 @@ impl Pair {
     }
 }
 
+/// A data packet's payload in the pair's datagrams of 1,472 bytes.
+const PAYLOAD: usize = 1472 - bulkwire_wire::OVERHEAD;
+
 fn msg(i: usize, len: usize) -> Vec<u8> {
     (0..len).map(|j| (i * 31 + j) as u8).collect()
 }
@@ -136,7 +139,7 @@ fn msg(i: usize, len: usize) -> Vec<u8> {
 #[test]
 fn hole_filling_resends_exactly_the_missing_packets() {
     let mut p = Pair::default();
-    // Payload per packet is 1472 - 76 = 1396 bytes; 1000-byte messages go one per packet.
+    // A packet's payload is PAYLOAD (1,412) bytes; 1000-byte messages go one per packet.
     p.drop = Box::new(|s| s.packet_type == 1 && !s.retransmission && [2, 3, 7, 8].contains(&s.sequence));
     for i in 0..10 {
         p.ends[0].send(1, 0, &msg(i, 1000)).unwrap();
@@ -280,7 +283,7 @@ fn explicit_acks_are_rare_on_a_one_way_bulk_transfer() {
     let mut p = Pair::default();
     let mut sent = 0;
     while sent < 3000 {
-        match p.ends[0].send(1, 0, &msg(sent, 1396 - 10)) {
+        match p.ends[0].send(1, 0, &msg(sent, PAYLOAD - bulkwire_wire::RECORD_HEADER_LEN)) {
             Ok(()) => sent += 1,
             Err(SendError::WouldBlock) => assert!(p.step()),
             Err(e) => panic!("{e}"),
@@ -337,7 +340,7 @@ fn large_messages_fragment_and_small_ones_pack() {
     assert_eq!(p.received[1][100], msg(99, 8));
     assert!(p.received[1][101].is_empty());
     let s = p.ends[0].channel_stats(1, 0).unwrap();
-    // 10,000 + 10 bytes of record header over 1396-byte payloads: 8 packets;
+    // 10,000 + 10 bytes of record header over 1,412-byte payloads: 8 packets;
     // 100 records of 18 bytes fill about 1.3 more.
     assert!(s.data_sent <= 10, "{s:?}");
 }
@@ -615,7 +618,7 @@ fn a_slow_application_holds_back_delivery_not_memory() {
         }
         p.ends.iter_mut().for_each(|e| e.handle_timeout(p.now));
         let m = p.ends[1].memory();
-        assert!(m.ready_bytes <= (4 << 20) + 1396, "{m:?}");
+        assert!(m.ready_bytes <= (4 << 20) + PAYLOAD, "{m:?}");
     }
     assert!(p.ends[1].stats().channels.drops > 0, "the receiver dropped what it had no room for");
     p.run(Duration::from_secs(5));
