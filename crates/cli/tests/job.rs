@@ -690,6 +690,51 @@ fn exit_status_is_the_first_failing_ranks() {
 }
 
 #[test]
+fn ranks_of_another_wire_format_stop_the_job_with_a_clear_error() {
+    if is_rank() {
+        let env = bulkwire_runtime::JobEnv::from_env().unwrap();
+        if env.rank == 1 {
+            // A rank of another build: its hello names wire version 2.
+            use bulkwire_runtime::rendezvous::{read_msg, write_msg, ToLauncher, ToRank};
+            let mut stream = std::net::TcpStream::connect(env.rendezvous).unwrap();
+            let any: std::net::SocketAddr = "127.0.0.1:9".parse().unwrap();
+            let hello = ToLauncher::Hello {
+                job: env.job,
+                rank: 1,
+                size: env.size,
+                pid: std::process::id(),
+                ordinary: any,
+                premium: any,
+                max_datagram: 1472,
+                kernel: String::new(),
+                wire: 2,
+            };
+            write_msg(&mut stream, &env.key, &hello).unwrap();
+            let mut reader = std::io::BufReader::new(stream);
+            match read_msg::<ToRank>(&mut reader, &env.key) {
+                Ok(Some(ToRank::Abort { reason })) => println!("rank 1 told: {reason}"),
+                other => panic!("rank 1 got {other:?}"),
+            }
+            std::process::exit(1);
+        }
+        match World::init() {
+            Err(e) => println!("rank 0 told: {e}"),
+            Ok(_) => panic!("rank 0 joined a job of mixed wire formats"),
+        }
+        std::process::exit(1);
+    }
+    let (out, elapsed) = launch(2, "ranks_of_another_wire_format_stop_the_job_with_a_clear_error", &[]);
+    let (stdout, stderr) = text(&out);
+    let all = format!("{stdout}\n{stderr}");
+    assert!(!out.status.success(), "{all}");
+    let version = bulkwire_wire::VERSION;
+    let why = format!("different wire formats (rank 0: version {version}; rank 1: version 2)");
+    assert!(stderr.contains(&why), "{all}");
+    assert!(stdout.contains("rank 0 told:") && stdout.contains("rank 1 told:"), "{all}");
+    assert!(elapsed < Duration::from_secs(20), "took {elapsed:?}: {all}");
+}
+
+#[test]
 fn misuse_gets_clear_errors() {
     if is_rank() {
         let world = World::init().unwrap();

@@ -659,6 +659,37 @@ fn on_each_kernel(kernels: &[String]) -> Vec<u32> {
     kernels.iter().map(|k| counts.get(k.as_str()).copied().unwrap_or(1)).collect()
 }
 
+/// Why a job cannot run if its ranks speak different wire formats (each
+/// would drop the others' every datagram, and the job would hang): ranks
+/// of different builds of bulkwire, say one per host.
+fn mixed_wire(wires: &[u8]) -> Option<String> {
+    let first = *wires.first()?;
+    if wires.iter().all(|&w| w == first) {
+        return None;
+    }
+    let mut by_version: Vec<(u8, Vec<usize>)> = Vec::new();
+    for (rank, &w) in wires.iter().enumerate() {
+        match by_version.iter_mut().find(|(v, _)| *v == w) {
+            Some((_, ranks)) => ranks.push(rank),
+            None => by_version.push((w, vec![rank])),
+        }
+    }
+    let groups: Vec<String> = by_version
+        .iter()
+        .map(|(v, ranks)| {
+            let shown: Vec<String> = ranks.iter().take(8).map(|r| r.to_string()).collect();
+            let more = if ranks.len() > 8 { format!(" and {} more", ranks.len() - 8) } else { String::new() };
+            let version =
+                if *v == 0 { "a version from before ranks said theirs".to_string() } else { format!("version {v}") };
+            format!("rank {}{more}: {version}", shown.join(", "))
+        })
+        .collect();
+    Some(format!(
+        "the ranks speak different wire formats ({}), so they would drop each other's datagrams: run one build of bulkwire on every host",
+        groups.join("; ")
+    ))
+}
+
 /// Reads one rank's control connection: its hello, then its messages.
 fn serve_rank(stream: TcpStream, key: &JobKey, job: u64, size: u32, tx: &Sender<Ev>) {
     let _ = stream.set_nodelay(true);
@@ -819,6 +850,7 @@ fn supervise(
     let mut addrs: Vec<Option<(SocketAddr, SocketAddr)>> = vec![None; n];
     // Each rank's kernel, as it said (empty: unknown).
     let mut kernels: Vec<String> = vec![String::new(); n];
+    let mut wires: Vec<u8> = vec![0; n];
     let mut last_seen = vec![Instant::now(); n];
     let mut finished = vec![false; n];
     let mut exited = vec![false; pids.len()];
@@ -850,6 +882,11 @@ fn supervise(
                 last_seen[rank as usize] = Instant::now();
                 streams.insert(rank, stream);
                 if !table_sent && addrs.iter().all(Option::is_some) && streams.len() == n {
+                    if let Some(reason) = mixed_wire(&wires) {
+                        table_sent = true;
+                        fail(&mut failure, &mut kill_at, &mut streams, key, reason, 1);
+                        continue;
+                    }
                     let peers: Vec<_> = addrs.iter().map(|a| a.expect("all joined")).collect();
                     let max_datagram = if max_datagram == usize::MAX { 0 } else { max_datagram };
                     let kernels = on_each_kernel(&kernels);
@@ -860,9 +897,10 @@ fn supervise(
             Some(Ev::Message { rank, msg }) => {
                 last_seen[rank as usize] = Instant::now();
                 match msg {
-                    ToLauncher::Hello { ordinary, premium, max_datagram: m, kernel, .. } => {
+                    ToLauncher::Hello { ordinary, premium, max_datagram: m, kernel, wire, .. } => {
                         addrs[rank as usize] = Some((ordinary, premium));
                         kernels[rank as usize] = kernel;
+                        wires[rank as usize] = wire;
                         if m > 0 {
                             max_datagram = max_datagram.min(m);
                         }
@@ -959,6 +997,19 @@ fn supervise(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ranks_of_different_wire_formats_are_named() {
+        assert_eq!(mixed_wire(&[3, 3, 3]), None);
+        assert_eq!(mixed_wire(&[]), None);
+        let why = mixed_wire(&[3, 2, 3, 0]).unwrap();
+        assert!(
+            why.contains("rank 0, 2: version 3; rank 1: version 2; rank 3: a version from before ranks said theirs"),
+            "{why}"
+        );
+        let many = mixed_wire(&[[3].as_slice(), &[2; 10]].concat()).unwrap();
+        assert!(many.contains("rank 1, 2, 3, 4, 5, 6, 7, 8 and 2 more: version 2"), "{many}");
+    }
 
     #[test]
     fn each_rank_hears_how_many_ranks_share_its_kernel() {

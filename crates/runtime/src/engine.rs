@@ -1426,6 +1426,7 @@ impl Runtime {
             premium,
             max_datagram,
             kernel: crate::env::kernel_id(),
+            wire: bulkwire_wire::VERSION,
         })?;
         let (peers, on_kernel) = match control.recv()? {
             Some(ToRank::Table { job, peers, max_datagram: everyone, kernels })

@@ -35,6 +35,12 @@ pub enum ToLauncher {
         /// (host of a test bed, container) each is in.
         #[serde(default)]
         kernel: String,
+        /// The wire format the rank's datagrams are in
+        /// (`bulkwire_wire::VERSION`); 0 from a build before ranks said it.
+        /// The launcher stops a job whose ranks differ: they would drop
+        /// each other's every datagram.
+        #[serde(default)]
+        wire: u8,
     },
     Heartbeat,
     /// The rank stops the job: a peer is unreachable, or the program failed.
