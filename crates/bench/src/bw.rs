@@ -191,8 +191,8 @@ fn bulkwire_window(
 pub(crate) fn table(report: &Report) -> String {
     let window = report.table("bw").next().and_then(|r| r.num("window_messages")).unwrap_or(64.0);
     let mut o = format!(
-        "# streaming throughput, MB/s (10^6 B/s); 2 ranks on this machine; a window of up to {window} messages (at \
-         most {} MiB) in flight, then an acknowledgement\n",
+        "# streaming throughput, MB/s (10^6 B/s); 2 ranks; a window of up to {window} messages (at most {} MiB) \
+         in flight, then an acknowledgement\n",
         WINDOW_BYTES >> 20
     );
     o.push_str(&format!(

@@ -50,7 +50,7 @@ pub(crate) fn rank(world: &World, args: &Args) -> Result<Vec<Row>, CommError> {
 }
 
 pub(crate) fn table(args: &Args, report: &Report) -> String {
-    let mut o = "# echo: full round trip, median, microseconds; 2 ranks on this machine over loopback\n".to_string();
+    let mut o = "# echo: full round trip, median, microseconds; 2 ranks\n".to_string();
     o.push_str(&round_trip_lines(report, "echo", false));
     o.push('\n');
     let title =

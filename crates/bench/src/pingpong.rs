@@ -237,11 +237,8 @@ pub(crate) fn round_trip_lines(report: &Report, bench: &str, ratio: bool) -> Str
 pub(crate) fn table(report: &Report) -> String {
     let ranks = report.table("pingpong").next().map_or(2, |r| r.procs);
     let mut o = match ranks {
-        2 => "# half round trip, median, microseconds; 2 ranks on this machine\n".to_string(),
-        n => format!(
-            "# half round trip, median, microseconds; {n} ranks on this machine, {} pairs at once, pair 0-1 shown\n",
-            n / 2
-        ),
+        2 => "# half round trip, median, microseconds; 2 ranks\n".to_string(),
+        n => format!("# half round trip, median, microseconds; {n} ranks, {} pairs at once, pair 0-1 shown\n", n / 2),
     };
     o.push_str(&transport::legend(report, "pingpong"));
     o.push_str(&format!(

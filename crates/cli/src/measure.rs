@@ -96,7 +96,14 @@ pub fn bench(bench: &Bench, placement: &Placement, format: Format) -> Result<i32
     });
     let before = bench.before_job(mpi_hosts.as_ref());
     let mut jobs = Report::default();
-    for (spec, transport) in bench.jobs(remote) {
+    let specs = bench.jobs(remote);
+    // Where the ranks ran, which the tables' titles do not say.
+    let place = match &placement.hosts {
+        Some(hosts) => format!("the ranks ran on the hosts {hosts}"),
+        None => "the ranks ran on this machine".to_string(),
+    };
+    let place = (!specs.is_empty()).then_some(place);
+    for (spec, transport) in specs {
         match job_over(&spec, placement, None, transport)? {
             Ok(job) => {
                 jobs.rows.extend(job.rows);
@@ -109,7 +116,8 @@ pub fn bench(bench: &Bench, placement: &Placement, format: Format) -> Result<i32
     let after = if before.rows.is_empty() { Report::default() } else { bench.after_job(mpi_hosts.as_ref()) };
     // The jobs' rows first, then the references measured around them; each
     // note once.
-    let mut report = Report { rows: [jobs.rows, before.rows, after.rows].concat(), notes: Vec::new() };
+    let notes = place.into_iter().collect();
+    let mut report = Report { rows: [jobs.rows, before.rows, after.rows].concat(), notes };
     for note in [jobs.notes, before.notes, after.notes].concat() {
         if !report.notes.contains(&note) {
             report.notes.push(note);
