@@ -681,7 +681,8 @@ fn mixed_wire(wires: &[u8]) -> Option<String> {
             let more = if ranks.len() > 8 { format!(" and {} more", ranks.len() - 8) } else { String::new() };
             let version =
                 if *v == 0 { "a version from before ranks said theirs".to_string() } else { format!("version {v}") };
-            format!("rank {}{more}: {version}", shown.join(", "))
+            let who = if ranks.len() == 1 { "rank" } else { "ranks" };
+            format!("{who} {}{more}: {version}", shown.join(", "))
         })
         .collect();
     Some(format!(
@@ -1004,11 +1005,11 @@ mod tests {
         assert_eq!(mixed_wire(&[]), None);
         let why = mixed_wire(&[3, 2, 3, 0]).unwrap();
         assert!(
-            why.contains("rank 0, 2: version 3; rank 1: version 2; rank 3: a version from before ranks said theirs"),
+            why.contains("ranks 0, 2: version 3; rank 1: version 2; rank 3: a version from before ranks said theirs"),
             "{why}"
         );
         let many = mixed_wire(&[[3].as_slice(), &[2; 10]].concat()).unwrap();
-        assert!(many.contains("rank 1, 2, 3, 4, 5, 6, 7, 8 and 2 more: version 2"), "{many}");
+        assert!(many.contains("ranks 1, 2, 3, 4, 5, 6, 7, 8 and 2 more: version 2"), "{many}");
     }
 
     #[test]
