@@ -6,6 +6,24 @@ pub const VERSION: u8 = 3;
 /// Bytes of the fixed header.
 pub const HEADER_LEN: usize = 44;
 
+/// Where the header's fields start (the layout in the crate's docs); read
+/// and written only through these.
+pub(crate) mod at {
+    pub const TYPE: usize = 1;
+    pub const FLAGS: usize = 2;
+    pub const COLOUR: usize = 3;
+    pub const CHANNEL: usize = 4;
+    pub const PAYLOAD_LEN: usize = 6;
+    pub const JOB: usize = 8;
+    pub const SOURCE: usize = 12;
+    pub const DESTINATION: usize = 16;
+    /// 48 bits each.
+    pub const SEQUENCE: usize = 20;
+    pub const ACK: usize = 26;
+    pub const HOLE: usize = 32;
+    pub const TIMESTAMP: usize = 36;
+}
+
 /// Sequence numbers and acknowledgements travel in 48 bits: a channel
 /// carries fewer than 2^48 packets (nine years at a million a second).
 pub const SEQUENCE_LIMIT: u64 = 1 << 48;
@@ -163,7 +181,7 @@ impl Header {
     /// The source rank a datagram names, unchecked (no MAC is verified):
     /// for counting what arrived, never for acting on it.
     pub fn named_source(datagram: &[u8]) -> Option<u32> {
-        Some(u32::from_be_bytes(datagram.get(12..16)?.try_into().ok()?))
+        Some(u32_at(datagram.get(..at::SOURCE + 4)?, at::SOURCE))
     }
 
     /// The length on the wire (header, payload and MAC) a datagram's
@@ -172,7 +190,8 @@ impl Header {
     /// size of each, the first one's names it (every one but the last is
     /// that long), and the MAC of each piece then decides.
     pub fn named_length(datagram: &[u8]) -> Option<usize> {
-        let len = u16::from_be_bytes(datagram.get(6..8)?.try_into().ok()?);
+        let head = datagram.get(..at::PAYLOAD_LEN + 2)?;
+        let len = u16::from_be_bytes([head[at::PAYLOAD_LEN], head[at::PAYLOAD_LEN + 1]]);
         Some(HEADER_LEN + len as usize + crate::mac::MAC_LEN)
     }
 
@@ -197,7 +216,7 @@ impl Header {
     /// The sequence number a datagram's header names, unchecked (no MAC
     /// is verified): for tests and traces that look at datagrams.
     pub fn named_sequence(datagram: &[u8]) -> Option<u64> {
-        datagram.get(20..26).map(|b| u48_at(b, 0))
+        Some(u48_at(datagram.get(..at::SEQUENCE + 6)?, at::SEQUENCE))
     }
 
     /// Writes the header; `false` where a sequence number or
@@ -207,24 +226,26 @@ impl Header {
             return false;
         }
         let hole = self.end_of_hole.saturating_sub(self.ack).min(u32::MAX as u64) as u32;
-        out[0] = VERSION;
-        out[1] = self.packet_type as u8;
-        out[2] = self.flags.bits() as u8;
-        out[3] = self.colour;
-        out[4..6].copy_from_slice(&self.channel.to_be_bytes());
-        out[6..8].copy_from_slice(&self.payload_len.to_be_bytes());
-        out[8..12].copy_from_slice(&self.job.to_be_bytes());
-        out[12..16].copy_from_slice(&self.source.to_be_bytes());
-        out[16..20].copy_from_slice(&self.destination.to_be_bytes());
-        out[20..26].copy_from_slice(&self.sequence.to_be_bytes()[2..]);
-        out[26..32].copy_from_slice(&self.ack.to_be_bytes()[2..]);
-        out[32..36].copy_from_slice(&hole.to_be_bytes());
-        out[36..44].copy_from_slice(&self.timestamp.to_be_bytes());
+        let mut put = |at: usize, bytes: &[u8]| out[at..at + bytes.len()].copy_from_slice(bytes);
+        put(0, &[VERSION]);
+        put(at::TYPE, &[self.packet_type as u8]);
+        put(at::FLAGS, &[self.flags.bits() as u8]);
+        put(at::COLOUR, &[self.colour]);
+        put(at::CHANNEL, &self.channel.to_be_bytes());
+        put(at::PAYLOAD_LEN, &self.payload_len.to_be_bytes());
+        put(at::JOB, &self.job.to_be_bytes());
+        put(at::SOURCE, &self.source.to_be_bytes());
+        put(at::DESTINATION, &self.destination.to_be_bytes());
+        put(at::SEQUENCE, &self.sequence.to_be_bytes()[2..]);
+        put(at::ACK, &self.ack.to_be_bytes()[2..]);
+        put(at::HOLE, &hole.to_be_bytes());
+        put(at::TIMESTAMP, &self.timestamp.to_be_bytes());
         true
     }
 }
 
 const _: () = assert!(Flags::ALL.bits() <= u8::MAX as u16, "the flags fit one byte");
+const _: () = assert!(at::TIMESTAMP + 8 == HEADER_LEN, "the fields fill the header");
 
 pub(crate) fn u16_at(b: &[u8; HEADER_LEN], at: usize) -> u16 {
     u16::from_be_bytes([b[at], b[at + 1]])

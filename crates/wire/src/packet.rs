@@ -1,6 +1,6 @@
 //! Whole datagrams: encode, seal with the MAC, decode and verify.
 
-use crate::header::{job_tag, u16_at, u32_at, u48_at, u64_at, Flags, Header, PacketType, HEADER_LEN, VERSION};
+use crate::header::{at, job_tag, u16_at, u32_at, u48_at, u64_at, Flags, Header, PacketType, HEADER_LEN, VERSION};
 use crate::mac::{JobKey, MAC_LEN};
 
 /// Header plus MAC: the bytes every datagram spends on the protocol.
@@ -172,11 +172,11 @@ fn first_checks<'a>(start: &'a [u8], len: usize, accept: &Accept) -> Result<&'a 
     if head[0] != VERSION {
         return Err(DecodeError::UnsupportedVersion(head[0]));
     }
-    let job = u32_at(head, 8);
+    let job = u32_at(head, at::JOB);
     if job != job_tag(accept.job) {
         return Err(DecodeError::WrongJob(job));
     }
-    let payload_len = u16_at(head, 6) as usize;
+    let payload_len = u16_at(head, at::PAYLOAD_LEN) as usize;
     if OVERHEAD + payload_len != len {
         return Err(DecodeError::LengthMismatch { declared: payload_len, actual: len - OVERHEAD });
     }
@@ -185,22 +185,22 @@ fn first_checks<'a>(start: &'a [u8], len: usize, accept: &Accept) -> Result<&'a 
 
 /// The checks after the MAC: the fields, trusted now, make sense.
 fn last_checks(head: &[u8; HEADER_LEN], payload_len: usize, accept: &Accept) -> Result<Header, DecodeError> {
-    let packet_type = PacketType::from_u8(head[1]).ok_or(DecodeError::UnknownType(head[1]))?;
-    let flag_bits = head[2] as u16;
+    let packet_type = PacketType::from_u8(head[at::TYPE]).ok_or(DecodeError::UnknownType(head[at::TYPE]))?;
+    let flag_bits = head[at::FLAGS] as u16;
     let flags = Flags::from_bits(flag_bits).ok_or(DecodeError::UnknownFlags(flag_bits))?;
-    let ack = u48_at(head, 26);
+    let ack = u48_at(head, at::ACK);
     let header = Header {
         packet_type,
         flags,
-        channel: u16_at(head, 4),
-        colour: head[3],
-        job: u32_at(head, 8),
-        source: u32_at(head, 12),
-        destination: u32_at(head, 16),
-        sequence: u48_at(head, 20),
+        channel: u16_at(head, at::CHANNEL),
+        colour: head[at::COLOUR],
+        job: u32_at(head, at::JOB),
+        source: u32_at(head, at::SOURCE),
+        destination: u32_at(head, at::DESTINATION),
+        sequence: u48_at(head, at::SEQUENCE),
         ack,
-        end_of_hole: ack + u32_at(head, 32) as u64,
-        timestamp: u64_at(head, 36),
+        end_of_hole: ack + u32_at(head, at::HOLE) as u64,
+        timestamp: u64_at(head, at::TIMESTAMP),
         payload_len: payload_len as u16,
     };
     if header.destination != accept.destination || header.source >= accept.ranks || header.source == accept.destination
