@@ -303,6 +303,19 @@ mod tests {
     }
 
     #[test]
+    fn ranks_on_hosts_are_left_to_the_scheduler_and_on_one_host_may_outnumber_cores() {
+        let args = |c: &Command| c.get_args().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>();
+        let hosts = Hosts { hosts: "bwh0,bwh1", agent: Path::new("scripts/netns-exec"), network: Some("10.90.0.0/24") };
+        let on_hosts = args(&mpirun(2, Some(&hosts), "tcp", &[], Path::new("bench")));
+        let bind = on_hosts.iter().position(|a| a == "--bind-to").expect("--bind-to");
+        assert_eq!(on_hosts[bind + 1], "none", "{on_hosts:?}");
+        assert!(on_hosts.windows(2).any(|w| w == ["--host", "bwh0,bwh1"]), "{on_hosts:?}");
+        assert!(on_hosts.windows(2).any(|w| w == ["btl_tcp_if_include", "10.90.0.0/24"]), "{on_hosts:?}");
+        let here = args(&mpirun(8, None, "vader", &[], Path::new("bench")));
+        assert!(here.contains(&"--oversubscribe".to_string()) && !here.contains(&"--bind-to".to_string()), "{here:?}");
+    }
+
+    #[test]
     fn the_shared_memory_btl_is_the_one_ompi_info_lists() {
         let four = "                 MCA btl: tcp (MCA v2.1.0, API v3.1.0, Component v4.1.4)\n\
                     \x20                MCA btl: vader (MCA v2.1.0, API v3.1.0, Component v4.1.4)\n\
