@@ -1954,6 +1954,17 @@ impl Runtime {
             }
             if e.progress_spinning(round, both_paths) {
                 e.run_hook();
+                // Something came or went: the spin lasts `spin` from the
+                // last turn that moved anything, so that a wait does not
+                // fall asleep while its peer is busy with this process's
+                // traffic (taking in a message this process sent, then
+                // sending the answer, acknowledgements coming all the
+                // while), to be woken by the answer's first datagram. Not
+                // where processes share cores: there the spin is what others
+                // need the core for.
+                if !self.shares_cores {
+                    spin_until = None;
+                }
             }
             round = round.wrapping_add(1);
             match self.step(&mut e, &mut f) {
