@@ -227,7 +227,7 @@ fn a_barrier_holds_every_rank_until_the_last_enters() {
 /// before its application thread, it must wake that thread: once it did
 /// not, and the thread slept to its poll's limit (20 ms) in about one
 /// barrier of ten with one rank 5 ms late (`World::barrier` among 64
-/// processes on 2 cores took 25 ms). Rank 0 comes 3 ms late to each of
+/// processes on 2 cores took 22-27 ms). Rank 0 comes 3 ms late to each of
 /// 100 barriers; no application thread of any rank may sleep to the
 /// limit, but for a rare descheduled writer (two in all).
 #[test]
