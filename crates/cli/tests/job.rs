@@ -225,11 +225,11 @@ fn a_barrier_holds_every_rank_until_the_last_enters() {
 /// run out sleep in poll(2) on their sockets; the last to enter sends each
 /// an empty datagram. Where a rank's progress thread reads that datagram
 /// before its application thread, it must wake that thread: once it did
-/// not, and the thread slept to its poll's limit (20 ms) in about one
-/// barrier of ten with one rank 5 ms late (`World::barrier` among 64
-/// processes on 2 cores took 22-27 ms). Rank 0 comes 3 ms late to each of
-/// 100 barriers; no application thread of any rank may sleep to the
-/// limit, but for a rare descheduled writer (two in all).
+/// not, and the thread slept to its poll's limit (20 ms): this test then
+/// counted 5 to 15 such sleeps (`World::barrier` among 64 processes on 2
+/// cores took 22-27 ms). Rank 0 comes 3 ms late to each of 100 barriers;
+/// no application thread of any rank may sleep to the limit, but for a
+/// rare descheduled writer (two in all).
 #[test]
 fn a_rank_asleep_in_a_barrier_on_the_board_is_woken() {
     let test = "a_rank_asleep_in_a_barrier_on_the_board_is_woken";
