@@ -238,9 +238,14 @@ pub(crate) struct Net {
     /// receiver buffers (the runtime's configuration, read once).
     max_payload: usize,
     receiver_packets: usize,
-    /// Buffers of landed streams, given back to the runtime at the next
-    /// chance to read datagrams into ([`Engine::recycle`]).
+    /// Buffers of pieces copied as they were sorted, given back to the
+    /// runtime at the next chance to read datagrams into
+    /// ([`Engine::recycle`]).
     spare: Vec<Vec<u8>>,
+    /// Buffers of the streams that landed, given back likewise, all at
+    /// once ([`Engine::recycle_many`]): the runtime keeps as many for the
+    /// next superstep's streams.
+    landed: Vec<Vec<u8>>,
     /// One past the latest superstep in which each process said it had
     /// read this one's direct puts.
     read_done: Vec<u64>,
@@ -264,6 +269,7 @@ impl Net {
             max_payload,
             receiver_packets,
             spare: Vec::new(),
+            landed: Vec::new(),
             read_done: vec![0; p as usize],
             kept: vec![None; p as usize],
         }
@@ -291,6 +297,9 @@ impl Net {
         for buffer in self.spare.drain(..) {
             e.recycle(buffer);
         }
+        if !self.landed.is_empty() {
+            e.recycle_many(self.landed.drain(..));
+        }
         // A computation's begin message (see `agree_on_maxprocs`) is the
         // next computation's, on a runtime that outlives this one: left
         // for it.
@@ -309,7 +318,7 @@ impl Net {
             buffer.clear();
             self.kept[from] = Some(buffer);
         } else {
-            self.spare.push(buffer);
+            self.landed.push(buffer);
         }
     }
 
@@ -1200,16 +1209,16 @@ impl Bsp {
         if self.outboxes.iter().all(crate::Outbox::is_idle) && self.net.streams.iter().all(|s| s.len() == 0) {
             for (j, stream) in self.net.take_streams().into_iter().enumerate() {
                 let (first, parts) = stream.into_buffers();
-                self.net.spare.extend(parts);
+                self.net.landed.extend(parts);
                 if first.capacity() > 0 {
                     match j == me {
-                        true => self.net.spare.push(first),
+                        true => self.net.landed.push(first),
                         false => self.net.keep(j, first),
                     }
                 }
             }
             let old = std::mem::take(&mut self.queue);
-            self.net.spare.extend(old.into_buffers());
+            self.net.landed.extend(old.into_buffers());
             return Ok(Lent { readers: Vec::new(), buffers: Vec::new(), referenced: 0 });
         }
         let mut streams = self.net.take_streams();
@@ -1372,13 +1381,13 @@ impl Bsp {
                 stream.flatten();
             }
             let (first, parts) = stream.into_buffers();
-            self.net.spare.extend(parts);
+            self.net.landed.extend(parts);
             buffers.push(first);
         }
         let old = if entries.is_empty() {
             for (j, buffer) in buffers.into_iter().enumerate() {
                 match j == me {
-                    true => self.net.spare.push(buffer),
+                    true => self.net.landed.push(buffer),
                     false => self.net.keep(j, buffer),
                 }
             }
@@ -1386,7 +1395,7 @@ impl Bsp {
         } else {
             std::mem::replace(&mut self.queue, Queue::new(buffers, entries))
         };
-        self.net.spare.extend(old.into_buffers());
+        self.net.landed.extend(old.into_buffers());
         Ok(lent)
     }
 

@@ -1282,6 +1282,13 @@ impl Engine {
         self.rx.recycle(buffer);
     }
 
+    /// [`Engine::recycle`] of all the buffers of what was received at once
+    /// (see [`crate::sockets::RecvBatch::recycle_many`]): kept for a next
+    /// time as large.
+    pub fn recycle_many(&mut self, buffers: impl ExactSizeIterator<Item = Vec<u8>>) {
+        self.rx.recycle_many(buffers);
+    }
+
     /// The addresses of `rank`'s ordinary and premium sockets.
     pub fn peer_addrs(&self, rank: u32) -> Option<(SocketAddr, SocketAddr)> {
         self.peers.get(rank as usize).copied()
