@@ -323,6 +323,63 @@ fn large_puts_on_one_host_are_read_from_the_sender() {
     }
 }
 
+/// Over UDP, the buffers the datagrams of a superstep's large streams were
+/// read into are kept for the next superstep's: each process puts 16 MiB
+/// to its right neighbour in four supersteps (about 260 datagrams of
+/// loopback's size each time), and the last three read theirs into the
+/// first one's buffers. Returns the buffers the runtime took fresh after
+/// the first superstep and after the last.
+fn large_streams_over_udp(bsp: &mut Bsp) -> Result<(u64, u64), BspError> {
+    let (me, p) = (bsp.pid(), bsp.nprocs());
+    let (right, left) = ((me + 1) % p, (me + p - 1) % p);
+    const N: usize = 4 << 20;
+    let area = bsp.register::<u32>(N)?;
+    bsp.sync()?;
+    let mut first = 0;
+    for step in 0..4u32 {
+        let data: Vec<u32> = (0..N as u32).map(|i| i ^ (me << 24) ^ (step << 16)).collect();
+        bsp.put(right, &data, &area, 0)?;
+        bsp.sync()?;
+        for (i, &v) in bsp.area(&area).iter().enumerate() {
+            assert_eq!(v, i as u32 ^ (left << 24) ^ (step << 16), "step {step}: element {i} from {left}");
+        }
+        if step == 0 {
+            first = bsp.runtime().receive_buffers_made();
+        }
+    }
+    Ok((first, bsp.runtime().receive_buffers_made()))
+}
+
+#[test]
+fn a_large_superstep_over_udp_reads_into_the_buffers_of_the_one_before() {
+    if is_rank() {
+        let mut bsp = Bsp::begin().unwrap();
+        let (first, last) = large_streams_over_udp(&mut bsp).unwrap_or_else(|e| panic!("{e}"));
+        let pid = bsp.pid();
+        bsp.end().unwrap();
+        println!("made {first} then {last} pid {pid}");
+        println!("ok pid {pid}");
+        return;
+    }
+    let out =
+        launch(2, "a_large_superstep_over_udp_reads_into_the_buffers_of_the_one_before", &[("BULKWIRE_SHM", "0")]);
+    expect_ok(&out, 2, "over UDP");
+    let all = text(&out);
+    for pid in 0..2 {
+        let line = all
+            .lines()
+            .filter_map(|l| l.split_once("made ").map(|(_, rest)| rest))
+            .find(|rest| rest.ends_with(&format!(" pid {pid}")))
+            .unwrap_or_else(|| panic!("no count from pid {pid} in\n{all}"));
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let (first, last): (u64, u64) = (words[0].parse().unwrap(), words[2].parse().unwrap());
+        // The first superstep's stream took about 260 buffers; when only
+        // two batches' worth were kept, each later one took about 230 more.
+        assert!(first >= 100, "pid {pid}: the first superstep's stream took only {first} fresh buffers:\n{all}");
+        assert!(last - first <= 32, "pid {pid}: {} fresh buffers after the first superstep:\n{all}", last - first);
+    }
+}
+
 /// Puts between processes of one host from 1 KiB up, which go through the
 /// sender's arena in shared memory: every byte where it belongs over many
 /// supersteps (each one's values differ, so a half of the arena written

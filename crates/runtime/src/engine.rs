@@ -1706,6 +1706,15 @@ impl Runtime {
         self.inner.polls_to_limit.load(Ordering::Relaxed)
     }
 
+    /// Buffers this process took fresh from the allocator to read
+    /// datagrams into, beyond its first batch's: each is new pages for
+    /// the kernel to fault in. Those of a BSP superstep's streams are kept
+    /// for the next superstep's ([`Engine::recycle_many`]), so a second
+    /// superstep like the first makes none.
+    pub fn receive_buffers_made(&self) -> u64 {
+        self.inner.lock().rx.made()
+    }
+
     /// Whether more of the job's processes run on this host than it has
     /// cores, or on this machine than it has (where hosts are network
     /// namespaces of one machine): then a process waits for a core before

@@ -171,6 +171,8 @@ pub struct RecvBatch {
     /// The most buffers kept in `spare`: two batches' worth, or as many as
     /// the last [`RecvBatch::recycle_many`] gave back at once.
     spare_limit: usize,
+    /// Buffers taken fresh from the allocator since the first batch's.
+    made: u64,
     coalescing: bool,
     /// The size of the datagrams in each buffer of the last read, where
     /// it holds more than one.
@@ -213,6 +215,7 @@ impl RecvBatch {
             buffers: (0..count).map(|_| Vec::with_capacity(DATAGRAM_ROOM)).collect(),
             spare: Vec::new(),
             spare_limit: 2 * count,
+            made: 0,
             coalescing: false,
             segments: [0; Self::MAX],
             landing: false,
@@ -284,6 +287,12 @@ impl RecvBatch {
         self.buffers.len()
     }
 
+    /// How many buffers were taken fresh from the allocator, beyond the
+    /// first batch's, because none given back was there.
+    pub fn made(&self) -> u64 {
+        self.made
+    }
+
     /// Reads what `socket` holds, up to the capacity, without waiting;
     /// returns how many buffers were filled (an error when none was).
     pub fn recv(&mut self, socket: &UdpSocket) -> io::Result<usize> {
@@ -331,7 +340,10 @@ impl RecvBatch {
             if b.capacity() < DATAGRAM_ROOM {
                 // Taken away with its datagram (or new): one given back, or
                 // a fresh one, not cleared, since the kernel writes it.
-                *b = self.spare.pop().unwrap_or_else(|| Vec::with_capacity(DATAGRAM_ROOM));
+                *b = self.spare.pop().unwrap_or_else(|| {
+                    self.made += 1;
+                    Vec::with_capacity(DATAGRAM_ROOM)
+                });
             }
             let base = b.as_mut_ptr();
             let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 3];
@@ -1136,6 +1148,7 @@ mod tests {
         assert_eq!(batch.datagram(0), &[2u8; 300][..]);
         let reused = batch.datagram_mut(0);
         assert_eq!((reused.as_ptr(), reused.capacity()), (at, room), "read into the buffer given back");
+        assert_eq!(batch.made(), 0, "no buffer made: the one given back took the datagram");
         // At most two batches' worth wait in the pool.
         for _ in 0..10 {
             batch.recycle(Vec::with_capacity(DATAGRAM_ROOM));
