@@ -58,11 +58,13 @@ const ONE_ROUND_AFTER: u32 = 2;
 /// A received stream: the data pieces of one sender, in order. The first
 /// piece's message becomes the stream as it is, its headers skipped rather
 /// than copied off (a stream of one piece, as on one host, is then never
-/// copied). A later piece that fills most of its buffer (a datagram of
-/// loopback's size, a large piece through shared memory) stays in its
-/// buffer as a part of its own, and records are read across the parts;
-/// smaller pieces (datagrams of an Ethernet's size, each in a buffer for
-/// any datagram) are copied behind the last part.
+/// copied). A later piece that fills at least half of its buffer (a
+/// datagram of loopback's size, a large piece through shared memory, the
+/// piece of an Ethernet-sized datagram that the protocol copied out of a
+/// coalesced read) stays in its buffer as a part of its own, and records
+/// are read across the parts; a piece under 1 KiB, or one in a buffer
+/// more than twice its size (a small datagram read alone into a buffer
+/// for any datagram), is copied behind the last part.
 ///
 /// Positions in the stream (the ranges of [`Stream::records`]) run from
 /// `start` in the first buffer on through the parts, as if each part's
