@@ -1285,7 +1285,7 @@ impl Engine {
     /// [`Engine::recycle`] of all the buffers of what was received at once
     /// (see [`crate::sockets::RecvBatch::recycle_many`]): kept for a next
     /// time as large.
-    pub fn recycle_many(&mut self, buffers: impl ExactSizeIterator<Item = Vec<u8>>) {
+    pub fn recycle_many(&mut self, buffers: impl Iterator<Item = Vec<u8>>) {
         self.rx.recycle_many(buffers);
     }
 
