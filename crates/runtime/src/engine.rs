@@ -1289,6 +1289,12 @@ impl Engine {
         self.rx.recycle_many(buffers);
     }
 
+    /// Keeps at least `n` of the buffers given back from now on (see
+    /// [`crate::sockets::RecvBatch::keep_at_least`]).
+    pub fn keep_receive_buffers(&mut self, n: usize) {
+        self.rx.keep_at_least(n);
+    }
+
     /// The addresses of `rank`'s ordinary and premium sockets.
     pub fn peer_addrs(&self, rank: u32) -> Option<(SocketAddr, SocketAddr)> {
         self.peers.get(rank as usize).copied()

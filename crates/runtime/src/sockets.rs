@@ -169,8 +169,10 @@ pub struct RecvBatch {
     /// in the cache (measured: see `RecvBatch::recycle`).
     spare: Vec<Vec<u8>>,
     /// The most buffers kept in `spare`: two batches' worth, or as many as
-    /// the last [`RecvBatch::recycle_many`] kept of those it gave back.
+    /// the last [`RecvBatch::recycle_many`] kept of those it gave back,
+    /// and never fewer than `floor` ([`RecvBatch::keep_at_least`]).
     spare_limit: usize,
+    floor: usize,
     /// Buffers taken fresh from the allocator since the first batch's.
     made: u64,
     coalescing: bool,
@@ -215,6 +217,7 @@ impl RecvBatch {
             buffers: (0..count).map(|_| Vec::with_capacity(DATAGRAM_ROOM)).collect(),
             spare: Vec::new(),
             spare_limit: 2 * count,
+            floor: 2 * count,
             made: 0,
             coalescing: false,
             segments: [0; Self::MAX],
@@ -286,12 +289,22 @@ impl RecvBatch {
             self.recycle(buffer);
         }
         let given = self.spare.len();
-        self.spare_limit = given.max(2 * self.buffers.len());
+        self.spare_limit = given.max(self.floor);
         let room = self.spare_limit - given;
         let mut kept: Vec<Vec<u8>> = older.into_iter().rev().take(room).collect();
         kept.reverse();
         kept.append(&mut self.spare);
         self.spare = kept;
+    }
+
+    /// Keeps at least `n` buffers given back from now on: a receiver that
+    /// gives each back as soon as it is done with it (a BSP put landing as
+    /// it arrives) needs as many as it holds at once, which
+    /// [`RecvBatch::recycle`]'s two batches' worth may not be, and
+    /// [`RecvBatch::recycle_many`]'s count never sees.
+    pub fn keep_at_least(&mut self, n: usize) {
+        self.floor = self.floor.max(n);
+        self.spare_limit = self.spare_limit.max(self.floor);
     }
 
     pub fn capacity(&self) -> usize {
@@ -1188,6 +1201,29 @@ mod tests {
         // Buffers too small or too large are not kept, nor counted.
         batch.recycle_many(vec![Vec::with_capacity(100), Vec::with_capacity(4 * DATAGRAM_ROOM)].into_iter());
         assert_eq!(batch.spare.len(), 4);
+    }
+
+    #[test]
+    fn a_pool_kept_at_least_so_large_stays_so_large() {
+        let mut batch = RecvBatch::new(2);
+        let buffers = |n: usize| (0..n).map(|_| Vec::with_capacity(DATAGRAM_ROOM)).collect::<Vec<_>>();
+        batch.keep_at_least(20);
+        for b in buffers(30) {
+            batch.recycle(b);
+        }
+        assert_eq!(batch.spare.len(), 20, "one at a time, up to the floor");
+        // A smaller give-back all at once does not shrink it below.
+        batch.recycle_many(buffers(3).into_iter());
+        assert_eq!(batch.spare.len(), 20);
+        // A larger one keeps all, then falls back to the floor.
+        batch.recycle_many(buffers(40).into_iter());
+        assert_eq!(batch.spare.len(), 40);
+        batch.recycle_many(buffers(1).into_iter());
+        assert_eq!(batch.spare.len(), 20);
+        // A lower floor asked later does not lower it.
+        batch.keep_at_least(5);
+        batch.recycle_many(buffers(1).into_iter());
+        assert_eq!(batch.spare.len(), 20);
     }
 
     /// A process's sockets and a plain socket that receives what they send.
