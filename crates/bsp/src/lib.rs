@@ -66,10 +66,15 @@
 //!   (default 7, one round up to 8 processes, or 2 where processes
 //!   outnumber cores; 1 is the classic dissemination barrier), process 0's
 //!   value; setting it alone chooses the dissemination;
+//! - `BULKWIRE_BSP_LAND_EARLY=0`: every put lands after the transfer
+//!   (by default the stream of the first process that puts here lands as
+//!   its pieces arrive, where this process asked for no gets and lent no
+//!   memory in the superstep: the standard's order is then kept);
 //! - `BULKWIRE_BSP_STATS=1`: packet statistics (Table 5) on stderr at `end`;
 //! - `BULKWIRE_PROFILE=FILE`: a JSON line per superstep in `FILE.<pid>`.
 
 mod error;
+mod landing;
 mod pacing;
 mod queue;
 mod reduction;
@@ -108,6 +113,10 @@ pub const BARRIER_ENV: &str = "BULKWIRE_BSP_BARRIER";
 pub const ORDER_ENV: &str = "BULKWIRE_BSP_ORDER";
 /// Environment variable turning pacing off (`0`).
 pub const PACING_ENV: &str = "BULKWIRE_BSP_PACING";
+/// Environment variable keeping every put until the transfer ends (`0`),
+/// instead of landing a stream's puts as its pieces arrive where that
+/// keeps the standard's order (for comparison).
+pub const LAND_EARLY_ENV: &str = "BULKWIRE_BSP_LAND_EARLY";
 /// Environment variable giving the link rate that pacing keeps under.
 pub const RATE_ENV: &str = "BULKWIRE_BSP_RATE";
 /// Environment variable giving the largest stream to one destination
@@ -349,6 +358,10 @@ pub struct Bsp {
     arena_readers: Vec<bool>,
     /// Puts and get replies this process has read from their senders' arenas.
     arena_reads: u64,
+    /// Whether puts may land as they arrive ([`LAND_EARLY_ENV`]), and the
+    /// bytes landed so.
+    land_early: bool,
+    landed_early: u64,
     queue: Queue,
     tagsize: usize,
     next_tagsize: usize,
@@ -461,6 +474,7 @@ impl Bsp {
             Err(_) => Order::default(),
         };
         let pacing = std::env::var(PACING_ENV).map_or(true, |v| v.trim() != "0");
+        let land_early = std::env::var(LAND_EARLY_ENV).map_or(true, |v| v.trim() != "0");
         let rate = match std::env::var(RATE_ENV) {
             Ok(v) if !v.trim().is_empty() => {
                 Some(pacing::parse_rate(&v).map_err(|e| fail(Reason::Invalid(format!("{RATE_ENV}: {e}"))))?)
@@ -526,6 +540,8 @@ impl Bsp {
             arena,
             arena_readers,
             arena_reads: 0,
+            land_early,
+            landed_early: 0,
             queue: Queue::default(),
             tagsize: 0,
             next_tagsize: 0,
@@ -600,6 +616,13 @@ impl Bsp {
     /// see [`ARENA_PUT_MIN`]).
     pub fn arena_reads(&self) -> u64 {
         self.arena_reads
+    }
+
+    /// How many bytes of puts this process has landed as their pieces
+    /// arrived, during the transfer rather than after it (see
+    /// [`LAND_EARLY_ENV`]).
+    pub fn bytes_landed_early(&self) -> u64 {
+        self.landed_early
     }
 
     /// Seconds since `begin`.

@@ -57,10 +57,10 @@ use bulkwire_wire::RECORD_HEADER_LEN;
 
 use crate::reduction::Reader;
 
-const PUT: u8 = 1;
+pub(crate) const PUT: u8 = 1;
 const SEND: u8 = 2;
 const REPLY: u8 = 3;
-const HPPUT: u8 = 4;
+pub(crate) const HPPUT: u8 = 4;
 const DIRECT: u8 = 5;
 const REPLY_AT: u8 = 6;
 const SEND_AT: u8 = 7;
@@ -101,6 +101,10 @@ pub struct OutStream {
     /// ([`OutStream::reuse`]): taken back when the stream starts, if the
     /// runtime has let go of it by then.
     waiting: Option<Arc<Vec<u8>>>,
+    /// A buffer lent two supersteps ago: one the runtime still held when a
+    /// stream started in the buffer lent after it, which it then took
+    /// instead (see [`OutStream::extend`]).
+    older: Option<Arc<Vec<u8>>>,
     /// Bytes of the stream left where the caller has them (large hpputs to
     /// a process over UDP, [`OutStream::hpput_in_place`]), in the order of
     /// their positions; `buf` holds the rest.
@@ -363,7 +367,25 @@ impl OutStream {
             self.buf = Arc::try_unwrap(lent).unwrap_or_else(|held| (*held).clone());
         }
         if self.buf.is_empty() {
-            if let Some(Ok(mut buf)) = self.waiting.take().map(Arc::try_unwrap) {
+            // The last superstep's buffer, unless the runtime still holds
+            // it: the last piece to a destination is acknowledged by the
+            // next barrier (seed 002 §4.4), which a put made right after
+            // the sync comes before. Then the buffer before it, which that
+            // barrier's predecessor let go, and the held one is kept for
+            // the next superstep: two buffers taking turns, where a new
+            // one each time is new pages, each faulted in and cleared by
+            // the kernel (a put of 512 MiB each way between two processes
+            // over loopback, landing as it arrives: 0.9-1.2 s a superstep
+            // with a new buffer every other one, against 0.4-0.5).
+            let taken = match self.waiting.take().map(Arc::try_unwrap) {
+                Some(Ok(buf)) => Some(buf),
+                Some(Err(held)) => {
+                    let older = self.older.replace(held).map(Arc::try_unwrap);
+                    older.and_then(Result::ok)
+                }
+                None => None,
+            };
+            if let Some(mut buf) = taken {
                 buf.clear();
                 self.buf = buf;
             }
@@ -442,6 +464,17 @@ impl OutStream {
         let mut buf = std::mem::take(&mut self.buf);
         buf.clear();
         Some(Kept::Own(buf))
+    }
+
+    /// The buffer before the one [`OutStream::take_buffer`] keeps, if
+    /// there is one (see [`OutStream::extend`]), for
+    /// [`OutStream::reuse_older`]: taken only with that one.
+    pub fn take_older(&mut self) -> Option<Arc<Vec<u8>>> {
+        self.older.take()
+    }
+
+    pub fn reuse_older(&mut self, older: Arc<Vec<u8>>) {
+        self.older = Some(older);
     }
 
     /// Builds the stream in `kept` (see [`Kept`]), whose room it keeps.
@@ -872,6 +905,47 @@ mod tests {
     }
 
     #[test]
+    fn two_buffers_take_turns_while_the_last_one_is_still_held() {
+        let lent_at = |s: &mut OutStream| {
+            let piece = s.lend(0..s.len());
+            let at = (*piece).as_ref().as_ptr();
+            (piece, at)
+        };
+        let mut one = OutStream::new(0);
+        one.put(1, 0, &vec![1; REUSE_FROM]);
+        let (held_a, a) = lent_at(&mut one);
+        // The next superstep's put comes while the runtime holds A's last
+        // piece: a new buffer, B, and A is kept.
+        let mut two = OutStream::new(0);
+        two.reuse(one.take_buffer().expect("large"));
+        two.put(1, 0, &vec![2; REUSE_FROM]);
+        let (held_b, b) = lent_at(&mut two);
+        assert_ne!(a, b);
+        // The barrier let go of A; B is held: A again, B kept.
+        drop(held_a);
+        let mut three = OutStream::new(0);
+        three.reuse(two.take_buffer().expect("large"));
+        three.reuse_older(two.take_older().expect("A, kept"));
+        three.put(1, 0, &vec![3; REUSE_FROM]);
+        let (held_a, at) = lent_at(&mut three);
+        assert_eq!(at, a, "A taken back");
+        assert_eq!((*held_a).as_ref()[PUT_HEADER..], vec![3; REUSE_FROM][..]);
+        // And B after it.
+        drop(held_b);
+        let mut four = OutStream::new(0);
+        four.reuse(three.take_buffer().expect("large"));
+        four.reuse_older(three.take_older().expect("B, kept"));
+        four.put(1, 0, &vec![4; REUSE_FROM]);
+        assert_eq!(lent_at(&mut four).1, b, "B taken back");
+        // Both let go: the last one is taken, and no other is kept.
+        drop(held_a);
+        let mut five = OutStream::new(0);
+        five.reuse(four.take_buffer().expect("large"));
+        five.put(1, 0, b"small");
+        assert!(five.take_older().is_none(), "nothing held: no older buffer");
+    }
+
+    #[test]
     fn a_lent_stream_s_buffer_is_taken_back_once_the_runtime_lets_go() {
         let mut s = OutStream::new(0);
         s.put(1, 0, &vec![7; REUSE_FROM]);
@@ -890,6 +964,7 @@ mod tests {
         next.reuse(Kept::Lent(kept.clone()));
         next.put(1, 0, b"ab");
         assert_ne!(next.bytes(0..2).as_ptr(), at);
+        drop(next);
         // Let go by then: the same buffer, emptied.
         let mut again = OutStream::new(0);
         again.reuse(Kept::Lent(kept));

@@ -25,6 +25,7 @@ use bulkwire_runtime::{Engine, Runtime};
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::error::{BspError, Call, Reason};
+use crate::landing::{Areas, Fed, Lander};
 use crate::pacing::Pacer;
 use crate::reduction::{Barrier, Dissemination, Reduction};
 use crate::registry::{Area, Registry};
@@ -263,6 +264,15 @@ pub(crate) struct Net {
     /// its next one: otherwise a stream of many pieces grows in new pages,
     /// each faulted in and cleared by the kernel, and is copied as it grows.
     kept: Vec<Option<Vec<u8>>>,
+    /// The senders whose streams land as they come in this superstep's
+    /// transfer (see `landing`), and their pieces sorted but not yet
+    /// landed, in order.
+    landers: Vec<Option<Lander>>,
+    early: Vec<(u32, Vec<u8>, usize)>,
+    /// Bytes of puts landed so in this superstep.
+    landed_early: u64,
+    /// The most buffers given back at once so far (see `Net::pump`).
+    most_given: usize,
 }
 
 impl Net {
@@ -282,6 +292,10 @@ impl Net {
             landed: Vec::new(),
             read_done: vec![0; p as usize],
             kept: vec![None; p as usize],
+            landers: (0..p).map(|_| None).collect(),
+            early: Vec::new(),
+            landed_early: 0,
+            most_given: 0,
         }
     }
 
@@ -304,6 +318,14 @@ impl Net {
     /// Sorts every bsp message the runtime holds (first giving back the
     /// buffers of landed streams).
     fn pump(&mut self, e: &mut Engine, superstep: u64) {
+        // Pieces that land as they arrive give their buffers back here, as
+        // many as were read since the last pump, while as many more were
+        // read: the runtime keeps twice the most given back at once, not
+        // only two batches' worth (fewer took new buffers every superstep).
+        if self.spare.len() > self.most_given {
+            self.most_given = self.spare.len();
+            e.keep_receive_buffers(2 * self.most_given);
+        }
         for buffer in self.spare.drain(..) {
             e.recycle(buffer);
         }
@@ -347,6 +369,101 @@ impl Net {
         std::mem::replace(&mut self.streams, next)
     }
 
+    /// Starts landing the streams of `senders` as they come, first what
+    /// has come of them already.
+    fn start_landing(&mut self, senders: &[usize], areas: &mut impl Areas) {
+        self.landed_early = 0;
+        for &j in senders {
+            let stream = std::mem::take(&mut self.streams[j]);
+            let mut lander = Lander::default();
+            // The rest of the stream after where the lander stopped, if
+            // it did (copied: a stream that came in part before the
+            // transfer and carries more than puts).
+            let mut rest: Option<Vec<u8>> = None;
+            for part in stream.parts() {
+                match &mut rest {
+                    Some(rest) => rest.extend_from_slice(part),
+                    None => {
+                        if let Fed::Stopped { header, at } = lander.feed(part, areas) {
+                            let mut r = header;
+                            r.extend_from_slice(&part[at..]);
+                            rest = Some(r);
+                        }
+                    }
+                }
+            }
+            // Given back one by one, as landed pieces' are (see `pump`).
+            let (first, parts) = stream.into_buffers();
+            if first.capacity() > 0 {
+                self.spare.push(first);
+            }
+            self.spare.extend(parts);
+            match rest {
+                Some(rest) => {
+                    self.landed_early += lander.landed;
+                    self.streams[j] = Stream::new(rest, 0);
+                }
+                None => self.landers[j] = Some(lander),
+            }
+        }
+    }
+
+    /// Lands the pieces sorted for the landers, in order; a stream whose
+    /// lander stopped goes on as a stream from there.
+    fn land_early(&mut self, areas: &mut impl Areas) {
+        let mut early = std::mem::take(&mut self.early);
+        for (from, data, start) in early.drain(..) {
+            let j = from as usize;
+            let fed = match &mut self.landers[j] {
+                Some(lander) => lander.feed(&data[start..], areas),
+                None => Fed::Stopped { header: Vec::new(), at: 0 },
+            };
+            let (data, start) = match fed {
+                Fed::All => {
+                    self.spare.push(data);
+                    continue;
+                }
+                Fed::Stopped { header, at } => {
+                    if let Some(lander) = self.landers[j].take() {
+                        self.landed_early += lander.landed;
+                    }
+                    if header.is_empty() {
+                        (data, start + at)
+                    } else {
+                        let mut rest = header;
+                        rest.extend_from_slice(&data[start + at..]);
+                        self.spare.push(data);
+                        (rest, 0)
+                    }
+                }
+            };
+            if let Some(copied) = self.streams[j].push(data, start) {
+                self.spare.push(copied);
+            }
+        }
+        self.early = early;
+    }
+
+    /// Ends this superstep's landing as pieces come: the bytes landed so.
+    /// A stream that ended inside a put is malformed.
+    fn finish_landing(&mut self) -> Result<u64, Reason> {
+        let mut broken = None;
+        for (j, lander) in self.landers.iter_mut().enumerate() {
+            if let Some(lander) = lander.take() {
+                self.landed_early += lander.landed;
+                if !lander.between_records() {
+                    broken.get_or_insert(Reason::Malformed {
+                        peer: j as u32,
+                        why: "a stream that ends inside a put".into(),
+                    });
+                }
+            }
+        }
+        // Left only by a transfer that failed.
+        self.early.clear();
+        broken.map_or(Ok(self.landed_early), Err)
+    }
+
     /// Files the message `data[start..]` from `from`.
     fn sort(&mut self, from: u32, data: Vec<u8>, start: usize, superstep: u64) -> Result<(), String> {
         let m = data.get(start..).unwrap_or_default();
@@ -381,6 +498,10 @@ impl Net {
                     return Err("data after the last piece of its stream".into());
                 }
                 ends[from as usize] = last;
+                if step == superstep && self.landers[from as usize].is_some() {
+                    self.early.push((from, data, start + DATA_HEADER));
+                    return Ok(());
+                }
                 let stream = &mut streams[from as usize];
                 // The first piece of a stream of several, if small for its
                 // buffer (see `Stream`): into the buffer of this sender's
@@ -722,9 +843,17 @@ impl Bsp {
             // not: the receiver knows it waits for it and prods if it is lost,
             // and the next superstep's barrier acknowledges it (coarse-grained).
             // Only in the last superstep, which no barrier follows, does it ask.
+            // The first sender's puts land as they come, where that keeps
+            // the standard's order (see `landing`).
             let expected: Vec<bool> = (0..p).map(|j| j != me && global.streams(j, me)).collect();
-            self.transfer(&plan, packet, &expected, &eager, call == Call::End).map_err(fail)?;
-            let h_in: u64 = self.net.streams.iter().map(|s| s.len() as u64).sum();
+            let early = self.early_senders(&global);
+            self.net.start_landing(&early, &mut Owned { registry: &self.registry, owned: &mut self.owned });
+            let moved = self.transfer(&plan, packet, &expected, &eager, call == Call::End);
+            let landed_early = self.net.finish_landing();
+            moved.map_err(fail)?;
+            let landed_early = landed_early.map_err(fail)?;
+            self.landed_early += landed_early;
+            let h_in: u64 = self.net.streams.iter().map(|s| s.len() as u64).sum::<u64>() + landed_early;
             let h_out: u64 = plan.iter().map(|v| self.outboxes[v.to as usize].stream.delivers()).sum();
             (h_in, h_out)
         };
@@ -780,6 +909,28 @@ impl Bsp {
             self.computation_started = Instant::now();
         }
         Ok(())
+    }
+
+    /// The senders whose streams land as their pieces arrive: puts land
+    /// by sender in pid order, after the get replies, so only the first
+    /// sender's (this process's own puts counting), and only where this
+    /// process asked for no gets and lends no memory in this superstep (an
+    /// hpput's source, or a direct put's, may lie in an area a put lands
+    /// in).
+    fn early_senders(&self, global: &Reduction) -> Vec<usize> {
+        let me = self.pid;
+        if !self.land_early
+            || !self.loans.is_empty()
+            || self.outboxes.iter().any(|o| !o.requests.is_empty() || o.direct)
+        {
+            return Vec::new();
+        }
+        let own = !self.outboxes[me as usize].stream.is_empty();
+        (0..self.nprocs)
+            .find(|&j| if j == me { own } else { global.streams(j, me) })
+            .filter(|&j| j != me)
+            .map(|j| vec![j as usize])
+            .unwrap_or_default()
     }
 
     fn read_hpputs(&mut self) {
@@ -1117,94 +1268,103 @@ impl Bsp {
         let rt = self.rt.as_ref().expect("the runtime is there until end");
         let outboxes = &mut self.outboxes;
         let loans = &self.loans;
+        let (registry, owned) = (&self.registry, &mut self.owned);
         let asked: Vec<bool> = outboxes.iter().map(|o| !o.requests.is_empty()).collect();
         // Each visit starts after what went eagerly.
         let start = |visit: usize| plan.get(visit).map_or(0, |v| eager[v.to as usize]);
         let (mut visit, mut offset) = (0, start(0));
         let mut pacer: Option<Pacer> = None;
-        wait(rt, &mut self.net, s, |e, net| {
-            while let Some(&Visit { to, window, rate }) = plan.get(visit) {
-                let stream = &mut outboxes[to as usize].stream;
-                if offset == stream.len() {
-                    visit += 1;
-                    offset = start(visit);
-                    continue;
-                }
-                // A process on this host takes large pieces through shared
-                // memory, neither windowed nor paced (no network between):
-                // the runtime's send budget holds the sender back.
-                let local = e.transport(to) == bulkwire_runtime::Transport::Shm;
-                let memory = e.endpoint.memory();
-                let in_flight = pacing::in_flight(memory.send_packets, memory.pending_bytes, packet);
-                if in_flight >= window && !local {
-                    break;
-                }
-                let piece = repackaging::piece(offset, stream.len(), if local { SHM_PIECE } else { packet });
-                // A piece ends where an hpput's source left in place begins,
-                // unless only its header comes before it.
-                let piece = piece.start..stream.piece_end(piece.start, piece.end);
-                if let (Some(rate), false) = (rate, local) {
-                    let now = Instant::now();
-                    let pacer = pacer.get_or_insert_with(|| Pacer::new(rate, packet, now));
-                    // What the piece costs on the wire: its headers, the
-                    // protocol's, and IP's and UDP's.
-                    let wire =
-                        DATA_HEADER + piece.len() + bulkwire_wire::RECORD_HEADER_LEN + bulkwire_wire::OVERHEAD + 28;
-                    if let Err(wait) = pacer.take(wire, rate, now) {
-                        e.wake_within(wait);
+        loop {
+            let done = wait(rt, &mut self.net, s, |e, net| {
+                while let Some(&Visit { to, window, rate }) = plan.get(visit) {
+                    let stream = &mut outboxes[to as usize].stream;
+                    if offset == stream.len() {
+                        visit += 1;
+                        offset = start(visit);
+                        continue;
+                    }
+                    // A process on this host takes large pieces through shared
+                    // memory, neither windowed nor paced (no network between):
+                    // the runtime's send budget holds the sender back.
+                    let local = e.transport(to) == bulkwire_runtime::Transport::Shm;
+                    let memory = e.endpoint.memory();
+                    let in_flight = pacing::in_flight(memory.send_packets, memory.pending_bytes, packet);
+                    if in_flight >= window && !local {
                         break;
                     }
-                }
-                let end = piece.end;
-                let last = end == stream.len();
-                if !e.can_send(to, CHANNEL, DATA_HEADER + piece.len()) {
-                    break;
-                }
-                // Over UDP a piece goes where it lies in the stream (the
-                // protocol keeps it until acknowledged), unless it is the
-                // whole stream: that goes in its own buffer as it is.
-                let whole = last && stream.hands_off_at(piece.start);
-                let runtime = |err: SendError| Reason::Runtime(err.to_string());
-                if !local && !whole {
-                    let header = data_header(s, if last { LAST } else { 0 });
-                    let parts = stream.piece_parts(piece.clone());
-                    if let Some(x) = parts.external {
-                        // The piece's own bytes (a put's header) go in the
-                        // prefix, the source's from where they lie, a part
-                        // of the source's loan (see `read_hpputs`).
-                        let prefix = [&header[..], stream.own_bytes(parts.own)].concat();
-                        e.send_lent_part(&loans[x.tag], CHANNEL, &prefix, x.from..x.from + x.len).map_err(runtime)?;
+                    let piece = repackaging::piece(offset, stream.len(), if local { SHM_PIECE } else { packet });
+                    // A piece ends where an hpput's source left in place begins,
+                    // unless only its header comes before it.
+                    let piece = piece.start..stream.piece_end(piece.start, piece.end);
+                    if let (Some(rate), false) = (rate, local) {
+                        let now = Instant::now();
+                        let pacer = pacer.get_or_insert_with(|| Pacer::new(rate, packet, now));
+                        // What the piece costs on the wire: its headers, the
+                        // protocol's, and IP's and UDP's.
+                        let wire =
+                            DATA_HEADER + piece.len() + bulkwire_wire::RECORD_HEADER_LEN + bulkwire_wire::OVERHEAD + 28;
+                        if let Err(wait) = pacer.take(wire, rate, now) {
+                            e.wake_within(wait);
+                            break;
+                        }
+                    }
+                    let end = piece.end;
+                    let last = end == stream.len();
+                    if !e.can_send(to, CHANNEL, DATA_HEADER + piece.len()) {
+                        break;
+                    }
+                    // Over UDP a piece goes where it lies in the stream (the
+                    // protocol keeps it until acknowledged), unless it is the
+                    // whole stream: that goes in its own buffer as it is.
+                    let whole = last && stream.hands_off_at(piece.start);
+                    let runtime = |err: SendError| Reason::Runtime(err.to_string());
+                    if !local && !whole {
+                        let header = data_header(s, if last { LAST } else { 0 });
+                        let parts = stream.piece_parts(piece.clone());
+                        if let Some(x) = parts.external {
+                            // The piece's own bytes (a put's header) go in the
+                            // prefix, the source's from where they lie, a part
+                            // of the source's loan (see `read_hpputs`).
+                            let prefix = [&header[..], stream.own_bytes(parts.own)].concat();
+                            e.send_lent_part(&loans[x.tag], CHANNEL, &prefix, x.from..x.from + x.len)
+                                .map_err(runtime)?;
+                        } else {
+                            let body = stream.lend(piece);
+                            e.send_shared(to, CHANNEL, &header, body).map_err(runtime)?;
+                        }
                     } else {
-                        let body = stream.lend(piece);
-                        e.send_shared(to, CHANNEL, &header, body).map_err(runtime)?;
+                        let (message, framed) = piece_message(stream, piece, s, LAST);
+                        if let Some(message) = try_send(e, to, message, framed)? {
+                            // Not after `can_send`; if it were, the piece goes next.
+                            net.outgoing.push_back(Outgoing { to, message, framed });
+                        }
                     }
-                } else {
-                    let (message, framed) = piece_message(stream, piece, s, LAST);
-                    if let Some(message) = try_send(e, to, message, framed)? {
-                        // Not after `can_send`; if it were, the piece goes next.
-                        net.outgoing.push_back(Outgoing { to, message, framed });
+                    offset = end;
+                    // The last piece of a stream sent partly from hpputs'
+                    // sources asks for an acknowledgement at once too: the sync
+                    // waits for it.
+                    let ask = ask_last || stream.has_external();
+                    if !local && ((last && ask) || in_flight + 1 >= window) {
+                        e.end_phase(to, CHANNEL);
                     }
                 }
-                offset = end;
-                // The last piece of a stream sent partly from hpputs'
-                // sources asks for an acknowledgement at once too: the sync
-                // waits for it.
-                let ask = ask_last || stream.has_external();
-                if !local && ((last && ask) || in_flight + 1 >= window) {
-                    e.end_phase(to, CHANNEL);
+                let mut whole = true;
+                for (j, _) in expected.iter().enumerate().filter(|&(j, &x)| x && !net.whole(j, asked[j])) {
+                    waiting_for(e, j as u32, s, "the data transfer")?;
+                    whole = false;
                 }
+                if whole && visit == plan.len() {
+                    return Ok(Some(true));
+                }
+                // Pieces to land: out of the engine, which the progress
+                // thread may need meanwhile.
+                Ok((!net.early.is_empty()).then_some(false))
+            })?;
+            self.net.land_early(&mut Owned { registry, owned: &mut owned[..] });
+            if done {
+                return Ok(());
             }
-            let mut whole = true;
-            for (j, _) in expected.iter().enumerate().filter(|&(j, &x)| x && !net.whole(j, asked[j])) {
-                waiting_for(e, j as u32, s, "the data transfer")?;
-                whole = false;
-            }
-            if !whole {
-                return Ok(None);
-            }
-            Ok((visit == plan.len()).then_some(()))
-        })?;
-        Ok(())
+        }
     }
 
     /// The data lands, in the standard's order: get replies, then puts (by
@@ -1240,6 +1400,9 @@ impl Bsp {
         for (old, new) in outboxes.iter_mut().zip(self.outboxes.iter_mut()) {
             if let Some(kept) = old.stream.take_buffer() {
                 new.stream.reuse(kept);
+                if let Some(older) = old.stream.take_older() {
+                    new.stream.reuse_older(older);
+                }
             }
         }
         let mut lent = Lent {
@@ -1565,6 +1728,28 @@ pub(crate) struct Lent {
     /// Bytes of the direct puts landed (read from where their records
     /// said, not carried in the streams).
     referenced: u64,
+}
+
+/// This process's areas, for puts that land as they arrive.
+struct Owned<'a> {
+    registry: &'a Registry,
+    owned: &'a mut [Option<Box<dyn crate::OwnedArea>>],
+}
+
+impl Areas for Owned<'_> {
+    fn resolve(&self, slot: u32, offset: u64, len: u64) -> Option<(Area, usize)> {
+        let area = self.registry.area(slot)?;
+        let end = offset.checked_add(len)?;
+        (end <= area.len as u64).then_some((area, offset as usize))
+    }
+
+    fn write(&mut self, area: Area, at: usize, bytes: &[u8]) {
+        let dst = area_mut(self.owned, area, at, bytes.len());
+        // An owned area gone since it was resolved takes nothing.
+        if dst.len() == bytes.len() {
+            dst.copy_from_slice(bytes);
+        }
+    }
 }
 
 /// Writes the stream's bytes at `data` into `area` from `offset` on.
