@@ -42,6 +42,10 @@ pub struct Args {
     /// MPI_Isend/MPI_Irecv over shared memory and TCP).
     #[arg(long)]
     pub no_mpi: bool,
+    /// Which of bulkwire's variants to run (all by default): one alone
+    /// shows its own peak memory to a tool that times the command.
+    #[arg(long, value_delimiter = ',', default_values_t = [Variant::Put, Variant::HpPut, Variant::Get])]
+    pub variants: Vec<Variant>,
     #[command(flatten)]
     pub transport: transport::TransportArgs,
 }
@@ -62,11 +66,18 @@ fn repetitions(asked: u32, size: usize) -> usize {
 
 /// The two ways to put, and the get of the same bytes the other way
 /// round (each process gets its left neighbour's source).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Variant {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+pub enum Variant {
     Put,
+    #[value(name = "hpput")]
     HpPut,
     Get,
+}
+
+impl std::fmt::Display for Variant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 impl Variant {
@@ -252,7 +263,7 @@ fn measure(bsp: &mut Bsp, args: &Args) -> Result<Vec<Row>, BspError> {
         unsafe { bsp.push_reg_raw(src.as_ptr(), size)? };
         bsp.sync()?;
         let reps = repetitions(args.repetitions, size);
-        for variant in [Variant::Put, Variant::HpPut, Variant::Get] {
+        for &variant in &args.variants {
             let mut times = Vec::with_capacity(reps);
             // One repetition to warm up: the first grows the buffers.
             for r in 0..=reps {

@@ -697,4 +697,19 @@ fn put_to_a_neighbour_with_put_and_hpput() {
     let what: Vec<&str> = ring_rows.iter().map(|r| r["what"].as_str().expect("what")).collect();
     assert_eq!(what, ["udp, put", "udp, hpput", "udp, get", "one copy"], "{ring}");
     assert!(ring_rows.iter().all(|r| num(r, "procs") == 3.0), "{ring}");
+    // The variants asked for, and only those.
+    let one = bench(&[
+        "put",
+        "--sizes",
+        "70000",
+        "--repetitions",
+        "2",
+        "--transport",
+        "udp",
+        "--no-mpi",
+        "--variants",
+        "get,put",
+    ]);
+    let what: Vec<&str> = crate::rows(&one).iter().map(|r| r["what"].as_str().expect("what")).collect();
+    assert_eq!(what, ["udp, get", "udp, put", "one copy"], "{one}");
 }
