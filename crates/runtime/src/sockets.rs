@@ -253,7 +253,8 @@ impl RecvBatch {
     /// contents are no longer needed, to read a later datagram into. Only
     /// buffers with room for any datagram (and not more than twice that)
     /// are kept, at most two batches' worth (or as many as the last
-    /// [`RecvBatch::recycle_many`] gave back); others are freed.
+    /// [`RecvBatch::recycle_many`] gave back, or the floor of
+    /// [`RecvBatch::keep_at_least`], whichever is more); others are freed.
     ///
     /// A buffer just read from is likely still in the cache, unlike memory
     /// fresh from the allocator: 8 processes on 2 cores exchanging 16 KiB
@@ -270,7 +271,8 @@ impl RecvBatch {
     /// [`RecvBatch::recycle`] of `buffers`, all the buffers of something
     /// received that the caller is done with at once (a BSP superstep's
     /// streams), kept however many they are, until a later call gives back
-    /// fewer (then as many as that one, or two batches' worth). Whoever
+    /// fewer (then as many as that one, or the floor: two batches' worth
+    /// unless [`RecvBatch::keep_at_least`] raised it). Whoever
     /// received that much at once is likely to again: a stream of 2 GiB is
     /// about 33,000 datagrams of 64 KB, each taking a buffer as it arrives,
     /// and buffers taken fresh from the allocator were new pages, which
