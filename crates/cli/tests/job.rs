@@ -460,7 +460,9 @@ fn borrowed_sends_cross_and_arrive_whole() {
 /// a receive waits is read straight into the buffer (counted), one that
 /// comes otherwise is read as ever (a blocking send crossing the receive
 /// completes); a message longer than the buffer is an error that leaves
-/// the job going. Through shared memory and over UDP.
+/// the job going. Through shared memory and over UDP, where a message of
+/// several datagrams that comes while such a receive waits is reassembled
+/// in the buffer (counted).
 #[test]
 fn receives_into_the_caller_s_buffer() {
     const MIB: usize = 1 << 20;
@@ -550,6 +552,13 @@ fn receives_into_the_caller_s_buffer() {
             let in_place = world.runtime().shm_stats().read_in_place - before;
             assert!(!shm || in_place >= 1, "{in_place} read in place");
             assert!(shm || in_place == 0, "{in_place} read in place over UDP");
+            // Over UDP, messages of several datagrams that came while a
+            // receive from their sender waited were reassembled in its
+            // buffer (tags 2, 5, 12 or 11, 7 or 6, 9 at least).
+            let placed: u64 = world.runtime().peer_reports().iter().map(|p| p.placed).sum();
+            assert!(shm || placed >= 4, "{placed} reassembled in the receive's buffer over UDP");
+            assert!(!shm || placed == 0, "{placed} reassembled in a receive's buffer through shared memory");
+            println!("placed over UDP {placed}");
             // Lent messages the sender, spinning in its send, wrote half of
             // into this process's buffer while this process read the other.
             let shared = world.runtime().shm_stats().shared_copies - shared_before;

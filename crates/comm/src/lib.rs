@@ -787,8 +787,13 @@ impl World {
     /// into memory the caller has already touched, where [`World::recv`]
     /// reads it into a buffer of its own; a shorter one from a given source
     /// that comes while the receive waits is written into `buf` as it comes
-    /// out of the ring. Any other message (over UDP, or one that came
-    /// before the receive) is copied into `buf` as it is taken.
+    /// out of the ring. From a given peer over UDP, a message that comes
+    /// in several datagrams while the receive waits is reassembled in `buf`
+    /// as they come (read there straight from the socket where they come in
+    /// order); one of another tag from that peer that comes first is moved
+    /// out again, having written into `buf` on its way. Any other message
+    /// (one datagram, from any source over UDP, or one that came before the
+    /// receive) is copied into `buf` as it is taken.
     pub fn recv_into(&self, source: Source, tag: Tag, buf: &mut [u8]) -> Result<Status, CommError> {
         if let Source::Rank(r) = source {
             if r >= self.size() {
@@ -805,13 +810,15 @@ impl World {
             // process, crossing its own blocking send, is read as ever).
             // A buffer too short for a lent message, or for a ring
             // message whose copy would cost more than setting this up, is
-            // filled by a copy; so is one for messages that come over UDP
-            // only (nothing there is lent or comes through a ring).
-            let local = match source {
-                Source::Rank(r) => self.shm_peers[r as usize],
+            // filled by a copy. From one peer over UDP, a message of
+            // several datagrams is reassembled in `buf` as they come; from
+            // any source, only peers on this host lend or write there.
+            let placeable = match source {
+                Source::Rank(_) => true,
                 Source::Any => self.shm_peers.iter().any(|&on| on),
             };
-            let mut deferral = (buf.len() >= PLACE_FROM && local).then(|| Deferral {
+            let over_udp = matches!(source, Source::Rank(r) if !self.shm_peers[r as usize]);
+            let mut deferral = (buf.len() >= PLACE_FROM && placeable).then(|| Deferral {
                 channel: USER,
                 from: match source {
                     Source::Rank(r) => Some(r),
@@ -845,7 +852,7 @@ impl World {
             // Set before the wait where a message lent may come (the wait's
             // first turn would read one as it came, before the wait could
             // say otherwise; so too what the last receive left unread).
-            if len >= LEND_FROM || self.left_unread.load(Ordering::Relaxed) {
+            if len >= LEND_FROM || over_udp || self.left_unread.load(Ordering::Relaxed) {
                 if let Some(deferral) = deferral.take() {
                     deferring.set(self.rt.with(|e| Ok(defer(e, deferral)))?);
                 }

@@ -151,6 +151,7 @@ impl DsmHost {
                     ProtoEvent::Message { from, data, .. } => self.r.handle(now, from, &data),
                     ProtoEvent::ProtocolViolation { reason, .. } => self.errors.push(reason.to_string()),
                     ProtoEvent::ModeChanged { .. } => {}
+                    ProtoEvent::Placed { .. } => unreachable!("no receive's buffer is given here"),
                 }
             }
             if let Some(e) = self.r.failure() {

@@ -162,6 +162,7 @@ impl GroupHost {
                     ProtoEvent::Message { channel, data, .. } => self.early.push((channel, data)),
                     ProtoEvent::ProtocolViolation { reason, .. } => self.errors.push(reason.to_string()),
                     ProtoEvent::ModeChanged { .. } => {}
+                    ProtoEvent::Placed { .. } => unreachable!("no receive's buffer is given here"),
                 }
             }
             while let Some((to, msg)) = self.m.poll_transmit() {

@@ -77,11 +77,14 @@ pub fn table(reports: &BTreeMap<u32, Vec<PeerReport>>) -> String {
         &mut o,
         reports,
         "UDP reads and sends: datagrams to the peer that left in segmented sends (GSO); from the peer, \
-         datagrams that came in coalesced reads (GRO), and data datagrams read straight into the buffer of \
-         the message they continue",
-        &[("to", 6), ("segmented", 10), ("coalesced", 10), ("in place", 10)],
-        |p| p.offload_sent + p.offload_received + p.read_in_place > 0,
-        |p| vec![p.offload_sent.to_string(), p.offload_received.to_string(), p.read_in_place.to_string()],
+         datagrams that came in coalesced reads (GRO), data datagrams read straight into the buffer of \
+         the message they continue, and messages reassembled in the buffer of the receive that waited",
+        &[("to", 6), ("segmented", 10), ("coalesced", 10), ("in place", 10), ("into recv", 10)],
+        |p| p.offload_sent + p.offload_received + p.read_in_place + p.placed > 0,
+        |p| {
+            let counts = [p.offload_sent, p.offload_received, p.read_in_place, p.placed];
+            counts.iter().map(u64::to_string).collect()
+        },
     );
     section(
         &mut o,
@@ -182,6 +185,7 @@ pub fn json(reports: &BTreeMap<u32, Vec<PeerReport>>, ranks: u32) -> String {
                     .with("segmented_packets", p.offload_sent)
                     .with("coalesced_packets", p.offload_received)
                     .with("read_in_place_packets", p.read_in_place)
+                    .with("placed_messages", p.placed)
                     .with("best_effort_lost_packets", p.best_effort_lost)
                     .with("best_effort_dropped_count", p.best_effort_abandoned)
             })

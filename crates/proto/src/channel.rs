@@ -61,6 +61,9 @@ pub(crate) struct Shared<'a> {
     /// and where it did.
     pub in_place: bool,
     pub claimed: Option<InPlace>,
+    /// A receive's buffer that the next message for it is reassembled
+    /// into ([`crate::Endpoint::place`]).
+    pub placement: &'a mut Option<Placement>,
     /// Whether a data packet may leave now (the peer's pacer under rate
     /// control has a token; always while rate control is off).
     pub data_allowed: bool,
@@ -386,8 +389,124 @@ struct AckDue {
 
 #[derive(Debug)]
 struct Reassembly {
+    /// The message's bytes; where its start goes into a receive's buffer
+    /// (`placed`), only what comes after that.
     data: Vec<u8>,
     total: usize,
+    placed: Option<Placed>,
+}
+
+/// The first `len` bytes of a message in reassembly, written into the
+/// buffer a receive gave ([`crate::Endpoint::place`]) as they come.
+#[derive(Debug)]
+struct Placed {
+    ptr: *mut u8,
+    len: usize,
+    filled: usize,
+}
+
+// SAFETY: the receive's buffer is lent to the endpoint (whichever thread
+// holds it) until the receive takes it back (`Endpoint::unplace`).
+unsafe impl Send for Placed {}
+
+/// A receive's buffer that the next message of `total` bytes from `peer`
+/// on `channel`, if at most `cap + tail` long and at least `tail`, is
+/// reassembled into: all but its last `tail` bytes
+/// ([`crate::Endpoint::place`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Placement {
+    pub peer: u32,
+    pub channel: u16,
+    pub ptr: *mut u8,
+    pub cap: usize,
+    pub tail: usize,
+}
+
+// SAFETY: as `Placed`.
+unsafe impl Send for Placement {}
+
+impl Reassembly {
+    /// A message of `total` bytes, into `placement` if it is for it
+    /// (taken then), else into a buffer of its own.
+    fn new(total: usize, peer: u32, channel: u16, placement: &mut Option<Placement>) -> Reassembly {
+        let fits = placement
+            .as_ref()
+            .is_some_and(|p| (p.peer, p.channel) == (peer, channel) && total >= p.tail && total - p.tail <= p.cap);
+        if fits {
+            let p = placement.take().expect("checked");
+            let len = total - p.tail;
+            let placed = Placed { ptr: p.ptr, len, filled: 0 };
+            return Reassembly { data: Vec::with_capacity(total - len), total, placed: Some(placed) };
+        }
+        Reassembly { data: Vec::with_capacity(total), total, placed: None }
+    }
+
+    /// Bytes of the message that came.
+    fn filled(&self) -> usize {
+        self.placed.as_ref().map_or(0, |p| p.filled) + self.data.len()
+    }
+
+    /// Appends `bytes`: into the receive's buffer while its part lasts.
+    fn extend(&mut self, bytes: &[u8]) {
+        let mut rest = bytes;
+        if let Some(p) = self.placed.as_mut() {
+            let n = (p.len - p.filled).min(rest.len());
+            // SAFETY: within the `len` bytes of the receive's buffer, which
+            // the endpoint holds until `Endpoint::unplace`.
+            unsafe { std::ptr::copy_nonoverlapping(rest.as_ptr(), p.ptr.add(p.filled), n) };
+            p.filled += n;
+            rest = &rest[n..];
+        }
+        self.data.extend_from_slice(rest);
+    }
+
+    /// Where the next bytes go.
+    fn next_region(&mut self) -> *mut u8 {
+        match self.placed.as_mut() {
+            Some(p) if p.filled < p.len => p.ptr.wrapping_add(p.filled),
+            _ => {
+                let filled = self.data.len();
+                self.data.as_mut_ptr().wrapping_add(filled)
+            }
+        }
+    }
+
+    /// How many bytes fit at [`Reassembly::next_region`] in one piece.
+    fn room(&self) -> usize {
+        match self.placed.as_ref() {
+            Some(p) if p.filled < p.len => p.len - p.filled,
+            _ => self.data.capacity() - self.data.len(),
+        }
+    }
+
+    /// Records `len` bytes written at [`Reassembly::next_region`].
+    ///
+    /// # Safety
+    /// They were written, and `len` is at most that region's length.
+    unsafe fn advance(&mut self, len: usize) {
+        match self.placed.as_mut() {
+            Some(p) if p.filled < p.len => p.filled += len,
+            // SAFETY: the caller wrote them within the capacity.
+            _ => unsafe { self.data.set_len(self.data.len() + len) },
+        }
+    }
+
+    /// Whether a buffer of its own has room for all that is not placed.
+    fn has_room(&self) -> bool {
+        self.data.capacity() >= self.total - self.placed.as_ref().map_or(0, |p| p.len)
+    }
+
+    /// Makes the message's start a buffer's own again (the receive took
+    /// its buffer back): `data` holds all that came.
+    fn unplace(&mut self) {
+        let Some(p) = self.placed.take() else { return };
+        let mut data = Vec::with_capacity(self.total);
+        // SAFETY: the first `filled` bytes of the receive's buffer were
+        // written with this message's start.
+        data.extend_from_slice(unsafe { std::slice::from_raw_parts(p.ptr, p.filled) });
+        data.extend_from_slice(&self.data);
+        self.data = data;
+    }
 }
 
 /// A data packet's payload: its bytes, or one record of a message in
@@ -674,7 +793,7 @@ impl Channel {
             self.next_expected,
             self.known_sent,
             self.held.keys().take(8).collect::<Vec<_>>(),
-            self.reassembly.as_ref().map(|r| (r.data.len(), r.total)),
+            self.reassembly.as_ref().map(|r| (r.filled(), r.total)),
             self.prod_at,
             self.prod_backoff,
             self.ack_due.is_some(),
@@ -1120,7 +1239,7 @@ impl Channel {
     fn deliver(&mut self, payload: &[u8], in_place: bool, sh: &mut Shared<'_>) -> Result<bool, &'static str> {
         // First pass: check that the records continue the message stream and
         // see what they would do to the receive budget.
-        let mut open = self.reassembly.as_ref().map(|r| (r.total, r.data.len(), false));
+        let mut open = self.reassembly.as_ref().map(|r| (r.total, r.filled(), false));
         let mut admission = Admission::default();
         for record in Records::new(payload) {
             let record = record.map_err(|_| "malformed data payload")?;
@@ -1184,13 +1303,18 @@ impl Channel {
                     continue;
                 }
                 None => {
-                    let total = record.message_len as usize;
-                    Reassembly { data: Vec::with_capacity(total), total }
+                    // Not where a message may be dropped halfway.
+                    let mut none = None;
+                    let placement = match self.strategy {
+                        Strategy::BestEffort => &mut none,
+                        _ => &mut *sh.placement,
+                    };
+                    Reassembly::new(record.message_len as usize, self.peer, self.id, placement)
                 }
             };
-            r.data.extend_from_slice(record.data);
-            if r.data.len() == r.total {
-                self.emit(r.data, sh);
+            r.extend(record.data);
+            if r.filled() == r.total {
+                self.emit_reassembled(r, sh);
             } else {
                 self.reassembly = Some(r);
             }
@@ -1208,11 +1332,11 @@ impl Channel {
         sh: &mut Shared<'_>,
     ) -> Result<bool, &'static str> {
         let Some(r) = self.reassembly.as_mut() else { return Err("fragment without the start of its message") };
-        let filled = r.data.len();
+        let filled = r.filled();
         if message_len as usize != r.total || offset as usize != filled || len == 0 || filled + len > r.total {
             return Err("fragment out of place");
         }
-        if r.data.capacity() - filled < len {
+        if r.room() < len {
             return Err("data read in place beyond its buffer");
         }
         let completes = filled + len == r.total;
@@ -1224,14 +1348,14 @@ impl Channel {
             return Ok(false);
         }
         sh.recv.apply(&admission);
-        // SAFETY: within the capacity (checked above); the caller of
+        // SAFETY: within the region (checked above); the caller of
         // `Endpoint::handle_landed` wrote these `len` bytes (a read of the
         // datagram into the region `Endpoint::landing` gave it).
-        unsafe { r.data.set_len(filled + len) };
+        unsafe { r.advance(len) };
         self.stats.read_in_place += 1;
         if completes {
             let r = self.reassembly.take().expect("open");
-            self.emit(r.data, sh);
+            self.emit_reassembled(r, sh);
         }
         Ok(true)
     }
@@ -1244,7 +1368,7 @@ impl Channel {
         if self.failed || self.strategy == Strategy::BestEffort || !self.held.is_empty() {
             return None;
         }
-        self.reassembly.as_ref().filter(|r| r.data.capacity() >= r.total)
+        self.reassembly.as_ref().filter(|r| r.has_room())
     }
 
     /// Whether the message in reassembly, if any, may take data in place.
@@ -1258,29 +1382,52 @@ impl Channel {
     /// in reassembly where it stands.
     pub(crate) fn lands(&self, seq: u64, message_len: u32, offset: u32, len: usize) -> bool {
         self.landable().is_some_and(|r| {
+            let filled = r.filled();
             seq == self.next_expected
                 && message_len as usize == r.total
-                && offset as usize == r.data.len()
+                && offset as usize == filled
                 && len > 0
-                && r.data.len() + len <= r.total
+                && filled + len <= r.total
+                && len <= r.room()
         })
     }
 
     /// The message in reassembly, if data may be read in place for it
     /// ([`Channel::landable`]): the next expected sequence number, the bytes
-    /// held and the whole, and where the next bytes go.
+    /// held, where the place the next bytes go to ends (the whole, or the
+    /// end of the part that goes into a receive's buffer), and where it
+    /// begins.
     pub(crate) fn reassembling(&mut self) -> Option<(u64, usize, usize, *mut u8)> {
         self.landable()?;
         let next = self.next_expected;
         let r = self.reassembly.as_mut()?;
-        let filled = r.data.len();
-        Some((next, filled, r.total, r.data.as_mut_ptr().wrapping_add(filled)))
+        let filled = r.filled();
+        Some((next, filled, filled + r.room(), r.next_region()))
+    }
+
+    /// Makes a message in reassembly into a receive's buffer a buffer's own
+    /// again ([`crate::Endpoint::unplace`]).
+    pub(crate) fn unplace(&mut self) {
+        if let Some(r) = self.reassembly.as_mut() {
+            r.unplace();
+        }
     }
 
     fn emit(&mut self, data: Vec<u8>, sh: &mut Shared<'_>) {
         self.stats.messages_received += 1;
         self.stats.bytes_received += data.len() as u64;
         sh.events.push_back(Event::Message { from: self.peer, channel: self.id, data, start: 0 });
+    }
+
+    /// Delivers a message reassembled whole: its start in a receive's
+    /// buffer where it was placed there.
+    fn emit_reassembled(&mut self, r: Reassembly, sh: &mut Shared<'_>) {
+        let Some(placed) = r.placed else { return self.emit(r.data, sh) };
+        self.stats.messages_received += 1;
+        self.stats.placed += 1;
+        self.stats.bytes_received += r.total as u64;
+        let (from, channel) = (self.peer, self.id);
+        sh.events.push_back(Event::Placed { from, channel, placed: placed.len, end: r.data });
     }
 
     /// Arms, re-arms or cancels the prod timer after the receive state changed.

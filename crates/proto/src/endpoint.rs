@@ -9,7 +9,9 @@ use bulkwire_wire::{
     LatencyStatus, PacketType, ProbePayload, WarpFeedback, HEADER_LEN, MAC_LEN, OVERHEAD, RECORD_HEADER_LEN,
 };
 
-use crate::channel::{Channel, InPlace, LentBytes, Payload, SendRate, Shared, SharedPayload, LENT_PREFIX_MAX};
+use crate::channel::{
+    Channel, InPlace, LentBytes, Payload, Placement, SendRate, Shared, SharedPayload, LENT_PREFIX_MAX,
+};
 use crate::clock::ClockEstimate;
 use crate::config::{Config, ConfigError, Strategy};
 use crate::ece::{Decision, Mode, PeerLink};
@@ -148,6 +150,10 @@ pub struct Endpoint {
     /// The channel whose message in reassembly grew last: where
     /// [`Endpoint::landing`] looks first.
     landing_hint: Option<usize>,
+    /// A receive's buffer for the next message it fits ([`Endpoint::place`]),
+    /// until a channel takes it; and the same, while the endpoint holds it.
+    placement: Option<Placement>,
+    placed_buf: Option<Placement>,
     /// When the next datagram handed over reached this host, if the caller
     /// knows better than the time it is handled ([`Endpoint::set_arrival`]).
     arrival: Option<Time>,
@@ -165,7 +171,10 @@ pub struct Landing {
     peer: u32,
     channel: u16,
     seq: u64,
-    /// Bytes of the message held, and the whole.
+    /// Bytes of the message held, and where the place of its next bytes
+    /// ends: the whole message, or the end of the part that goes into a
+    /// receive's buffer ([`Endpoint::place`]), after which a datagram is
+    /// put together as any other.
     offset: usize,
     total: usize,
     /// Data bytes of a full datagram.
@@ -265,6 +274,8 @@ impl Endpoint {
             feedback_due: VecDeque::new(),
             feedback_sent: vec![0; cfg.ranks as usize],
             landing_hint: None,
+            placement: None,
+            placed_buf: None,
             arrival: None,
             samples_arrivals: false,
             cfg,
@@ -808,6 +819,51 @@ impl Endpoint {
         claimed
     }
 
+    /// Reassembles the next message from `peer` on `channel` of at least
+    /// `tail` bytes and at most `cap + tail` that comes in several
+    /// datagrams, on a reliable channel, into the `cap` bytes at `buf`: all
+    /// but its last `tail` bytes, as they come (read there straight from
+    /// the socket where its datagrams come in order, [`Endpoint::landing`]).
+    /// It is then delivered as [`Event::Placed`], its end in the event. One
+    /// buffer at a time: this replaces a buffer given before, which must
+    /// have been taken back ([`Endpoint::unplace`]).
+    ///
+    /// # Safety
+    ///
+    /// `buf` is valid for writes of `cap` bytes, and neither read nor
+    /// written by anyone else until [`Endpoint::unplace`] has returned
+    /// (or the message placed there has been delivered and taken).
+    pub unsafe fn place(&mut self, peer: u32, channel: u16, buf: *mut u8, cap: usize, tail: usize) {
+        self.placement = Some(Placement { peer, channel, ptr: buf, cap, tail });
+        self.placed_buf = self.placement;
+    }
+
+    /// Takes back the buffer given to [`Endpoint::place`]: a message being
+    /// reassembled there goes on in a buffer of its own (its start copied
+    /// there), and one delivered but not yet handed out by
+    /// [`Endpoint::poll_event`] becomes an [`Event::Message`]. The endpoint
+    /// no longer writes there. (A [`Event::Placed`] already handed out is
+    /// the caller's.)
+    pub fn unplace(&mut self) {
+        self.placement = None;
+        let Some(Placement { peer, channel, ptr: buf, .. }) = self.placed_buf.take() else { return };
+        // The one channel that may have taken it.
+        if peer < self.cfg.ranks && channel < self.cfg.channels {
+            let index = self.index(peer, channel);
+            self.channels[index].unplace();
+        }
+        for event in self.events.iter_mut() {
+            if let Event::Placed { from, channel, placed, end } = event {
+                let mut data = Vec::with_capacity(*placed + end.len());
+                // SAFETY: the first `placed` bytes of the buffer hold the
+                // message's start (the caller's until this returns).
+                data.extend_from_slice(unsafe { std::slice::from_raw_parts(buf.cast_const(), *placed) });
+                data.extend_from_slice(end);
+                *event = Event::Message { from: *from, channel: *channel, data, start: 0 };
+            }
+        }
+    }
+
     /// Lets the messages of `channel` (with every peer) be delivered in
     /// the datagrams they came in ([`Endpoint::handle_datagram_owned`]),
     /// their headers in front: [`Event::Message`]'s `start` says where each
@@ -1155,8 +1211,13 @@ impl Endpoint {
     pub fn poll_event(&mut self) -> Option<Event> {
         let event = self.events.pop_front()?;
         self.timeout_cache.set(None);
-        if let Event::Message { data, start, .. } = &event {
-            self.recv.ready -= data.len() - start;
+        let taken = match &event {
+            Event::Message { data, start, .. } => Some(data.len() - start),
+            Event::Placed { placed, end, .. } => Some(placed + end.len()),
+            _ => None,
+        };
+        if let Some(len) = taken {
+            self.recv.ready -= len;
             if !self.blocked_on_recv.is_empty() {
                 self.retry_blocked();
             }
@@ -1330,6 +1391,7 @@ impl Endpoint {
             data_path,
             in_place: false,
             claimed: None,
+            placement: &mut self.placement,
             data_allowed: true,
             rate_controlled: false,
         };

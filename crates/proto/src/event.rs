@@ -11,6 +11,10 @@ pub enum Event {
     /// in place ([`Endpoint::set_in_place`](crate::Endpoint::set_in_place)): then a large message may come
     /// as the datagram it arrived in, its headers in front.
     Message { from: u32, channel: u16, data: Vec<u8>, start: usize },
+    /// A whole message whose first `placed` bytes were reassembled into the
+    /// buffer given to [`Endpoint::place`](crate::Endpoint::place); the
+    /// rest of it is `end`.
+    Placed { from: u32, channel: u16, placed: usize, end: Vec<u8> },
     /// An authenticated peer broke the protocol; its channel is closed.
     ProtocolViolation { peer: u32, channel: u16, reason: &'static str },
     /// The path that carries this endpoint's data to `peer` changed (the

@@ -12,6 +12,9 @@ pub struct ChannelStats {
     /// Of those, packets whose data was read straight into the buffer of
     /// the message it continues ([`crate::Endpoint::handle_landed`]).
     pub read_in_place: u64,
+    /// Messages reassembled in the buffer of the receive that waited for
+    /// them ([`crate::Endpoint::place`]).
+    pub placed: u64,
     /// Data packets sent again.
     pub retransmissions: u64,
     pub explicit_acks_sent: u64,
@@ -97,6 +100,7 @@ impl ChannelStats {
         self.data_sent += o.data_sent;
         self.data_received += o.data_received;
         self.read_in_place += o.read_in_place;
+        self.placed += o.placed;
         self.retransmissions += o.retransmissions;
         self.explicit_acks_sent += o.explicit_acks_sent;
         self.explicit_acks_received += o.explicit_acks_received;

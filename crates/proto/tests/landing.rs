@@ -4,7 +4,10 @@
 //! them when aimed at a landing (header, data in the message's buffer, the
 //! rest), for the same stream with losses, duplicates, reordering,
 //! corruption and two channels interleaved. Both deliver the same
-//! messages, and the second reads data in place.
+//! messages, and the second reads data in place; where it is given a
+//! receive's buffer ([`Endpoint::place`]), the messages that fit it are
+//! reassembled there, and taking the buffer back halfway
+//! ([`Endpoint::unplace`]) loses nothing.
 
 use std::time::Duration;
 
@@ -36,6 +39,44 @@ fn drain(b: &mut Endpoint, got: &mut ByChannel) {
     while let Some(event) = b.poll_event() {
         if let Event::Message { channel, data, start, .. } = event {
             got[channel as usize].push(data[start..].to_vec());
+        }
+    }
+}
+
+/// A receive's buffer given to an endpoint ([`Endpoint::place`]) for the
+/// messages on `channel` from rank 0, all but their last `tail` bytes.
+struct Receive {
+    channel: u16,
+    buf: Vec<u8>,
+    tail: usize,
+    /// Messages delivered in it.
+    placed: usize,
+}
+
+impl Receive {
+    fn give(&mut self, b: &mut Endpoint) {
+        // SAFETY: the buffer is neither moved nor touched until it is taken
+        // back, or its message delivered (then given again).
+        unsafe { b.place(0, self.channel, self.buf.as_mut_ptr(), self.buf.len(), self.tail) };
+    }
+
+    /// [`drain`], the messages placed put together from the buffer, which
+    /// is given again for the next.
+    fn drain(&mut self, b: &mut Endpoint, got: &mut ByChannel) {
+        while let Some(event) = b.poll_event() {
+            match event {
+                Event::Message { channel, data, start, .. } => got[channel as usize].push(data[start..].to_vec()),
+                Event::Placed { from, channel, placed, end } => {
+                    assert_eq!((from, channel), (0, self.channel), "placed where it was not asked");
+                    assert_eq!(end.len(), self.tail, "all but its last bytes in the buffer");
+                    got[channel as usize].push([&self.buf[..placed], &end[..]].concat());
+                    self.placed += 1;
+                    // Written over, to show a message that is not there.
+                    self.buf.fill(0xEE);
+                    self.give(b);
+                }
+                _ => {}
+            }
         }
     }
 }
@@ -119,6 +160,21 @@ fn fault() -> impl Strategy<Value = Fault> {
 }
 
 fn run(sizes: &[(u16, usize)], faults: &[Fault], slots: usize, coverage: Coverage) -> usize {
+    run_placing(sizes, faults, slots, coverage, None).0
+}
+
+/// [`run`], and where `receive` says (its channel, its buffer's length,
+/// the bytes left out of it, and every how many rounds it is taken back
+/// and given again, 0 for never), the receiver that reads in place
+/// reassembles messages in that buffer. Returns the datagrams read in
+/// place, and the messages placed.
+fn run_placing(
+    sizes: &[(u16, usize)],
+    faults: &[Fault],
+    slots: usize,
+    coverage: Coverage,
+    receive: Option<(u16, usize, usize, usize)>,
+) -> (usize, usize) {
     let mut a = Endpoint::new(config(0, coverage)).unwrap();
     let mut whole = Endpoint::new(config(1, coverage)).unwrap();
     let mut landed = Endpoint::new(config(1, coverage)).unwrap();
@@ -133,7 +189,12 @@ fn run(sizes: &[(u16, usize)], faults: &[Fault], slots: usize, coverage: Coverag
     let mut in_place = 0;
     let mut f = 0;
     let mut buf = vec![0u8; 65_536];
-    for _round in 0..2_000 {
+    let mut receive = receive.map(|(channel, cap, tail, every)| {
+        let mut r = Receive { channel, buf: vec![0; cap], tail, placed: 0 };
+        r.give(&mut landed);
+        (r, every)
+    });
+    for round in 0..2_000 {
         let mut batch = Vec::new();
         while let Some(t) = a.poll_transmit(now, &mut buf) {
             batch.push(buf[..t.len].to_vec());
@@ -172,7 +233,18 @@ fn run(sizes: &[(u16, usize)], faults: &[Fault], slots: usize, coverage: Coverag
         }
         in_place += feed_landing(&mut landed, now, &out, slots);
         drain(&mut whole, &mut got_whole);
-        drain(&mut landed, &mut got_landed);
+        match &mut receive {
+            Some((r, every)) => {
+                r.drain(&mut landed, &mut got_landed);
+                if *every > 0 && round % *every == *every - 1 {
+                    landed.unplace();
+                    r.buf.fill(0xEE);
+                    drain(&mut landed, &mut got_landed);
+                    r.give(&mut landed);
+                }
+            }
+            None => drain(&mut landed, &mut got_landed),
+        }
         // The whole-datagram receiver answers; the other's answers would be
         // the same and are dropped.
         while let Some(t) = whole.poll_transmit(now, &mut buf) {
@@ -192,7 +264,10 @@ fn run(sizes: &[(u16, usize)], faults: &[Fault], slots: usize, coverage: Coverag
     assert_eq!(got_whole, want, "every message, in order, to the receiver of whole datagrams");
     assert_eq!(got_landed, want, "the same to the receiver that reads in place");
     assert_eq!(landed.stats().rejected, whole.stats().rejected, "the same datagrams rejected");
-    in_place
+    let placed = receive.map_or(0, |(r, _)| r.placed);
+    let counted: u64 = (0..2).filter_map(|c| landed.channel_stats(0, c)).map(|s| s.placed).sum();
+    assert_eq!(counted, placed as u64, "every message placed counted");
+    (in_place, placed)
 }
 
 proptest! {
@@ -208,6 +283,34 @@ proptest! {
         let coverage = if header_only { Coverage::Header } else { Coverage::Datagram };
         run(&sizes, &faults, slots, coverage);
     }
+
+    #[test]
+    fn reassembling_in_a_receive_s_buffer_delivers_the_same(
+        sizes in prop::collection::vec((0u16..2, prop_oneof![1usize..3000, 3000usize..200_000]), 1..12),
+        faults in prop::collection::vec(fault(), 0..400),
+        slots in 1usize..6,
+        cap in 1usize..200_000,
+        tail in 0usize..8,
+        every in prop_oneof![Just(0usize), 1usize..20],
+    ) {
+        run_placing(&sizes, &faults, slots, Coverage::Datagram, Some((0, cap, tail, every)));
+    }
+}
+
+#[test]
+fn a_message_that_fits_is_reassembled_in_the_receive_s_buffer() {
+    // Messages of 500,000 and 300,004 bytes on channel 0, the buffer 300,000
+    // bytes long with 4 left out: the second is placed, read in place as
+    // much as without the buffer but for its last datagram (which holds the
+    // end that stays out); one on channel 1 between them is not.
+    let sizes = [(0, 500_000), (1, 100_000), (0, 300_004)];
+    let (in_place, placed) = run_placing(&sizes, &[], 16, Coverage::Datagram, Some((0, 300_000, 4, 0)));
+    let without = run(&sizes, &[], 16, Coverage::Datagram);
+    assert_eq!(placed, 1);
+    assert!(in_place + 1 >= without, "{in_place} read in place, {without} without the buffer");
+    // Taken back and given again every round: still every byte, in order.
+    let (_, placed) = run_placing(&sizes, &[], 4, Coverage::Datagram, Some((0, 300_000, 4, 1)));
+    assert!(placed <= 1, "{placed}");
 }
 
 #[test]

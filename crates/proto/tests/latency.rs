@@ -156,6 +156,7 @@ impl Pair {
                         assert_eq!(peer as usize, 1 - i);
                         self.data_paths[i].push(data_path);
                     }
+                    Event::Placed { .. } => unreachable!("no receive's buffer is given in these tests"),
                 }
             }
         }

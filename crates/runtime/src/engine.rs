@@ -363,6 +363,9 @@ pub struct Engine {
     deferral: Option<Deferral>,
     /// The buffer of the receive that set it ([`Engine::defer_into`]).
     dest: Option<Dest>,
+    /// Which messages from a peer over UDP go into that buffer, reassembled
+    /// there as they come ([`Engine::defer_into`]).
+    placing: Option<Deferral>,
     /// Every peer is reached through shared memory: a spinning wait need
     /// not read the sockets at every turn.
     all_shm: bool,
@@ -707,6 +710,13 @@ impl Engine {
     /// inbox with its start in `buf` ([`Engine::read_lent`] finishes it),
     /// otherwise it is moved out. `false` as [`Engine::defer`].
     ///
+    /// From a peer over UDP, likewise for the next message on
+    /// `deferral.channel` that comes in several datagrams and fits (all
+    /// but its last `deferral.tail` bytes in `len`): it is reassembled in
+    /// `buf` ([`Endpoint::place`]), its datagrams read straight there where
+    /// they come in order. One that the deferral does not cover is moved
+    /// out, and the next one goes there instead.
+    ///
     /// # Safety
     ///
     /// `buf` is valid for writes of `len` bytes, and neither read nor
@@ -714,7 +724,18 @@ impl Engine {
     /// (which moves out whatever is still in it).
     pub unsafe fn defer_into(&mut self, deferral: Deferral, buf: *mut u8, len: usize) -> bool {
         let Some(from) = deferral.from else { return self.defer(deferral) };
-        if !self.defer(deferral) {
+        if self.transport(from) == crate::Transport::Udp {
+            if self.deferral.is_some() || self.placing.is_some() || len == 0 {
+                return false;
+            }
+            // SAFETY: the caller lends `buf` until `end_deferral`, which
+            // takes it back from the endpoint.
+            unsafe { self.endpoint.place(from, deferral.channel, buf, len, deferral.tail) };
+            self.placing = Some(deferral);
+            self.dest = Some(Dest { ptr: buf, cap: len, from, state: DestState::Free });
+            return true;
+        }
+        if self.placing.is_some() || !self.defer(deferral) {
             return false;
         }
         if len > 0 {
@@ -733,6 +754,7 @@ impl Engine {
     /// what is in the receive's buffer is moved into buffers of its own.
     pub fn end_deferral(&mut self) {
         self.deferral = None;
+        self.placing = None;
         self.unplace();
     }
 
@@ -740,6 +762,9 @@ impl Engine {
     /// buffers of its own; the engine no longer writes there.
     fn unplace(&mut self) {
         let Some(mut dest) = self.dest.take() else { return };
+        // A message over UDP being reassembled there, or whole and not yet
+        // in the inbox, moves into a buffer of its own.
+        self.endpoint.unplace();
         if dest.state == DestState::Holding {
             if let Some(i) = self.inbox.iter().position(|m| m.lent.as_ref().is_some_and(|l| l.remote.is_none())) {
                 self.dest = Some(dest);
@@ -1248,6 +1273,11 @@ impl Engine {
                     self.inbox_bytes += data.capacity();
                     self.inbox.push_back(Inbound::new(from, channel, data, start));
                 }
+                Some(Event::Placed { from, channel, placed, end }) => {
+                    let msg = self.placed(from, channel, placed, end);
+                    self.inbox_bytes += msg.data.capacity();
+                    self.inbox.push_back(msg);
+                }
                 Some(Event::ProtocolViolation { peer, reason, .. }) => {
                     self.failure.get_or_insert_with(|| format!("rank {peer} broke the protocol: {reason}"));
                 }
@@ -1260,6 +1290,30 @@ impl Engine {
                     }
                 }
                 None => break,
+            }
+        }
+    }
+
+    /// A message from a peer over UDP whose first `placed` bytes were
+    /// reassembled in a receive's buffer ([`Engine::defer_into`]): left
+    /// there if the receive's deferral covers its end, else moved out (and
+    /// the buffer waits for the next).
+    fn placed(&mut self, from: u32, channel: u16, placed: usize, end: Vec<u8>) -> Inbound {
+        let dest = self.dest.as_mut().expect("a message is placed only while the receive lends its buffer");
+        match &self.placing {
+            Some(d) if d.covers(from, channel, &end) => {
+                dest.state = DestState::Holding;
+                let lent = LentMessage { len: placed, remote: None };
+                Inbound { from, channel, data: end, start: 0, lent: Some(lent) }
+            }
+            placing => {
+                let data = dest.take(placed, &end);
+                if let Some(d) = placing {
+                    // SAFETY: as in `defer_into`: the buffer is lent until
+                    // `end_deferral`.
+                    unsafe { self.endpoint.place(from, d.channel, dest.ptr, dest.cap, d.tail) };
+                }
+                Inbound::new(from, channel, data, 0)
             }
         }
     }
@@ -1620,6 +1674,7 @@ impl Runtime {
             shm,
             deferral: None,
             dest: None,
+            placing: None,
         };
         let spin = match std::env::var("BULKWIRE_SPIN_US").ok().and_then(|v| v.trim().parse().ok()) {
             Some(us) => Duration::from_micros(us),
@@ -1819,6 +1874,7 @@ impl Runtime {
                     offload_sent: e.tx.segmented(peer),
                     offload_received: e.coalesced.get(peer as usize).copied().unwrap_or(0),
                     read_in_place: c.read_in_place,
+                    placed: c.placed,
                     best_effort_lost: c.skipped,
                     best_effort_abandoned: c.messages_abandoned,
                 }

@@ -128,6 +128,10 @@ pub struct PeerReport {
     /// message they continue.
     #[serde(default)]
     pub read_in_place: u64,
+    /// Messages from the peer reassembled in the buffer of the receive
+    /// that waited for them.
+    #[serde(default)]
+    pub placed: u64,
     /// Best-effort data from the peer (posts of groups in best-effort
     /// mode): packets that never came (lost, or came after a later one),
     /// and messages dropped for a piece missing.

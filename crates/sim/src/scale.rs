@@ -201,6 +201,10 @@ impl SyncHost {
                     self.errors.push(format!("rank {}: protocol violation by {peer}: {reason}", self.rank))
                 }
                 Event::ModeChanged { .. } => {}
+                // The simulation gives no receive's buffer to place into.
+                Event::Placed { from, .. } => {
+                    self.errors.push(format!("rank {}: a message from {from} placed in no buffer given", self.rank))
+                }
             }
         }
         loop {

@@ -145,6 +145,10 @@ impl WorkloadHost {
                     .errors
                     .push(format!("rank {}: protocol violation by {peer} on channel {channel}: {reason}", self.rank)),
                 Event::ModeChanged { .. } => {}
+                // The simulation gives no receive's buffer to place into.
+                Event::Placed { from, .. } => {
+                    self.errors.push(format!("rank {}: a message from {from} placed in no buffer given", self.rank))
+                }
             }
         }
         let sends = &self.plan.sends[self.rank as usize];
