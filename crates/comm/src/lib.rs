@@ -790,7 +790,8 @@ impl World {
     /// out of the ring. From a given peer over UDP, a message that comes
     /// in several datagrams while the receive waits is reassembled in `buf`
     /// as they come (read there straight from the socket where they come in
-    /// order); one of another tag from that peer that comes first is moved
+    /// order; what came of it before the receive began is copied there
+    /// first); one of another tag from that peer that comes first is moved
     /// out again, having written into `buf` on its way. Any other message
     /// (one datagram, from any source over UDP, or one that came before the
     /// receive) is copied into `buf` as it is taken.

@@ -429,16 +429,30 @@ impl Reassembly {
     /// A message of `total` bytes, into `placement` if it is for it
     /// (taken then), else into a buffer of its own.
     fn new(total: usize, peer: u32, channel: u16, placement: &mut Option<Placement>) -> Reassembly {
-        let fits = placement
-            .as_ref()
-            .is_some_and(|p| (p.peer, p.channel) == (peer, channel) && total >= p.tail && total - p.tail <= p.cap);
-        if fits {
+        if placement.as_ref().is_some_and(|p| Reassembly::fits(p, total, peer, channel)) {
             let p = placement.take().expect("checked");
             let len = total - p.tail;
             let placed = Placed { ptr: p.ptr, len, filled: 0 };
             return Reassembly { data: Vec::with_capacity(total - len), total, placed: Some(placed) };
         }
         Reassembly { data: Vec::with_capacity(total), total, placed: None }
+    }
+
+    /// Whether a message of `total` bytes from `peer` on `channel` goes
+    /// into `p`.
+    fn fits(p: &Placement, total: usize, peer: u32, channel: u16) -> bool {
+        (p.peer, p.channel) == (peer, channel) && total >= p.tail && total - p.tail <= p.cap
+    }
+
+    /// Moves what came of the message so far into the receive's buffer of
+    /// `p`, where the rest goes too.
+    fn adopt(&mut self, p: &Placement) {
+        let len = self.total - p.tail;
+        let n = self.data.len().min(len);
+        // SAFETY: `n <= len <= p.cap`, within the receive's buffer.
+        unsafe { std::ptr::copy_nonoverlapping(self.data.as_ptr(), p.ptr, n) };
+        self.data.drain(..n);
+        self.placed = Some(Placed { ptr: p.ptr, len, filled: n });
     }
 
     /// Bytes of the message that came.
@@ -1403,6 +1417,22 @@ impl Channel {
         let r = self.reassembly.as_mut()?;
         let filled = r.filled();
         Some((next, filled, filled + r.room(), r.next_region()))
+    }
+
+    /// Takes the receive's buffer of `p` for the message in reassembly, if
+    /// there is one that fits (on a reliable channel): what came of it is
+    /// copied there, and the rest goes there as it comes.
+    pub(crate) fn adopt(&mut self, p: &Placement) -> bool {
+        if self.failed || self.strategy == Strategy::BestEffort {
+            return false;
+        }
+        match self.reassembly.as_mut() {
+            Some(r) if r.placed.is_none() && Reassembly::fits(p, r.total, self.peer, self.id) => {
+                r.adopt(p);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Makes a message in reassembly into a receive's buffer a buffer's own

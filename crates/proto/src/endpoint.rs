@@ -824,9 +824,11 @@ impl Endpoint {
     /// datagrams, on a reliable channel, into the `cap` bytes at `buf`: all
     /// but its last `tail` bytes, as they come (read there straight from
     /// the socket where its datagrams come in order, [`Endpoint::landing`]).
-    /// It is then delivered as [`Event::Placed`], its end in the event. One
-    /// buffer at a time: this replaces a buffer given before, which must
-    /// have been taken back ([`Endpoint::unplace`]).
+    /// A message from there already in reassembly is that message: what
+    /// came of it is copied into `buf`. It is then delivered as
+    /// [`Event::Placed`], its end in the event. One buffer at a time: this
+    /// replaces a buffer given before, which must have been taken back
+    /// ([`Endpoint::unplace`]).
     ///
     /// # Safety
     ///
@@ -834,8 +836,15 @@ impl Endpoint {
     /// written by anyone else until [`Endpoint::unplace`] has returned
     /// (or the message placed there has been delivered and taken).
     pub unsafe fn place(&mut self, peer: u32, channel: u16, buf: *mut u8, cap: usize, tail: usize) {
-        self.placement = Some(Placement { peer, channel, ptr: buf, cap, tail });
-        self.placed_buf = self.placement;
+        let placement = Placement { peer, channel, ptr: buf, cap, tail };
+        self.placed_buf = Some(placement);
+        self.placement = Some(placement);
+        if peer < self.cfg.ranks && channel < self.cfg.channels {
+            let index = self.index(peer, channel);
+            if self.channels[index].adopt(&placement) {
+                self.placement = None;
+            }
+        }
     }
 
     /// Takes back the buffer given to [`Endpoint::place`]: a message being
