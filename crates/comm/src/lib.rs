@@ -847,6 +847,8 @@ impl World {
                         // the deferral ends before that.
                         unsafe { e.defer_into(deferral, ptr, len) }
                     }
+                    // Nothing of a peer over UDP is left unread.
+                    _ if over_udp => false,
                     _ => e.defer(deferral),
                 }
             };

@@ -761,10 +761,11 @@ impl Engine {
     /// Moves what is in the receive's buffer ([`Engine::defer_into`]) into
     /// buffers of its own; the engine no longer writes there.
     fn unplace(&mut self) {
-        let Some(mut dest) = self.dest.take() else { return };
         // A message over UDP being reassembled there, or whole and not yet
-        // in the inbox, moves into a buffer of its own.
+        // in the inbox, moves into a buffer of its own (first: the endpoint
+        // then writes there no more, and delivers nothing placed).
         self.endpoint.unplace();
+        let Some(mut dest) = self.dest.take() else { return };
         if dest.state == DestState::Holding {
             if let Some(i) = self.inbox.iter().position(|m| m.lent.as_ref().is_some_and(|l| l.remote.is_none())) {
                 self.dest = Some(dest);
