@@ -364,12 +364,13 @@ fn mb_per_s(bytes: u64, seconds: f64) -> f64 {
 
 /// How the benchmarks receive from `peer`: into a buffer of their own (as
 /// `MPI_Recv` into a buffer of the caller's; [`World::recv_into`]) where
-/// the peer is on this host, and a message goes straight into the buffer;
-/// as a buffer the runtime returns ([`World::recv`]) over UDP, where a
-/// message is put together in a buffer of the runtime's, which
-/// `recv_into` would copy once more (1 MiB ping-pong over loopback, two
-/// alternating runs: a median half round trip of 300-348 us by
-/// `recv_into` against 270 us). `true`: into a buffer of their own.
+/// the peer is on this host; as a buffer the runtime returns
+/// ([`World::recv`]) over UDP, as their figures over UDP always have been.
+/// Either way the message is put together where it is received: over UDP
+/// `recv_into` reassembles it in the caller's buffer, and costs what `recv`
+/// does (`bench pingpong --transport udp`, three alternating runs, 1 MiB:
+/// 1.16-1.26x raw UDP's half round trip by `recv_into`, 1.06-1.27x by
+/// `recv`). `true`: into a buffer of their own.
 fn receives_into(world: &World, peer: u32) -> bool {
     world.runtime().transport(peer) == Transport::Shm
 }
