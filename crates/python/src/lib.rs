@@ -400,13 +400,15 @@ impl World {
         // copy of all of it first. One of `LEND_FROM` bytes or more to a
         // peer over UDP is sent from the buffer by the blocking send (which
         // returns once every packet is acknowledged), where `isend` would
-        // copy it first: `python -m bulkwire.bench pingpong` over UDP, the
-        // Python loop less Rust's at 4 MiB -81 to -543 us in three runs
-        // against +686 to +1,213 in six. Not to a peer on this host: there the blocking
-        // send lends the buffer for the peer to read, and 1 MiB took
-        // 381-507 us against 91-114 copied first (not yet understood).
-        let over_udp = job.world.runtime().transport(to) == bulkwire_runtime::Transport::Udp;
-        if len > job.world.largest_whole() || (over_udp && len >= bulkwire_runtime::LEND_FROM) {
+        // copy it first (`python -m bulkwire.bench pingpong` over UDP, three
+        // alternating runs: the Python loop less the Rust one at 4 MiB
+        // -180 to -80 us, against +943 to +1,066 copying). Not to a peer on
+        // this host: lending there took 381-507 us at 1 MiB against 91-114
+        // copied first (three runs each, not understood yet).
+        let lends = || {
+            len >= bulkwire_runtime::LEND_FROM && job.world.runtime().transport(to) == bulkwire_runtime::Transport::Udp
+        };
+        if len > job.world.largest_whole() || lends() {
             return blocking(py, job, || job.world.send(to, tag, data).map_err(|e| e.to_string()));
         }
         // A send that finds room returns at once: only one that must wait
