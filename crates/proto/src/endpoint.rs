@@ -828,7 +828,8 @@ impl Endpoint {
     /// came of it is copied into `buf`. It is then delivered as
     /// [`Event::Placed`], its end in the event. One buffer at a time: this
     /// replaces a buffer given before, which must have been taken back
-    /// ([`Endpoint::unplace`]).
+    /// ([`Endpoint::unplace`]). A peer or channel the job does not have
+    /// is given nothing.
     ///
     /// # Safety
     ///
@@ -836,15 +837,14 @@ impl Endpoint {
     /// written by anyone else until [`Endpoint::unplace`] has returned
     /// (or the message placed there has been delivered and taken).
     pub unsafe fn place(&mut self, peer: u32, channel: u16, buf: *mut u8, cap: usize, tail: usize) {
+        if peer >= self.cfg.ranks || channel >= self.cfg.channels {
+            return;
+        }
         let placement = Placement { peer, channel, ptr: buf, cap, tail };
         self.placed_buf = Some(placement);
-        self.placement = Some(placement);
-        if peer < self.cfg.ranks && channel < self.cfg.channels {
-            let index = self.index(peer, channel);
-            if self.channels[index].adopt(&placement) {
-                self.placement = None;
-            }
-        }
+        let index = self.index(peer, channel);
+        let adopted = self.channels[index].adopt(&placement);
+        self.placement = (!adopted).then_some(placement);
     }
 
     /// Takes back the buffer given to [`Endpoint::place`]: a message being
@@ -857,10 +857,8 @@ impl Endpoint {
         self.placement = None;
         let Some(Placement { peer, channel, ptr: buf, .. }) = self.placed_buf.take() else { return };
         // The one channel that may have taken it.
-        if peer < self.cfg.ranks && channel < self.cfg.channels {
-            let index = self.index(peer, channel);
-            self.channels[index].unplace();
-        }
+        let index = self.index(peer, channel);
+        self.channels[index].unplace();
         for event in self.events.iter_mut() {
             if let Event::Placed { from, channel, placed, end } = event {
                 let mut data = Vec::with_capacity(*placed + end.len());

@@ -364,7 +364,8 @@ pub struct Engine {
     /// The buffer of the receive that set it ([`Engine::defer_into`]).
     dest: Option<Dest>,
     /// Which messages from a peer over UDP go into that buffer, reassembled
-    /// there as they come ([`Engine::defer_into`]).
+    /// there as they come ([`Engine::defer_into`]). Apart from `deferral`,
+    /// which also makes the shared-memory path leave lent messages unread.
     placing: Option<Deferral>,
     /// Every peer is reached through shared memory: a spinning wait need
     /// not read the sockets at every turn.
