@@ -352,6 +352,10 @@ pub struct Bsp {
     /// (`OutStream::hpput_in_place`): the sync ends once every one is
     /// returned, or releases them if it fails.
     loans: Vec<bulkwire_runtime::Loan>,
+    /// Where in this process's memory the hpputs of this sync are read
+    /// from while it runs (lent to the runtime, or read by their
+    /// receivers): puts that land early do not land there.
+    hpput_sources: Vec<std::ops::Range<usize>>,
     /// Direct puts this process has read from their senders' memory.
     direct_puts_read: u64,
     /// This process's arena in shared memory, if it has one (see
@@ -538,6 +542,7 @@ impl Bsp {
             spare_lent: Vec::new(),
             staging: Staging::default(),
             loans: Vec::new(),
+            hpput_sources: Vec::new(),
             direct_puts_read: 0,
             arena,
             arena_readers,

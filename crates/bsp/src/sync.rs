@@ -847,7 +847,8 @@ impl Bsp {
             // the standard's order (see `landing`).
             let expected: Vec<bool> = (0..p).map(|j| j != me && global.streams(j, me)).collect();
             let early = self.early_senders(&global);
-            self.net.start_landing(&early, &mut Owned { registry: &self.registry, owned: &mut self.owned });
+            let areas = &mut Owned { registry: &self.registry, owned: &mut self.owned, read: &self.hpput_sources };
+            self.net.start_landing(&early, areas);
             let moved = self.transfer(&plan, packet, &expected, &eager, call == Call::End);
             let landed_early = self.net.finish_landing();
             moved.map_err(fail)?;
@@ -914,15 +915,14 @@ impl Bsp {
     /// The senders whose streams land as their pieces arrive: puts land
     /// by sender in pid order, after the get replies, so only the first
     /// sender's (this process's own puts counting), and only where this
-    /// process asked for no gets and lends no memory in this superstep (an
-    /// hpput's source, or a direct put's, may lie in an area a put lands
-    /// in).
+    /// process asked for no gets in this superstep. An hpput's source, read
+    /// while the sync runs, may lie in an area a put lands in: the lander
+    /// stops at a put that would land there ([`Owned::resolve`]), and that
+    /// put and the rest land after the transfer as before. (The sources of
+    /// other direct puts and of get replies are copies.)
     fn early_senders(&self, global: &Reduction) -> Vec<usize> {
         let me = self.pid;
-        if !self.land_early
-            || !self.loans.is_empty()
-            || self.outboxes.iter().any(|o| !o.requests.is_empty() || o.direct)
-        {
+        if !self.land_early || self.outboxes.iter().any(|o| !o.requests.is_empty()) {
             return Vec::new();
         }
         let own = !self.outboxes[me as usize].stream.is_empty();
@@ -934,8 +934,10 @@ impl Bsp {
     }
 
     fn read_hpputs(&mut self) {
+        self.hpput_sources.clear();
         for h in std::mem::take(&mut self.hpputs) {
             if self.reads_here(h.to, h.len) {
+                self.hpput_sources.push(h.src..h.src + h.len);
                 // The receiver reads the source itself, before this sync ends.
                 let outbox = &mut self.outboxes[h.to as usize];
                 outbox.stream.direct(true, h.slot, h.offset, h.len as u64, h.src as u64);
@@ -955,6 +957,7 @@ impl Bsp {
                 if let Some(loan) = self.rt.as_ref().and_then(|rt| rt.with(lend).ok()).flatten() {
                     let tag = self.loans.len();
                     self.loans.push(loan);
+                    self.hpput_sources.push(h.src..h.src + h.len);
                     // SAFETY: as above.
                     unsafe { self.outboxes[h.to as usize].stream.hpput_in_place(h.slot, h.offset, h.src, h.len, tag) };
                     continue;
@@ -1268,7 +1271,7 @@ impl Bsp {
         let rt = self.rt.as_ref().expect("the runtime is there until end");
         let outboxes = &mut self.outboxes;
         let loans = &self.loans;
-        let (registry, owned) = (&self.registry, &mut self.owned);
+        let (registry, owned, read) = (&self.registry, &mut self.owned, &self.hpput_sources);
         let asked: Vec<bool> = outboxes.iter().map(|o| !o.requests.is_empty()).collect();
         // Each visit starts after what went eagerly.
         let start = |visit: usize| plan.get(visit).map_or(0, |v| eager[v.to as usize]);
@@ -1360,7 +1363,7 @@ impl Bsp {
                 // thread may need meanwhile.
                 Ok((!net.early.is_empty()).then_some(false))
             })?;
-            self.net.land_early(&mut Owned { registry, owned: &mut owned[..] });
+            self.net.land_early(&mut Owned { registry, owned: &mut owned[..], read });
             if done {
                 return Ok(());
             }
@@ -1734,13 +1737,30 @@ pub(crate) struct Lent {
 struct Owned<'a> {
     registry: &'a Registry,
     owned: &'a mut [Option<Box<dyn crate::OwnedArea>>],
+    /// This process's memory that hpputs read from while the sync runs.
+    read: &'a [Range<usize>],
 }
 
 impl Areas for Owned<'_> {
+    /// The put's place, unless it lies outside its area or overlaps an
+    /// hpput's source (which must go out as it was before the sync).
     fn resolve(&self, slot: u32, offset: u64, len: u64) -> Option<(Area, usize)> {
         let area = self.registry.area(slot)?;
         let end = offset.checked_add(len)?;
-        (end <= area.len as u64).then_some((area, offset as usize))
+        if end > area.len as u64 {
+            return None;
+        }
+        if len > 0 && !self.read.is_empty() {
+            let base = match area.owned {
+                Some(i) => self.owned.get(i)?.as_ref()?.bytes().as_ptr() as usize,
+                None => area.addr,
+            };
+            let (start, end) = (base + offset as usize, base + end as usize);
+            if self.read.iter().any(|r| r.start < end && start < r.end) {
+                return None;
+            }
+        }
+        Some((area, offset as usize))
     }
 
     fn write(&mut self, area: Area, at: usize, bytes: &[u8]) {

@@ -406,6 +406,27 @@ fn buffers_made(out: &Output) -> Vec<(u32, u64, u64)> {
         .collect()
 }
 
+/// A process of a landing test: runs `test` and prints the bytes it
+/// landed early ([`landed_early`]) and that it finished.
+fn report_landed_early(test: fn(&mut Bsp) -> Result<u64, BspError>) {
+    let mut bsp = Bsp::begin().unwrap();
+    let early = test(&mut bsp).unwrap_or_else(|e| panic!("{e}"));
+    let pid = bsp.pid();
+    bsp.end().unwrap();
+    println!("early {early} pid {pid}");
+    println!("ok pid {pid}");
+}
+
+/// The bytes process `pid` of a job's output `all` landed early.
+fn landed_early(all: &str, pid: u32, what: &str) -> u64 {
+    all.lines()
+        .filter_map(|l| l.split_once("early ").map(|(_, rest)| rest))
+        .find_map(|rest| rest.strip_suffix(&format!(" pid {pid}")))
+        .unwrap_or_else(|| panic!("{what}: no count from pid {pid} in\n{all}"))
+        .parse()
+        .unwrap()
+}
+
 /// Puts that land as their pieces arrive keep the standard's order: the
 /// stream of process 0 (the first sender everywhere else) lands during the
 /// transfer, the others' after it, each over the one before; 0's stream
@@ -456,13 +477,7 @@ fn ordered_puts(bsp: &mut Bsp) -> Result<u64, BspError> {
 #[test]
 fn puts_that_land_as_they_arrive_keep_the_standard_s_order() {
     if is_rank() {
-        let mut bsp = Bsp::begin().unwrap();
-        let early = ordered_puts(&mut bsp).unwrap_or_else(|e| panic!("{e}"));
-        let pid = bsp.pid();
-        bsp.end().unwrap();
-        println!("early {early} pid {pid}");
-        println!("ok pid {pid}");
-        return;
+        return report_landed_early(ordered_puts);
     }
     let test = "puts_that_land_as_they_arrive_keep_the_standard_s_order";
     let lossy = [("BULKWIRE_SHM", "0"), ("BULKWIRE_TEST_DROP", "0.05"), ("BULKWIRE_TEST_DROP_SEED", "5")];
@@ -477,13 +492,7 @@ fn puts_that_land_as_they_arrive_keep_the_standard_s_order() {
             expect_ok(&out, n, what);
             let all = text(&out);
             for pid in 0..n {
-                let early: u64 = all
-                    .lines()
-                    .filter_map(|l| l.split_once("early ").map(|(_, rest)| rest))
-                    .find_map(|rest| rest.strip_suffix(&format!(" pid {pid}")))
-                    .unwrap_or_else(|| panic!("{what} n={n}: no count from pid {pid} in\n{all}"))
-                    .parse()
-                    .unwrap();
+                let early = landed_early(&all, pid, &format!("{what} n={n}"));
                 // Over UDP 0's put of 4 MiB each superstep lands as it
                 // comes; on one host it is read from 0's memory at the end.
                 let early_here = pid > 0 && what.starts_with("over UDP") && !what.contains("after");
@@ -491,6 +500,85 @@ fn puts_that_land_as_they_arrive_keep_the_standard_s_order() {
                 assert_eq!(early, want, "{what} n={n}: bytes landed early by pid {pid}\n{all}");
             }
         }
+    }
+}
+
+/// Puts land as they arrive beside hpputs sent from their sources, but
+/// never on those sources. Process 1 hpputs 1 MiB of its area `a` to
+/// process 0 (in even supersteps, from `a`'s start; in odd ones from its
+/// other area `b`), while process 0 puts `a`'s second half and then its
+/// first half into process 1's `a`. Over UDP process 1 lands the first put
+/// as it comes, and in even supersteps stops at the second, which lands on
+/// the hpput's source, after the transfer. Returns the bytes landed early.
+fn puts_beside_hpputs(bsp: &mut Bsp) -> Result<u64, BspError> {
+    const N: usize = 1 << 20;
+    const HP: usize = N / 4;
+    let me = bsp.pid();
+    let pattern = |who: u32, step: u32, i: usize| (i as u32).wrapping_mul(2_654_435_761) ^ (who << 24) ^ (step << 16);
+    let (mut a, mut b) = (vec![0u32; N], vec![0u32; N]);
+    // SAFETY: both outlive their registrations and are touched only
+    // between syncs.
+    unsafe {
+        bsp.push_reg_raw(a.as_mut_ptr().cast(), N * 4)?;
+        bsp.push_reg_raw(b.as_mut_ptr().cast(), N * 4)?;
+    }
+    bsp.sync()?;
+    for step in 0..4u32 {
+        let put: Vec<u32> = (0..N).map(|i| pattern(0, step, i)).collect();
+        if me == 1 {
+            a.iter_mut().enumerate().for_each(|(i, v)| *v = pattern(1, step, i));
+            b.iter_mut().enumerate().for_each(|(i, v)| *v = pattern(2, step, i));
+            let source = if step % 2 == 0 { a.as_ptr() } else { b.as_ptr() };
+            // SAFETY: the sources live and stay unchanged here until the
+            // sync ends; `b` is registered.
+            unsafe { bsp.hpput_raw(0, source.cast(), b.as_ptr().cast(), 0, HP * 4)? };
+        } else {
+            let half = N / 2;
+            // SAFETY: `put` is read now; `a` is registered.
+            unsafe {
+                bsp.put_raw(1, put[half..].as_ptr().cast(), a.as_ptr().cast(), half * 4, half * 4)?;
+                bsp.put_raw(1, put[..half].as_ptr().cast(), a.as_ptr().cast(), 0, half * 4)?;
+            }
+        }
+        bsp.sync()?;
+        if me == 1 {
+            assert!(a == put, "process 1, step {step}: the puts landed where they go");
+        } else {
+            let from = if step % 2 == 0 { 1 } else { 2 };
+            for (i, &v) in b[..HP].iter().enumerate() {
+                // A packet resent after the put landed carries its value.
+                let landed = from == 1 && v == pattern(0, step, i);
+                assert!(v == pattern(from, step, i) || landed, "process 0, step {step}: element {i} of the hpput");
+            }
+        }
+    }
+    Ok(bsp.bytes_landed_early())
+}
+
+#[test]
+fn puts_land_as_they_arrive_beside_hpputs_but_not_on_their_sources() {
+    if is_rank() {
+        return report_landed_early(puts_beside_hpputs);
+    }
+    let test = "puts_land_as_they_arrive_beside_hpputs_but_not_on_their_sources";
+    let lossy = [("BULKWIRE_SHM", "0"), ("BULKWIRE_TEST_DROP", "0.05"), ("BULKWIRE_TEST_DROP_SEED", "3")];
+    for (env, what) in [
+        (&[("BULKWIRE_SHM", "0")][..], "over UDP"),
+        (&[("BULKWIRE_SHM", "0"), ("BULKWIRE_BSP_LAND_EARLY", "0")], "over UDP, landing after the transfer"),
+        (&lossy, "over UDP, 5% loss"),
+        (&[], "on one host"),
+    ] {
+        let out = launch(2, test, env);
+        expect_ok(&out, 2, what);
+        let all = text(&out);
+        let early = |pid: u32| landed_early(&all, pid, what);
+        // Over UDP, each superstep: process 0 lands the hpput's 1 MiB;
+        // process 1 the first put's 2 MiB, and in odd supersteps the
+        // second's too. On one host puts and hpputs are read from their
+        // senders at the end.
+        let udp = what.starts_with("over UDP") && !what.contains("after");
+        let want = if udp { [4 << 20, 2 * (2 << 20) + 2 * (4 << 20)] } else { [0, 0] };
+        assert_eq!([early(0), early(1)], want, "{what}: bytes landed early by pids 0 and 1\n{all}");
     }
 }
 
