@@ -68,9 +68,8 @@
 //!   value; setting it alone chooses the dissemination;
 //! - `BULKWIRE_BSP_LAND_EARLY=0`: every put lands after the transfer
 //!   (by default the stream of the first process that puts here lands as
-//!   its pieces arrive, where this process asked for no gets and no
-//!   memory of its own is read by others in the superstep, no large
-//!   hpput sent from its source nor direct put read from it: the
+//!   its pieces arrive, where this process asked for no gets, up to the
+//!   first put that would land on the source of one of its hpputs: the
 //!   standard's order is then kept);
 //! - `BULKWIRE_BSP_STATS=1`: packet statistics (Table 5) on stderr at `end`;
 //! - `BULKWIRE_PROFILE=FILE`: a JSON line per superstep in `FILE.<pid>`.
