@@ -976,6 +976,7 @@ impl Bsp {
             }
             self.outboxes[h.to as usize].stream.hpput(h.slot, h.offset, data);
         }
+        self.hpput_sources = merged(std::mem::take(&mut self.hpput_sources));
     }
 
     /// The bytes of each destination's stream that go before the barrier
@@ -1756,7 +1757,10 @@ impl Areas for Owned<'_> {
                 None => area.addr,
             };
             let (start, end) = (base + offset as usize, base + end as usize);
-            if self.read.iter().any(|r| r.start < end && start < r.end) {
+            // The first source that ends after the put starts (the sources
+            // are sorted and apart: `merged`).
+            let i = self.read.partition_point(|r| r.end <= start);
+            if self.read.get(i).is_some_and(|r| r.start < end) {
                 return None;
             }
         }
@@ -1770,6 +1774,21 @@ impl Areas for Owned<'_> {
             dst.copy_from_slice(bytes);
         }
     }
+}
+
+/// `ranges` sorted, those that overlap or touch made one: a put's place
+/// is then checked against them by a binary search.
+fn merged(mut ranges: Vec<Range<usize>>) -> Vec<Range<usize>> {
+    ranges.retain(|r| !r.is_empty());
+    ranges.sort_unstable_by_key(|r| r.start);
+    let mut out: Vec<Range<usize>> = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        match out.last_mut() {
+            Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+            _ => out.push(r),
+        }
+    }
+    out
 }
 
 /// Writes the stream's bytes at `data` into `area` from `offset` on.
@@ -1790,6 +1809,34 @@ fn write_area(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// A put lands early unless it overlaps an hpput's source: the
+        /// binary search over the merged sources says what a look at every
+        /// source says.
+        #[test]
+        fn a_put_over_an_hpput_s_source_does_not_land_early(
+            sources in proptest::collection::vec((0usize..200, 0usize..40), 0..12),
+            puts in proptest::collection::vec((0u64..220, 0u64..40), 1..20),
+        ) {
+            let sources: Vec<Range<usize>> = sources.into_iter().map(|(s, n)| s..s + n).collect();
+            let read = merged(sources.clone());
+            proptest::prop_assert!(read.windows(2).all(|w| w[0].end < w[1].start));
+            let mut registry = Registry::default();
+            // One area at address 1000 of 260 bytes; sources are offsets.
+            let slot = registry.push(Area { addr: 1000, len: 260, owned: None });
+            registry.apply();
+            let shifted: Vec<Range<usize>> = read.iter().map(|r| r.start + 1000..r.end + 1000).collect();
+            let areas = Owned { registry: &registry, owned: &mut [], read: &shifted };
+            for (offset, len) in puts {
+                let over = len > 0
+                    && sources.iter().any(|r| !r.is_empty() && (r.start as u64) < offset + len && offset < r.end as u64);
+                let fits = offset + len <= 260;
+                let got = areas.resolve(slot, offset, len).is_some();
+                proptest::prop_assert_eq!(got, fits && !over, "put of {} at {}", len, offset);
+            }
+        }
+    }
 
     fn piece(superstep: u64, last: u8, bytes: &[u8]) -> Vec<u8> {
         let mut m = data_message(superstep, last, bytes.len());
