@@ -68,9 +68,9 @@
 //!   value; setting it alone chooses the dissemination;
 //! - `BULKWIRE_BSP_LAND_EARLY=0`: every put lands after the transfer
 //!   (by default the stream of the first process that puts here lands as
-//!   its pieces arrive, where this process asked for no gets, up to the
-//!   first put that would land on the source of one of its hpputs: the
-//!   standard's order is then kept);
+//!   its pieces arrive, up to the first put that would land on the
+//!   source of one of this process's hpputs or the target of one of its
+//!   gets: the standard's order is then kept);
 //! - `BULKWIRE_BSP_STATS=1`: packet statistics (Table 5) on stderr at `end`;
 //! - `BULKWIRE_PROFILE=FILE`: a JSON line per superstep in `FILE.<pid>`.
 
@@ -351,10 +351,12 @@ pub struct Bsp {
     /// (`OutStream::hpput_in_place`): the sync ends once every one is
     /// returned, or releases them if it fails.
     loans: Vec<bulkwire_runtime::Loan>,
-    /// Where in this process's memory the hpputs of this sync are read
-    /// from while it runs (lent to the runtime, or read by their
-    /// receivers): puts that land early do not land there.
-    hpput_sources: Vec<std::ops::Range<usize>>,
+    /// This process's memory that puts may not land in as they arrive:
+    /// the sources of this sync's hpputs, read while it runs (lent to the
+    /// runtime, or read by their receivers), and the targets of its gets,
+    /// whose replies land before puts. Sorted and apart once the sync has
+    /// made it (`sync::merged`).
+    off_limits: Vec<std::ops::Range<usize>>,
     /// Direct puts this process has read from their senders' memory.
     direct_puts_read: u64,
     /// This process's arena in shared memory, if it has one (see
@@ -541,7 +543,7 @@ impl Bsp {
             spare_lent: Vec::new(),
             staging: Staging::default(),
             loans: Vec::new(),
-            hpput_sources: Vec::new(),
+            off_limits: Vec::new(),
             direct_puts_read: 0,
             arena,
             arena_readers,

@@ -846,8 +846,9 @@ impl Bsp {
             // The first sender's puts land as they come, where that keeps
             // the standard's order (see `landing`).
             let expected: Vec<bool> = (0..p).map(|j| j != me && global.streams(j, me)).collect();
+            self.keep_early_puts_off();
             let early = self.early_senders(&global);
-            let areas = &mut Owned { registry: &self.registry, owned: &mut self.owned, read: &self.hpput_sources };
+            let areas = &mut Owned { registry: &self.registry, owned: &mut self.owned, read: &self.off_limits };
             self.net.start_landing(&early, areas);
             let moved = self.transfer(&plan, packet, &expected, &eager, call == Call::End);
             let landed_early = self.net.finish_landing();
@@ -913,16 +914,16 @@ impl Bsp {
     }
 
     /// The senders whose streams land as their pieces arrive: puts land
-    /// by sender in pid order, after the get replies, so only the first
-    /// sender's (this process's own puts counting), and only where this
-    /// process asked for no gets in this superstep. An hpput's source, read
-    /// while the sync runs, may lie in an area a put lands in: the lander
-    /// stops at a put that would land there ([`Owned::resolve`]), and that
-    /// put and the rest land after the transfer as before. (The sources of
-    /// other direct puts and of get replies are copies.)
+    /// by sender in pid order, so only the first sender's (this process's
+    /// own puts counting). Get replies land before puts, and an hpput's
+    /// source is read while the sync runs: the lander stops at a put that
+    /// would land on a get's target or an hpput's source
+    /// ([`Owned::resolve`]), and that put and the rest land after the
+    /// transfer as before. (The sources of other direct puts and of get
+    /// replies are copies.)
     fn early_senders(&self, global: &Reduction) -> Vec<usize> {
         let me = self.pid;
-        if !self.land_early || self.outboxes.iter().any(|o| !o.requests.is_empty()) {
+        if !self.land_early {
             return Vec::new();
         }
         let own = !self.outboxes[me as usize].stream.is_empty();
@@ -934,10 +935,10 @@ impl Bsp {
     }
 
     fn read_hpputs(&mut self) {
-        self.hpput_sources.clear();
+        self.off_limits.clear();
         for h in std::mem::take(&mut self.hpputs) {
             if self.reads_here(h.to, h.len) {
-                self.hpput_sources.push(h.src..h.src + h.len);
+                self.off_limits.push(h.src..h.src + h.len);
                 // The receiver reads the source itself, before this sync ends.
                 let outbox = &mut self.outboxes[h.to as usize];
                 outbox.stream.direct(true, h.slot, h.offset, h.len as u64, h.src as u64);
@@ -957,7 +958,7 @@ impl Bsp {
                 if let Some(loan) = self.rt.as_ref().and_then(|rt| rt.with(lend).ok()).flatten() {
                     let tag = self.loans.len();
                     self.loans.push(loan);
-                    self.hpput_sources.push(h.src..h.src + h.len);
+                    self.off_limits.push(h.src..h.src + h.len);
                     // SAFETY: as above.
                     unsafe { self.outboxes[h.to as usize].stream.hpput_in_place(h.slot, h.offset, h.src, h.len, tag) };
                     continue;
@@ -976,7 +977,25 @@ impl Bsp {
             }
             self.outboxes[h.to as usize].stream.hpput(h.slot, h.offset, data);
         }
-        self.hpput_sources = merged(std::mem::take(&mut self.hpput_sources));
+    }
+
+    /// Adds the targets of this superstep's gets to the memory early puts
+    /// keep off ([`Owned::resolve`]), and sorts it.
+    fn keep_early_puts_off(&mut self) {
+        for o in &self.outboxes {
+            for (q, target) in o.requests.iter().zip(&o.targets) {
+                let at = match *target {
+                    GetTarget::Raw(addr) => Some(addr),
+                    GetTarget::Owned { index, at } => {
+                        self.owned.get(index).and_then(Option::as_ref).map(|a| a.bytes().as_ptr() as usize + at)
+                    }
+                };
+                if let Some(at) = at {
+                    self.off_limits.push(at..at + q.len as usize);
+                }
+            }
+        }
+        self.off_limits = merged(std::mem::take(&mut self.off_limits));
     }
 
     /// The bytes of each destination's stream that go before the barrier
@@ -1272,7 +1291,7 @@ impl Bsp {
         let rt = self.rt.as_ref().expect("the runtime is there until end");
         let outboxes = &mut self.outboxes;
         let loans = &self.loans;
-        let (registry, owned, read) = (&self.registry, &mut self.owned, &self.hpput_sources);
+        let (registry, owned, read) = (&self.registry, &mut self.owned, &self.off_limits);
         let asked: Vec<bool> = outboxes.iter().map(|o| !o.requests.is_empty()).collect();
         // Each visit starts after what went eagerly.
         let start = |visit: usize| plan.get(visit).map_or(0, |v| eager[v.to as usize]);
@@ -1738,13 +1757,14 @@ pub(crate) struct Lent {
 struct Owned<'a> {
     registry: &'a Registry,
     owned: &'a mut [Option<Box<dyn crate::OwnedArea>>],
-    /// This process's memory that hpputs read from while the sync runs.
+    /// This process's memory puts keep off (`Bsp::off_limits`).
     read: &'a [Range<usize>],
 }
 
 impl Areas for Owned<'_> {
     /// The put's place, unless it lies outside its area or overlaps an
-    /// hpput's source (which must go out as it was before the sync).
+    /// hpput's source (which must go out as it was before the sync) or a
+    /// get's target (whose reply lands first).
     fn resolve(&self, slot: u32, offset: u64, len: u64) -> Option<(Area, usize)> {
         let area = self.registry.area(slot)?;
         let end = offset.checked_add(len)?;

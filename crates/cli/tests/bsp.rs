@@ -503,13 +503,16 @@ fn puts_that_land_as_they_arrive_keep_the_standard_s_order() {
     }
 }
 
-/// Puts land as they arrive beside hpputs sent from their sources, but
-/// never on those sources. Process 1 hpputs 1 MiB of its area `a` to
-/// process 0 (in even supersteps, from `a`'s start; in odd ones from its
-/// other area `b`), while process 0 puts `a`'s second half and then its
-/// first half into process 1's `a`. Over UDP process 1 lands the first put
-/// as it comes, and in even supersteps stops at the second, which lands on
-/// the hpput's source, after the transfer. Returns the bytes landed early.
+/// Puts land as they arrive beside hpputs sent from their sources and
+/// gets, but never on those sources nor on the gets' targets. Process 1
+/// hpputs 1 MiB to process 0 (in superstep 0 from its area `a`'s start,
+/// then from its other area `b`), while process 0 puts `a`'s second half
+/// and then its first half into process 1's `a`; in supersteps 2 and 3
+/// process 1 also gets 16 values of process 0's `a`, into its own `a`'s
+/// start, then into `b`'s end. Over UDP process 1 lands the first put as
+/// it comes, and in supersteps 0 and 2 stops at the second, which would
+/// land on the hpput's source or the get's target: it lands after the
+/// transfer, after the get's reply. Returns the bytes landed early.
 fn puts_beside_hpputs(bsp: &mut Bsp) -> Result<u64, BspError> {
     const N: usize = 1 << 20;
     const HP: usize = N / 4;
@@ -525,14 +528,26 @@ fn puts_beside_hpputs(bsp: &mut Bsp) -> Result<u64, BspError> {
     bsp.sync()?;
     for step in 0..4u32 {
         let put: Vec<u32> = (0..N).map(|i| pattern(0, step, i)).collect();
+        const GOT: usize = 16;
         if me == 1 {
             a.iter_mut().enumerate().for_each(|(i, v)| *v = pattern(1, step, i));
             b.iter_mut().enumerate().for_each(|(i, v)| *v = pattern(2, step, i));
-            let source = if step % 2 == 0 { a.as_ptr() } else { b.as_ptr() };
+            let source = if step == 0 { a.as_ptr() } else { b.as_ptr() };
             // SAFETY: the sources live and stay unchanged here until the
             // sync ends; `b` is registered.
             unsafe { bsp.hpput_raw(0, source.cast(), b.as_ptr().cast(), 0, HP * 4)? };
+            let target = match step {
+                2 => Some(a.as_mut_ptr()),
+                3 => Some(b[N - GOT..].as_mut_ptr()),
+                _ => None,
+            };
+            if let Some(target) = target {
+                // SAFETY: the target lives until the sync ends; `a` is
+                // registered at process 0.
+                unsafe { bsp.get_raw(0, a.as_ptr().cast(), 0, target.cast(), GOT * 4)? };
+            }
         } else {
+            a.iter_mut().enumerate().for_each(|(i, v)| *v = pattern(3, step, i));
             let half = N / 2;
             // SAFETY: `put` is read now; `a` is registered.
             unsafe {
@@ -542,9 +557,13 @@ fn puts_beside_hpputs(bsp: &mut Bsp) -> Result<u64, BspError> {
         }
         bsp.sync()?;
         if me == 1 {
-            assert!(a == put, "process 1, step {step}: the puts landed where they go");
+            assert!(a == put, "process 1, step {step}: the puts landed where they go, over the get's reply");
+            if step == 3 {
+                let got: Vec<u32> = (0..GOT).map(|i| pattern(3, step, i)).collect();
+                assert_eq!(b[N - GOT..], got, "process 1, step {step}: the get's reply");
+            }
         } else {
-            let from = if step % 2 == 0 { 1 } else { 2 };
+            let from = if step == 0 { 1 } else { 2 };
             for (i, &v) in b[..HP].iter().enumerate() {
                 // A packet resent after the put landed carries its value.
                 let landed = from == 1 && v == pattern(0, step, i);
@@ -556,11 +575,11 @@ fn puts_beside_hpputs(bsp: &mut Bsp) -> Result<u64, BspError> {
 }
 
 #[test]
-fn puts_land_as_they_arrive_beside_hpputs_but_not_on_their_sources() {
+fn puts_land_as_they_arrive_beside_hpputs_and_gets_but_not_on_them() {
     if is_rank() {
         return report_landed_early(puts_beside_hpputs);
     }
-    let test = "puts_land_as_they_arrive_beside_hpputs_but_not_on_their_sources";
+    let test = "puts_land_as_they_arrive_beside_hpputs_and_gets_but_not_on_them";
     let lossy = [("BULKWIRE_SHM", "0"), ("BULKWIRE_TEST_DROP", "0.05"), ("BULKWIRE_TEST_DROP_SEED", "3")];
     for (env, what) in [
         (&[("BULKWIRE_SHM", "0")][..], "over UDP"),
@@ -573,7 +592,7 @@ fn puts_land_as_they_arrive_beside_hpputs_but_not_on_their_sources() {
         let all = text(&out);
         let early = |pid: u32| landed_early(&all, pid, what);
         // Over UDP, each superstep: process 0 lands the hpput's 1 MiB;
-        // process 1 the first put's 2 MiB, and in odd supersteps the
+        // process 1 the first put's 2 MiB, and in supersteps 1 and 3 the
         // second's too. On one host puts and hpputs are read from their
         // senders at the end.
         let udp = what.starts_with("over UDP") && !what.contains("after");
