@@ -848,7 +848,7 @@ impl Bsp {
             let expected: Vec<bool> = (0..p).map(|j| j != me && global.streams(j, me)).collect();
             self.keep_early_puts_off();
             let early = self.early_senders(&global);
-            let areas = &mut Owned { registry: &self.registry, owned: &mut self.owned, read: &self.off_limits };
+            let areas = &mut Owned { registry: &self.registry, owned: &mut self.owned, off_limits: &self.off_limits };
             self.net.start_landing(&early, areas);
             let moved = self.transfer(&plan, packet, &expected, &eager, call == Call::End);
             let landed_early = self.net.finish_landing();
@@ -1291,7 +1291,7 @@ impl Bsp {
         let rt = self.rt.as_ref().expect("the runtime is there until end");
         let outboxes = &mut self.outboxes;
         let loans = &self.loans;
-        let (registry, owned, read) = (&self.registry, &mut self.owned, &self.off_limits);
+        let (registry, owned, off_limits) = (&self.registry, &mut self.owned, &self.off_limits);
         let asked: Vec<bool> = outboxes.iter().map(|o| !o.requests.is_empty()).collect();
         // Each visit starts after what went eagerly.
         let start = |visit: usize| plan.get(visit).map_or(0, |v| eager[v.to as usize]);
@@ -1383,7 +1383,7 @@ impl Bsp {
                 // thread may need meanwhile.
                 Ok((!net.early.is_empty()).then_some(false))
             })?;
-            self.net.land_early(&mut Owned { registry, owned: &mut owned[..], read });
+            self.net.land_early(&mut Owned { registry, owned: &mut owned[..], off_limits });
             if done {
                 return Ok(());
             }
@@ -1758,7 +1758,7 @@ struct Owned<'a> {
     registry: &'a Registry,
     owned: &'a mut [Option<Box<dyn crate::OwnedArea>>],
     /// This process's memory puts keep off (`Bsp::off_limits`).
-    read: &'a [Range<usize>],
+    off_limits: &'a [Range<usize>],
 }
 
 impl Areas for Owned<'_> {
@@ -1771,16 +1771,16 @@ impl Areas for Owned<'_> {
         if end > area.len as u64 {
             return None;
         }
-        if len > 0 && !self.read.is_empty() {
+        if len > 0 && !self.off_limits.is_empty() {
             let base = match area.owned {
                 Some(i) => self.owned.get(i)?.as_ref()?.bytes().as_ptr() as usize,
                 None => area.addr,
             };
             let (start, end) = (base + offset as usize, base + end as usize);
-            // The first source that ends after the put starts (the sources
+            // The first range kept off that ends after the put starts (they
             // are sorted and apart: `merged`).
-            let i = self.read.partition_point(|r| r.end <= start);
-            if self.read.get(i).is_some_and(|r| r.start < end) {
+            let i = self.off_limits.partition_point(|r| r.end <= start);
+            if self.off_limits.get(i).is_some_and(|r| r.start < end) {
                 return None;
             }
         }
@@ -1831,23 +1831,23 @@ mod tests {
     use super::*;
 
     proptest::proptest! {
-        /// A put lands early unless it overlaps an hpput's source: the
-        /// binary search over the merged sources says what a look at every
-        /// source says.
+        /// A put lands early unless it overlaps memory kept off (an
+        /// hpput's source, a get's target): the binary search over the
+        /// merged ranges says what a look at every range says.
         #[test]
-        fn a_put_over_an_hpput_s_source_does_not_land_early(
+        fn a_put_over_memory_kept_off_does_not_land_early(
             sources in proptest::collection::vec((0usize..200, 0usize..40), 0..12),
             puts in proptest::collection::vec((0u64..220, 0u64..40), 1..20),
         ) {
             let sources: Vec<Range<usize>> = sources.into_iter().map(|(s, n)| s..s + n).collect();
-            let read = merged(sources.clone());
-            proptest::prop_assert!(read.windows(2).all(|w| w[0].end < w[1].start));
+            let kept = merged(sources.clone());
+            proptest::prop_assert!(kept.windows(2).all(|w| w[0].end < w[1].start));
             let mut registry = Registry::default();
             // One area at address 1000 of 260 bytes; sources are offsets.
             let slot = registry.push(Area { addr: 1000, len: 260, owned: None });
             registry.apply();
-            let shifted: Vec<Range<usize>> = read.iter().map(|r| r.start + 1000..r.end + 1000).collect();
-            let areas = Owned { registry: &registry, owned: &mut [], read: &shifted };
+            let shifted: Vec<Range<usize>> = kept.iter().map(|r| r.start + 1000..r.end + 1000).collect();
+            let areas = Owned { registry: &registry, owned: &mut [], off_limits: &shifted };
             for (offset, len) in puts {
                 let over = len > 0
                     && sources.iter().any(|r| !r.is_empty() && (r.start as u64) < offset + len && offset < r.end as u64);
