@@ -454,7 +454,8 @@ fn borrowed_sends_cross_and_arrive_whole() {
 }
 
 /// `recv_into`: every message arrives whole in the caller's buffer, the
-/// rest of which is left alone, whatever way it came (small, lent by a
+/// rest of which is left alone (even where a longer message of another tag
+/// came first), whatever way it came (small, lent by a
 /// peer on this host from its caller's memory or from the runtime's copy,
 /// by rendezvous); a lent message that comes while such
 /// a receive waits is read straight into the buffer (counted), one that
@@ -501,6 +502,13 @@ fn receives_into_the_caller_s_buffer() {
             // Longer than rank 1's buffer, then one that fits.
             world.send(1, 8, &message(8, 4 * MIB)).unwrap();
             world.send(1, 9, &message(9, 3 * MIB)).unwrap();
+            // Once rank 1 waits for tag 16: a longer message of another tag
+            // first (over UDP, its tag goes ahead of it and keeps it out of
+            // the buffer).
+            world.recv(Source::Rank(1), Tag::Is(17)).unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+            world.send(1, 15, &message(15, MIB + 1)).unwrap();
+            world.send(1, 16, &message(16, 200_001)).unwrap();
         } else {
             let mut buf = vec![0xAAu8; 20 * MIB];
             let before = world.runtime().shm_stats().read_in_place;
@@ -509,7 +517,9 @@ fn receives_into_the_caller_s_buffer() {
                 if let Some(at) = first_difference(seed_of(0, tag), len, &buf[..len]) {
                     panic!("tag {tag}: {len} bytes differ at byte {at}");
                 }
-                assert!(buf[len..len + 64].iter().all(|&b| b == 0xAA), "tag {tag}: written past its end");
+                if let Some(at) = buf[len..].iter().position(|&b| b != 0xAA) {
+                    panic!("tag {tag}: {len} bytes, and byte {} written too", len + at);
+                }
             };
             let mut into = |source: Source, tag: i32, len: usize| {
                 buf.fill(0xAA);
@@ -549,6 +559,13 @@ fn receives_into_the_caller_s_buffer() {
             buf.fill(0xAA);
             let status = world.recv_into(Source::Rank(0), Tag::Is(9), &mut buf).unwrap();
             check(&buf, 9, status.len);
+            world.send(0, 17, &[]).unwrap();
+            for (tag, len) in [(16, 200_001), (15, MIB + 1)] {
+                buf.fill(0xAA);
+                let status = world.recv_into(Source::Rank(0), Tag::Is(tag), &mut buf).unwrap();
+                assert_eq!((status.tag, status.len), (tag, len));
+                check(&buf, tag, len);
+            }
             let in_place = world.runtime().shm_stats().read_in_place - before;
             assert!(!shm || in_place >= 1, "{in_place} read in place");
             assert!(shm || in_place == 0, "{in_place} read in place over UDP");

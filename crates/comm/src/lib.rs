@@ -50,7 +50,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use bulkwire_proto::SendError;
+use bulkwire_proto::{SendError, TailFilter};
 use bulkwire_runtime::{
     Deferral, Engine, Inbound, Loan, PostKind, ProgressHook, Runtime, RuntimeError, Transport, LEND_FROM,
 };
@@ -378,12 +378,16 @@ impl World {
         // one timeout after every message would send each sparse message
         // twice and draw an acknowledgement for it; it probes by its pace
         // (`Endpoint::set_probe_by_pace`): the end of a burst after one
-        // timeout, an isolated message only after 2^4.
+        // timeout, an isolated message only after 2^4. A message of several
+        // datagrams sends its tag ahead (`Endpoint::set_tail_ahead`), so
+        // that `recv_into` writes into its buffer only the message it is
+        // for.
         let max = rt.with(|e| {
             let (ranks, me) = (e.endpoint.config().ranks, e.endpoint.config().rank);
             for peer in (0..ranks).filter(|&p| p != me) {
                 e.endpoint.set_probe_by_pace(peer, USER, true);
             }
+            e.endpoint.set_tail_ahead(USER, TAG_LEN).expect("a tag is shorter than the most sent ahead");
             Ok(e.endpoint.config().max_message_size)
         })?;
         // Large messages move on while the application computes or waits in
@@ -791,8 +795,9 @@ impl World {
     /// in several datagrams while the receive waits is reassembled in `buf`
     /// as they come (read there straight from the socket where they come in
     /// order; what came of it before the receive began is copied there
-    /// first); one of another tag from that peer that comes first is moved
-    /// out again, having written into `buf` on its way. Any other message
+    /// first), if it is the receive's: its first datagram carries its tag
+    /// ahead of it, so nothing of a message of another tag is written
+    /// there. Any other message
     /// (one datagram, from any source over UDP, or one that came before the
     /// receive) is copied into `buf` as it is taken.
     pub fn recv_into(&self, source: Source, tag: Tag, buf: &mut [u8]) -> Result<Status, CommError> {
@@ -826,12 +831,14 @@ impl World {
                     Source::Any => None,
                 },
                 tail: TAG_LEN,
-                ends_with: match tag {
-                    Tag::Is(t) => Some(t.to_le_bytes().to_vec()),
-                    Tag::Any => None,
+                filter: TailFilter {
+                    ends_with: match tag {
+                        Tag::Is(t) => Some(t.to_le_bytes().to_vec()),
+                        Tag::Any => None,
+                    },
+                    // Not the pieces of large messages (whose trailer ends so).
+                    not_ending_with: Some(MARK.to_le_bytes().to_vec()),
                 },
-                // Not the pieces of large messages (whose trailer ends so).
-                not_ending_with: Some(MARK.to_le_bytes().to_vec()),
             });
             // From one source, with no matching message here yet, also: the
             // next message from it that comes through the ring is written

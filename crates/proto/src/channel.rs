@@ -146,20 +146,33 @@ pub struct SharedPayload {
 /// its own.
 pub const LENT_PREFIX_MAX: usize = 64;
 
-/// A piece's record header and what of its message's own bytes precede
-/// the lent memory: kept inline, copied with every packet.
+/// The most bytes of a message's end that its first packet may carry
+/// ahead of its first piece ([`crate::Endpoint::set_tail_ahead`]).
+pub const TAIL_AHEAD_MAX: usize = 16;
+
+/// What precedes a piece's bytes that lie in the shared buffer: the
+/// message's end sent ahead (a record), where this is its first packet
+/// ([`crate::Endpoint::set_tail_ahead`]), the piece's record header, and
+/// what of its message's own bytes precede the lent memory: kept inline,
+/// copied with every packet.
 #[derive(Clone, Copy, Debug)]
 struct Head {
-    bytes: [u8; RECORD_HEADER_LEN + LENT_PREFIX_MAX],
+    bytes: [u8; HEAD_MAX],
     len: u8,
 }
 
+const HEAD_MAX: usize = 2 * RECORD_HEADER_LEN + TAIL_AHEAD_MAX + LENT_PREFIX_MAX;
+
 impl Head {
-    fn new(record_header: &[u8; RECORD_HEADER_LEN], prefix: &[u8]) -> Head {
-        let mut bytes = [0; RECORD_HEADER_LEN + LENT_PREFIX_MAX];
-        bytes[..RECORD_HEADER_LEN].copy_from_slice(record_header);
-        bytes[RECORD_HEADER_LEN..RECORD_HEADER_LEN + prefix.len()].copy_from_slice(prefix);
-        Head { bytes, len: (RECORD_HEADER_LEN + prefix.len()) as u8 }
+    /// `ahead` is a whole record (or nothing).
+    fn new(ahead: &[u8], record_header: &[u8; RECORD_HEADER_LEN], prefix: &[u8]) -> Head {
+        let mut bytes = [0; HEAD_MAX];
+        let mut len = 0;
+        for part in [ahead, &record_header[..], prefix] {
+            bytes[len..len + part.len()].copy_from_slice(part);
+            len += part.len();
+        }
+        Head { bytes, len: len as u8 }
     }
 
     fn as_slice(&self) -> &[u8] {
@@ -337,8 +350,11 @@ struct OutMessage {
     /// buffer becomes the packet's kept payload.
     data: MessageBytes,
     headroom: usize,
-    /// How much of the message has gone into packets.
+    /// How much of the message has gone into packets in pieces.
     offset: usize,
+    /// Where its pieces end: its length, or where its end begins once that
+    /// went ahead of its first piece ([`Channel::tail_ahead`]).
+    end: usize,
 }
 
 impl OutMessage {
@@ -393,6 +409,11 @@ struct Reassembly {
     /// (`placed`), only what comes after that.
     data: Vec<u8>,
     total: usize,
+    /// Its last bytes, where they came ahead of its first piece
+    /// ([`crate::Endpoint::set_tail_ahead`]): its pieces end before them,
+    /// at `end`, and they are added once the pieces are in.
+    ahead: Vec<u8>,
+    end: usize,
     placed: Option<Placed>,
 }
 
@@ -412,36 +433,72 @@ unsafe impl Send for Placed {}
 /// A receive's buffer that the next message of `total` bytes from `peer`
 /// on `channel`, if at most `cap + tail` long and at least `tail`, is
 /// reassembled into: all but its last `tail` bytes
-/// ([`crate::Endpoint::place`]).
-#[derive(Clone, Copy, Debug)]
+/// ([`crate::Endpoint::place`]). With a `filter`, only a message whose
+/// last `tail` bytes came ahead of it and that the filter accepts.
+#[derive(Clone, Debug)]
 pub(crate) struct Placement {
     pub peer: u32,
     pub channel: u16,
     pub ptr: *mut u8,
     pub cap: usize,
     pub tail: usize,
+    pub filter: Option<TailFilter>,
+}
+
+/// Which messages a receive's buffer takes, by their end
+/// ([`crate::Endpoint::place`]): those that end with `ends_with` where
+/// that is given, and not with `not_ending_with` where that is given.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TailFilter {
+    pub ends_with: Option<Vec<u8>>,
+    pub not_ending_with: Option<Vec<u8>>,
+}
+
+impl TailFilter {
+    pub fn accepts(&self, end: &[u8]) -> bool {
+        self.ends_with.as_deref().is_none_or(|s| end.ends_with(s))
+            && self.not_ending_with.as_deref().is_none_or(|s| !end.ends_with(s))
+    }
 }
 
 // SAFETY: as `Placed`.
 unsafe impl Send for Placement {}
 
 impl Reassembly {
-    /// A message of `total` bytes, into `placement` if it is for it
-    /// (taken then), else into a buffer of its own.
-    fn new(total: usize, peer: u32, channel: u16, placement: &mut Option<Placement>) -> Reassembly {
-        if placement.as_ref().is_some_and(|p| Reassembly::fits(p, total, peer, channel)) {
+    /// A message of `total` bytes whose last bytes came `ahead` (or none),
+    /// into `placement` if it is for it (taken then), else into a buffer of
+    /// its own.
+    fn new(total: usize, ahead: &[u8], peer: u32, channel: u16, placement: &mut Option<Placement>) -> Reassembly {
+        let (ahead, end) = (ahead.to_vec(), total - ahead.len());
+        if placement.as_ref().is_some_and(|p| Reassembly::fits(p, total, &ahead, peer, channel)) {
             let p = placement.take().expect("checked");
             let len = total - p.tail;
             let placed = Placed { ptr: p.ptr, len, filled: 0 };
-            return Reassembly { data: Vec::with_capacity(total - len), total, placed: Some(placed) };
+            return Reassembly { data: Vec::with_capacity(total - len), total, ahead, end, placed: Some(placed) };
         }
-        Reassembly { data: Vec::with_capacity(total), total, placed: None }
+        Reassembly { data: Vec::with_capacity(total), total, ahead, end, placed: None }
     }
 
-    /// Whether a message of `total` bytes from `peer` on `channel` goes
-    /// into `p`.
-    fn fits(p: &Placement, total: usize, peer: u32, channel: u16) -> bool {
-        (p.peer, p.channel) == (peer, channel) && total >= p.tail && total - p.tail <= p.cap
+    /// Whether a message of `total` bytes from `peer` on `channel`, whose
+    /// last bytes came `ahead`, goes into `p`.
+    fn fits(p: &Placement, total: usize, ahead: &[u8], peer: u32, channel: u16) -> bool {
+        (p.peer, p.channel) == (peer, channel)
+            && total >= p.tail
+            && total - p.tail <= p.cap
+            && p.filter.as_ref().is_none_or(|f| ahead.len() == p.tail && f.accepts(ahead))
+    }
+
+    /// Whether all its pieces came: then [`Reassembly::finish`] makes it
+    /// whole.
+    fn complete(&self) -> bool {
+        self.filled() == self.end
+    }
+
+    /// Adds the end that came ahead.
+    fn finish(&mut self) {
+        let ahead = std::mem::take(&mut self.ahead);
+        self.extend(&ahead);
+        self.end = self.total;
     }
 
     /// Moves what came of the message so far into the receive's buffer of
@@ -455,7 +512,7 @@ impl Reassembly {
         self.placed = Some(Placed { ptr: p.ptr, len, filled: n });
     }
 
-    /// Bytes of the message that came.
+    /// Bytes of the message's pieces that came.
     fn filled(&self) -> usize {
         self.placed.as_ref().map_or(0, |p| p.filled) + self.data.len()
     }
@@ -485,12 +542,14 @@ impl Reassembly {
         }
     }
 
-    /// How many bytes fit at [`Reassembly::next_region`] in one piece.
+    /// How many bytes fit at [`Reassembly::next_region`] in one piece (up
+    /// to the end of the pieces).
     fn room(&self) -> usize {
-        match self.placed.as_ref() {
+        let room = match self.placed.as_ref() {
             Some(p) if p.filled < p.len => p.len - p.filled,
             _ => self.data.capacity() - self.data.len(),
-        }
+        };
+        room.min(self.end - self.filled())
     }
 
     /// Records `len` bytes written at [`Reassembly::next_region`].
@@ -505,7 +564,8 @@ impl Reassembly {
         }
     }
 
-    /// Whether a buffer of its own has room for all that is not placed.
+    /// Whether a buffer of its own has room for all that is not placed (the
+    /// end that came ahead included).
     fn has_room(&self) -> bool {
         self.data.capacity() >= self.total - self.placed.as_ref().map_or(0, |p| p.len)
     }
@@ -576,6 +636,9 @@ pub(crate) struct Channel {
     /// before it.
     last_new_at: Time,
     last_new_gap: Duration,
+    /// The first packet of a message of several carries its last this many
+    /// bytes ahead of its first piece ([`crate::Endpoint::set_tail_ahead`]).
+    pub tail_ahead: usize,
 
     // Receiver half.
     next_expected: u64,
@@ -643,6 +706,7 @@ impl Channel {
             probe_by_pace: false,
             last_new_at: Time::ZERO,
             last_new_gap: Duration::MAX,
+            tail_ahead: 0,
             next_expected: 0,
             known_sent: 0,
             arrived_beyond: 0,
@@ -681,7 +745,7 @@ impl Channel {
         let pending = self.pending.capacity() * size_of::<OutMessage>()
             + self.pending.iter().map(|m| m.data.capacity()).sum::<usize>();
         let held = self.held.len() * size_of::<(u64, Vec<u8>)>() + self.held.values().map(Vec::capacity).sum::<usize>();
-        let reassembly = self.reassembly.as_ref().map_or(0, |r| r.data.capacity());
+        let reassembly = self.reassembly.as_ref().map_or(0, |r| r.data.capacity() + r.ahead.capacity());
         unacked + self.retransmit.capacity() * size_of::<u64>() + pending + held + reassembly
     }
 
@@ -708,14 +772,16 @@ impl Channel {
     /// [`RECORD_HEADER_LEN`] for a framed message).
     pub(crate) fn queue(&mut self, data: Vec<u8>, headroom: usize) {
         debug_assert!(headroom == 0 || headroom == RECORD_HEADER_LEN);
-        self.queue_message(OutMessage { data: MessageBytes::Owned(data), headroom, offset: 0 });
+        let end = data.len() - headroom;
+        self.queue_message(OutMessage { data: MessageBytes::Owned(data), headroom, offset: 0, end });
     }
 
     /// Queues the message of `body` followed by `suffix`, its pieces sent
     /// from `body` where it lies (see [`LentBytes`]).
     pub(crate) fn queue_lent(&mut self, prefix: Vec<u8>, body: Arc<dyn LentBytes>, suffix: Vec<u8>) {
+        let end = prefix.len() + (*body).as_ref().len() + suffix.len();
         let data = MessageBytes::Lent { prefix, body, suffix };
-        self.queue_message(OutMessage { data, headroom: 0, offset: 0 });
+        self.queue_message(OutMessage { data, headroom: 0, offset: 0, end });
     }
 
     fn queue_message(&mut self, message: OutMessage) {
@@ -1252,35 +1318,54 @@ impl Channel {
     /// left where it is, for the caller to deliver in its datagram.
     fn deliver(&mut self, payload: &[u8], in_place: bool, sh: &mut Shared<'_>) -> Result<bool, &'static str> {
         // First pass: check that the records continue the message stream and
-        // see what they would do to the receive budget.
-        let mut open = self.reassembly.as_ref().map(|r| (r.total, r.filled(), false));
+        // see what they would do to the receive budget. A message's end
+        // that came ahead (a record that ends it, where none is open, right
+        // before its start) moves where its pieces end.
+        let mut open = self.reassembly.as_ref().map(|r| (r.total, r.end, r.filled(), false));
+        let mut ahead: Option<(u32, usize)> = None;
         let mut admission = Admission::default();
         for record in Records::new(payload) {
             let record = record.map_err(|_| "malformed data payload")?;
             let len = record.data.len();
             open = match open {
-                None => {
-                    if record.offset != 0 {
+                None if record.offset != 0 => {
+                    let end_ahead = ahead.is_none()
+                        && record.ends_message()
+                        && (1..=TAIL_AHEAD_MAX).contains(&len)
+                        && len < record.message_len as usize;
+                    if !end_ahead {
                         return Err("fragment without the start of its message");
                     }
+                    ahead = Some((record.message_len, len));
+                    None
+                }
+                None => {
                     let total = record.message_len as usize;
                     if total > sh.cfg.max_message_size {
                         return Err("message larger than max_message_size");
                     }
-                    if record.ends_message() {
+                    let end = match ahead.take() {
+                        Some((message_len, n)) if message_len == record.message_len => total - n,
+                        Some(_) => return Err("a message's end ahead of another message"),
+                        None => total,
+                    };
+                    if len > end {
+                        return Err("fragment out of place");
+                    }
+                    if len == end {
                         admission.completes += total;
                         None
                     } else {
                         admission.starts = total;
-                        Some((total, len, true))
+                        Some((total, end, len, true))
                     }
                 }
-                Some((total, filled, started_here)) => {
-                    if record.message_len as usize != total || record.offset as usize != filled {
+                Some((total, end, filled, started_here)) => {
+                    if record.message_len as usize != total || record.offset as usize != filled || filled + len > end {
                         return Err("fragment out of place");
                     }
-                    if filled + len < total {
-                        Some((total, filled + len, started_here))
+                    if filled + len < end {
+                        Some((total, end, filled + len, started_here))
                     } else {
                         admission.completes += total;
                         if started_here {
@@ -1293,6 +1378,9 @@ impl Channel {
                 }
             };
         }
+        if ahead.is_some() {
+            return Err("a message's end ahead of nothing");
+        }
         if !sh.recv.admits(&admission) {
             return Ok(false);
         }
@@ -1302,9 +1390,15 @@ impl Channel {
         // (`admission.starts`), and a buffer that grew by doubling copied
         // each byte about once more (a 1 MiB message in 63 KiB datagrams:
         // five reallocations).
+        let mut ahead: &[u8] = &[];
         for (i, record) in Records::new(payload).flatten().enumerate() {
             let mut r = match self.reassembly.take() {
                 Some(r) => r,
+                None if record.offset != 0 => {
+                    // Checked above: the end of the message that starts next.
+                    ahead = record.data;
+                    continue;
+                }
                 None if i == 0 && in_place && record.ends_message() && record.data.len() >= IN_PLACE_MIN => {
                     // The event waits for the datagram's buffer.
                     self.emit(Vec::new(), sh);
@@ -1323,11 +1417,12 @@ impl Channel {
                         Strategy::BestEffort => &mut none,
                         _ => &mut *sh.placement,
                     };
-                    Reassembly::new(record.message_len as usize, self.peer, self.id, placement)
+                    let ahead = std::mem::take(&mut ahead);
+                    Reassembly::new(record.message_len as usize, ahead, self.peer, self.id, placement)
                 }
             };
             r.extend(record.data);
-            if r.filled() == r.total {
+            if r.complete() {
                 self.emit_reassembled(r, sh);
             } else {
                 self.reassembly = Some(r);
@@ -1347,13 +1442,13 @@ impl Channel {
     ) -> Result<bool, &'static str> {
         let Some(r) = self.reassembly.as_mut() else { return Err("fragment without the start of its message") };
         let filled = r.filled();
-        if message_len as usize != r.total || offset as usize != filled || len == 0 || filled + len > r.total {
+        if message_len as usize != r.total || offset as usize != filled || len == 0 || filled + len > r.end {
             return Err("fragment out of place");
         }
         if r.room() < len {
             return Err("data read in place beyond its buffer");
         }
-        let completes = filled + len == r.total;
+        let completes = filled + len == r.end;
         let admission = match completes {
             true => Admission { completes: r.total, finishes: r.total, ..Admission::default() },
             false => Admission::default(),
@@ -1401,7 +1496,7 @@ impl Channel {
                 && message_len as usize == r.total
                 && offset as usize == filled
                 && len > 0
-                && filled + len <= r.total
+                && filled + len <= r.end
                 && len <= r.room()
         })
     }
@@ -1427,7 +1522,7 @@ impl Channel {
             return false;
         }
         match self.reassembly.as_mut() {
-            Some(r) if r.placed.is_none() && Reassembly::fits(p, r.total, self.peer, self.id) => {
+            Some(r) if r.placed.is_none() && Reassembly::fits(p, r.total, &r.ahead, self.peer, self.id) => {
                 r.adopt(p);
                 true
             }
@@ -1449,9 +1544,10 @@ impl Channel {
         sh.events.push_back(Event::Message { from: self.peer, channel: self.id, data, start: 0 });
     }
 
-    /// Delivers a message reassembled whole: its start in a receive's
-    /// buffer where it was placed there.
-    fn emit_reassembled(&mut self, r: Reassembly, sh: &mut Shared<'_>) {
+    /// Delivers a message whose pieces all came, made whole: its start in
+    /// a receive's buffer where it was placed there.
+    fn emit_reassembled(&mut self, mut r: Reassembly, sh: &mut Shared<'_>) {
+        r.finish();
         let Some(placed) = r.placed else { return self.emit(r.data, sh) };
         self.stats.messages_received += 1;
         self.stats.placed += 1;
@@ -1669,12 +1765,37 @@ impl Channel {
                 *sh.pending_bytes -= len;
             }
         }
+        // The end of a message that does not fit the packet goes ahead of
+        // its first piece, as a record of its own, where the channel asks
+        // for that: a receive then knows the message for its own (or not)
+        // before it writes any of it into its buffer. Its bytes, at most
+        // `TAIL_AHEAD_MAX`, are copied; its pieces then stop before it.
+        let tail_ahead = if self.strategy == Strategy::BestEffort { 0 } else { self.tail_ahead };
+        let ahead_of = |msg: &OutMessage, room: usize| {
+            let fresh = msg.offset == 0 && msg.end == msg.len();
+            if tail_ahead > 0 && fresh && msg.len() > room.max(tail_ahead) {
+                tail_ahead
+            } else {
+                0
+            }
+        };
+        let write_ahead = |msg: &mut OutMessage, n: usize, out: &mut Vec<u8>| {
+            let len = msg.len();
+            out.extend_from_slice(&record_header(len as u32, (len - n) as u32, n as u16));
+            msg.copy_to(len - n..len, out);
+        };
         // A large piece of a message that starts the packet goes where it
         // lies: the packet shares the message's buffer (as the datagram
         // then does), and the pool's buffer goes back unused.
         let mut piece = None;
         if let Some(msg) = self.pending.front_mut().filter(|_| payload.is_empty()) {
-            let mut take = (msg.len() - msg.offset).min(room(0));
+            let n = ahead_of(msg, room(0));
+            let mut ahead = Vec::new();
+            if n > 0 {
+                write_ahead(msg, n, &mut ahead);
+            }
+            let room = room(ahead.len());
+            let mut take = (msg.end - n - msg.offset).min(room);
             // Of a lent message, the first packet carries its prefix in
             // front of the lent memory, and lent memory ends before the
             // message's own trailer.
@@ -1686,17 +1807,19 @@ impl Channel {
                 None => (0, &[][..]),
             };
             let lies = msg.offset == 0 || msg.offset >= prefix;
-            let least = if take == room(0) { FULL_PIECE_MIN } else { SHARED_PIECE_MIN };
+            let least = if take == room { FULL_PIECE_MIN } else { SHARED_PIECE_MIN };
             if lies && take >= carried.len() + least && self.strategy != Strategy::BestEffort {
-                let head = Head::new(&record_header(msg.len() as u32, msg.offset as u32, take as u16), carried);
+                let header = record_header(msg.len() as u32, msg.offset as u32, take as u16);
+                let head = Head::new(&ahead, &header, carried);
                 // Where the piece's bytes after the head start in the
                 // shared buffer (lent memory starts behind the prefix).
-                let start = msg.headroom + msg.offset + head.len as usize - RECORD_HEADER_LEN - prefix;
-                let len = take - (head.len as usize - RECORD_HEADER_LEN);
+                let start = msg.headroom + msg.offset + carried.len() - prefix;
+                let len = take - carried.len();
                 piece = Some(SharedPayload::piece(msg.data.share(), start..start + len, head));
+                msg.end -= n;
                 msg.offset += take;
-                *sh.pending_bytes -= take;
-                if msg.offset == msg.len() {
+                *sh.pending_bytes -= n + take;
+                if msg.offset == msg.end {
                     self.pending.pop_front();
                 }
                 sh.send_pool.recycle(std::mem::take(&mut payload));
@@ -1705,9 +1828,25 @@ impl Channel {
         // Other messages are packed behind it, or into the pool's buffer
         // (which holds a whole packet, so it does not grow).
         while let Some(msg) = self.pending.front_mut().filter(|_| piece.is_none()) {
+            // The end ahead, and a piece of some length behind it, or both
+            // in the next packet (one too short for that, alone, carries
+            // the message without its end ahead).
+            let n = ahead_of(msg, room(payload.len()));
+            let mut opened = false;
+            if n > 0 {
+                let behind = room(payload.len() + RECORD_HEADER_LEN + n);
+                if behind >= 64 || (payload.is_empty() && behind > 0) {
+                    write_ahead(msg, n, &mut payload);
+                    msg.end -= n;
+                    *sh.pending_bytes -= n;
+                    opened = true;
+                } else if !payload.is_empty() {
+                    break;
+                }
+            }
             let room = room(payload.len());
-            let left = msg.len() - msg.offset;
-            if room == 0 || (left > 0 && room < left.min(64) && !payload.is_empty()) {
+            let left = msg.end - msg.offset;
+            if room == 0 || (!opened && left > 0 && room < left.min(64) && !payload.is_empty()) {
                 break; // full, or only a sliver left: start the rest in the next packet
             }
             let take = left.min(room);
@@ -1715,7 +1854,7 @@ impl Channel {
             msg.copy_to(msg.offset..msg.offset + take, &mut payload);
             msg.offset += take;
             *sh.pending_bytes -= take;
-            if msg.offset == msg.len() {
+            if msg.offset == msg.end {
                 self.pending.pop_front();
             }
         }

@@ -231,6 +231,8 @@ pub enum ConfigError {
     BufferBelowMessage { which: &'static str, bytes: usize, max: usize },
     #[error("max_message_size {0} exceeds 4 GiB - 1")]
     MessageTooLarge(usize),
+    #[error("a message's end sent ahead is at most {max} bytes, not {0}", max = crate::channel::TAIL_AHEAD_MAX)]
+    TailAheadTooLong(usize),
     #[error("timeouts must satisfy 0 < min_rto <= max_rto and initial_rtt > 0")]
     BadTimeouts,
     #[error("reorder_fraction must lie in [0, 1]")]

@@ -10,7 +10,8 @@ use bulkwire_wire::{
 };
 
 use crate::channel::{
-    Channel, InPlace, LentBytes, Payload, Placement, SendRate, Shared, SharedPayload, LENT_PREFIX_MAX,
+    Channel, InPlace, LentBytes, Payload, Placement, SendRate, Shared, SharedPayload, TailFilter, LENT_PREFIX_MAX,
+    TAIL_AHEAD_MAX,
 };
 use crate::clock::ClockEstimate;
 use crate::config::{Config, ConfigError, Strategy};
@@ -824,7 +825,10 @@ impl Endpoint {
     /// datagrams, on a reliable channel, into the `cap` bytes at `buf`: all
     /// but its last `tail` bytes, as they come (read there straight from
     /// the socket where its datagrams come in order, [`Endpoint::landing`]).
-    /// A message from there already in reassembly is that message: what
+    /// With a `filter`, only a message whose last `tail` bytes came ahead
+    /// of it ([`Endpoint::set_tail_ahead`] at the sender) and pass the
+    /// filter: no byte of another is written into `buf`. A message from
+    /// there already in reassembly is that message, if it qualifies: what
     /// came of it is copied into `buf`. It is then delivered as
     /// [`Event::Placed`], its end in the event. One buffer at a time: this
     /// replaces a buffer given before, which must have been taken back
@@ -836,15 +840,39 @@ impl Endpoint {
     /// `buf` is valid for writes of `cap` bytes, and neither read nor
     /// written by anyone else until [`Endpoint::unplace`] has returned
     /// (or the message placed there has been delivered and taken).
-    pub unsafe fn place(&mut self, peer: u32, channel: u16, buf: *mut u8, cap: usize, tail: usize) {
+    pub unsafe fn place(
+        &mut self,
+        peer: u32,
+        channel: u16,
+        buf: *mut u8,
+        cap: usize,
+        tail: usize,
+        filter: Option<TailFilter>,
+    ) {
         if peer >= self.cfg.ranks || channel >= self.cfg.channels {
             return;
         }
-        let placement = Placement { peer, channel, ptr: buf, cap, tail };
-        self.placed_buf = Some(placement);
+        let placement = Placement { peer, channel, ptr: buf, cap, tail, filter };
         let index = self.index(peer, channel);
         let adopted = self.channels[index].adopt(&placement);
-        self.placement = (!adopted).then_some(placement);
+        self.placement = (!adopted).then(|| placement.clone());
+        self.placed_buf = Some(placement);
+    }
+
+    /// Messages on `channel` to every peer that take more than one
+    /// datagram carry their last `n` bytes (at most [`TAIL_AHEAD_MAX`]) in
+    /// their first, ahead of their first piece: a receive that places
+    /// messages by their end ([`Endpoint::place`] with a filter) then knows
+    /// one for its own before any of it is written. 0 (the default) sends
+    /// them in order. A best-effort channel sends them in order anyway.
+    pub fn set_tail_ahead(&mut self, channel: u16, n: usize) -> Result<(), ConfigError> {
+        if n > TAIL_AHEAD_MAX {
+            return Err(ConfigError::TailAheadTooLong(n));
+        }
+        for ch in self.channels.iter_mut().filter(|ch| ch.id == channel) {
+            ch.tail_ahead = n;
+        }
+        Ok(())
     }
 
     /// Takes back the buffer given to [`Endpoint::place`]: a message being

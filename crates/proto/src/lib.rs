@@ -40,7 +40,7 @@ mod time;
 mod timers;
 mod warp;
 
-pub use channel::{LentBytes, LentRange, SharedPayload, LENT_PREFIX_MAX};
+pub use channel::{LentBytes, LentRange, SharedPayload, TailFilter, LENT_PREFIX_MAX, TAIL_AHEAD_MAX};
 pub use clock::ClockEstimate;
 pub use config::{Config, ConfigError, LatencyConfig, Strategy};
 pub use ece::Mode;

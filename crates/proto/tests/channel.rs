@@ -1192,3 +1192,122 @@ fn a_lent_message_s_prefix_goes_in_front_of_its_memory() {
     let body: std::sync::Arc<dyn bulkwire_proto::LentBytes> = std::sync::Arc::new(Lent(msg(5, 10)));
     assert!(matches!(pair.ends[0].send_lent(1, 0, &too_long, body, &[]), Err(SendError::TooLarge { .. })));
 }
+
+/// Messages on a channel that sends their end ahead
+/// ([`Endpoint::set_tail_ahead`]): whatever the sizes, the datagrams, the
+/// losses and the way a message is given (copied, framed, lent with a
+/// prefix and a suffix, packed behind others), every message arrives whole
+/// and in order.
+#[test]
+fn messages_whose_end_goes_ahead_arrive_whole_and_in_order() {
+    for (max_datagram, n) in [(1_472, 4), (1_472, 1), (65_000, 4), (65_000, 16), (200, 16)] {
+        let cfg = |rank| Config { max_datagram, ..config(rank) };
+        let mut p = Pair::new(cfg(0), cfg(1));
+        p.ends[0].set_tail_ahead(0, n).unwrap();
+        p.drop = Box::new(|s| {
+            s.from == 0 && s.packet_type == PacketType::Data as u8 && s.sequence % 3 == 1 && !s.retransmission
+        });
+        let payload = max_datagram - bulkwire_wire::OVERHEAD;
+        let head = bulkwire_wire::RECORD_HEADER_LEN;
+        let mut want = Vec::new();
+        let sizes = [0, 1, n, n + 1, 100, payload - head, payload - head + 1, payload, 3 * payload, 300_000];
+        for (i, &len) in sizes.iter().enumerate() {
+            // Behind a small message, and alone.
+            let small = msg(100 + i, 7);
+            p.ends[0].send(1, 0, &small).unwrap();
+            let m = msg(i, len);
+            p.ends[0].send(1, 0, &m).unwrap();
+            p.ends[0].send_framed(1, 0, framed(&m)).unwrap();
+            let body = std::sync::Arc::new(Lent(m.clone()));
+            p.ends[0].send_lent(1, 0, b"prefix", body, b"tag!").unwrap();
+            want.extend([small, m.clone(), m.clone(), [&b"prefix"[..], &m, b"tag!"].concat()]);
+            p.run(Duration::from_secs(5));
+        }
+        assert!(p.violations.is_empty(), "{:?}", p.violations);
+        assert_eq!(p.received[1].len(), want.len(), "datagrams of {max_datagram}, {n} bytes ahead");
+        for (k, (got, want)) in p.received[1].iter().zip(&want).enumerate() {
+            assert!(got == want, "message {k}: {} bytes for {}", got.len(), want.len());
+        }
+        assert!(p.ends[0].is_idle());
+    }
+}
+
+/// The first datagram of a message that does not fit it carries the
+/// message's last bytes as a record of their own, ahead of its first piece
+/// (a copied one, or one that lies in the message's buffer).
+#[test]
+fn a_message_s_end_goes_ahead_of_its_first_piece() {
+    use bulkwire_wire::{decode, Accept, Records};
+    let accept = Accept { job: JOB, destination: 1, ranks: 2, channels: 1 };
+    let key = JobKey::new([3; 32]);
+    let records = |datagram: &[u8]| -> Vec<(u32, u32, Vec<u8>)> {
+        let packet = decode(datagram, &key, &accept).unwrap();
+        Records::new(packet.payload).map(|r| r.unwrap()).map(|r| (r.message_len, r.offset, r.data.to_vec())).collect()
+    };
+    let mut buf = vec![0u8; 65_536];
+    // Copied into the packet, behind a small message.
+    let mut a = Endpoint::new(config(0)).unwrap();
+    a.set_tail_ahead(0, 4).unwrap();
+    let m = msg(1, 10_000);
+    a.send(1, 0, b"hi").unwrap();
+    a.send(1, 0, &m).unwrap();
+    let t = a.poll_transmit(Time::ZERO, &mut buf).unwrap();
+    let got = records(&buf[..t.len]);
+    assert_eq!(got.len(), 3, "{got:?}");
+    assert_eq!(got[0], (2, 0, b"hi".to_vec()));
+    assert_eq!(got[1], (10_000, 9_996, m[9_996..].to_vec()), "the end ahead");
+    assert_eq!((got[2].0, got[2].1), (10_000, 0));
+    assert_eq!(got[2].2, m[..got[2].2.len()]);
+    // The pieces stop where the end begins.
+    let mut covered = got[2].2.len();
+    while let Some(t) = a.poll_transmit(Time::ZERO, &mut buf) {
+        for (len, offset, data) in records(&buf[..t.len]) {
+            assert_eq!((len, offset as usize), (10_000, covered));
+            covered += data.len();
+        }
+    }
+    assert_eq!(covered, 9_996);
+    // A piece that lies in the message's buffer: the end and the piece's
+    // record header go before it.
+    let (mut a, _) = in_place_pair(65_000);
+    a.set_tail_ahead(0, 4).unwrap();
+    a.send_owned(1, 0, msg(2, 300_000)).unwrap();
+    let (_, shared) = a.poll_transmit_shared(Time::ZERO, &mut buf).unwrap();
+    let shared = shared.expect("a data packet");
+    let (head, _) = shared.parts();
+    assert_eq!(head.len(), 2 * bulkwire_wire::RECORD_HEADER_LEN + 4);
+    assert_eq!(bulkwire_wire::read_record_header(head[..10].try_into().unwrap()), (300_000, 299_996, 4));
+    // At most 16 bytes go ahead.
+    assert_eq!(a.set_tail_ahead(0, 17), Err(bulkwire_proto::ConfigError::TailAheadTooLong(17)));
+}
+
+/// A peer whose records misuse the end ahead breaks the protocol.
+#[test]
+fn a_message_s_end_ahead_out_of_place_breaks_the_protocol() {
+    use bulkwire_wire::record_header;
+    let record =
+        |len: u32, offset: u32, data: &[u8]| [&record_header(len, offset, data.len() as u16)[..], data].concat();
+    let cases: [(Vec<u8>, &str); 5] = [
+        (record(100, 96, &[1; 4]), "a message's end ahead of nothing"),
+        ([record(100, 96, &[1; 4]), record(50, 0, &[2; 50])].concat(), "a message's end ahead of another message"),
+        ([record(100, 96, &[1; 4]), record(100, 0, &[2; 97])].concat(), "fragment out of place"),
+        ([record(100, 83, &[1; 17]), record(100, 0, &[2; 50])].concat(), "fragment without the start of its message"),
+        (
+            [record(100, 96, &[1; 4]), record(100, 96, &[1; 4]), record(100, 0, &[2; 50])].concat(),
+            "fragment without the start of its message",
+        ),
+    ];
+    for (payload, reason) in cases {
+        let mut p = Pair::default();
+        let mut h = Header::new(PacketType::Data);
+        h.job = job_tag(JOB);
+        h.source = 0;
+        h.destination = 1;
+        let mut buf = vec![0; 400];
+        let n = encode(&h, &payload, &JobKey::new([3; 32]), &mut buf).unwrap();
+        p.ends[1].handle_datagram(Time::ZERO, &buf[..n]);
+        p.flush();
+        assert_eq!(p.violations, vec![reason]);
+        assert!(p.received[1].is_empty());
+    }
+}

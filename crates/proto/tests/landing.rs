@@ -7,11 +7,13 @@
 //! messages, and the second reads data in place; where it is given a
 //! receive's buffer ([`Endpoint::place`]), the messages that fit it are
 //! reassembled there, and taking the buffer back halfway
-//! ([`Endpoint::unplace`]) loses nothing.
+//! ([`Endpoint::unplace`]) loses nothing. Where the buffer takes only the
+//! messages whose end, sent ahead ([`Endpoint::set_tail_ahead`]), passes a
+//! filter, no byte of another is ever written there.
 
 use std::time::Duration;
 
-use bulkwire_proto::{Config, Endpoint, Event, Landed, Landing, Time};
+use bulkwire_proto::{Config, Endpoint, Event, Landed, Landing, TailFilter, Time};
 use bulkwire_wire::{Coverage, JobKey, HEADER_LEN};
 use proptest::prelude::*;
 
@@ -43,12 +45,39 @@ fn drain(b: &mut Endpoint, got: &mut ByChannel) {
     }
 }
 
+/// The last byte of the messages a filtered receive takes
+/// ([`Asked::filter`]); the others end with its complement.
+const MINE: u8 = 0xA5;
+
+/// What a receive asks for ([`run_placing`]): its buffer of `cap` bytes
+/// for the messages on `channel`, all but their last `tail` bytes, taken
+/// back and given again every `every` rounds (0: never); with `filter`,
+/// only those ending with [`MINE`], which are the messages whose bit is set
+/// in it (the others end otherwise). The sender sends the last `ahead`
+/// bytes of its messages ahead on both channels.
+#[derive(Clone, Copy, Debug)]
+struct Asked {
+    channel: u16,
+    cap: usize,
+    tail: usize,
+    every: usize,
+    filter: Option<u16>,
+    ahead: usize,
+}
+
+impl Asked {
+    fn plain(channel: u16, cap: usize, tail: usize, every: usize) -> Asked {
+        Asked { channel, cap, tail, every, filter: None, ahead: 0 }
+    }
+}
+
 /// A receive's buffer given to an endpoint ([`Endpoint::place`]) for the
 /// messages on `channel` from rank 0, all but their last `tail` bytes.
 struct Receive {
     channel: u16,
     buf: Vec<u8>,
     tail: usize,
+    filter: Option<TailFilter>,
     /// Messages delivered in it.
     placed: usize,
 }
@@ -57,7 +86,7 @@ impl Receive {
     fn give(&mut self, b: &mut Endpoint) {
         // SAFETY: the buffer is neither moved nor touched until it is taken
         // back, or its message delivered (then given again).
-        unsafe { b.place(0, self.channel, self.buf.as_mut_ptr(), self.buf.len(), self.tail) };
+        unsafe { b.place(0, self.channel, self.buf.as_mut_ptr(), self.buf.len(), self.tail, self.filter.clone()) };
     }
 
     /// [`drain`], the messages placed put together from the buffer, which
@@ -69,6 +98,8 @@ impl Receive {
                 Event::Placed { from, channel, placed, end } => {
                     assert_eq!((from, channel), (0, self.channel), "placed where it was not asked");
                     assert_eq!(end.len(), self.tail, "all but its last bytes in the buffer");
+                    assert!(self.filter.as_ref().is_none_or(|f| f.accepts(&end)), "placed but not asked for");
+                    assert!(self.buf[placed..].iter().all(|&b| b == 0xEE), "written beyond the message");
                     got[channel as usize].push([&self.buf[..placed], &end[..]].concat());
                     self.placed += 1;
                     // Written over, to show a message that is not there.
@@ -149,6 +180,15 @@ enum Fault {
     Flip(usize),
 }
 
+/// Messages: their channel and length (within one datagram, or several).
+fn sizes() -> impl Strategy<Value = Vec<(u16, usize)>> {
+    prop::collection::vec((0u16..2, prop_oneof![1usize..3000, 3000usize..200_000]), 1..12)
+}
+
+fn faults() -> impl Strategy<Value = Vec<Fault>> {
+    prop::collection::vec(fault(), 0..400)
+}
+
 fn fault() -> impl Strategy<Value = Fault> {
     prop_oneof![
         12 => Just(Fault::None),
@@ -163,25 +203,34 @@ fn run(sizes: &[(u16, usize)], faults: &[Fault], slots: usize, coverage: Coverag
     run_placing(sizes, faults, slots, coverage, None).0
 }
 
-/// [`run`], and where `receive` says (its channel, its buffer's length,
-/// the bytes left out of it, and every how many rounds it is taken back
-/// and given again, 0 for never), the receiver that reads in place
-/// reassembles messages in that buffer. Returns the datagrams read in
-/// place, and the messages placed.
+/// [`run`], and where `receive` says ([`Asked`]), the receiver that reads
+/// in place reassembles messages in a receive's buffer. Returns the
+/// datagrams read in place, and the messages placed.
 fn run_placing(
     sizes: &[(u16, usize)],
     faults: &[Fault],
     slots: usize,
     coverage: Coverage,
-    receive: Option<(u16, usize, usize, usize)>,
+    receive: Option<Asked>,
 ) -> (usize, usize) {
     let mut a = Endpoint::new(config(0, coverage)).unwrap();
     let mut whole = Endpoint::new(config(1, coverage)).unwrap();
     let mut landed = Endpoint::new(config(1, coverage)).unwrap();
+    let ahead = receive.map_or(0, |r| r.ahead);
+    for channel in 0..2 {
+        a.set_tail_ahead(channel, ahead).unwrap();
+    }
+    let mine = |n: usize| receive.and_then(|r| r.filter).map(|bits| bits >> (n % 16) & 1 == 1);
     let mut want: ByChannel = Default::default();
+    // Whether a filtered receive asks for each message, by channel.
+    let mut asked: [Vec<bool>; 2] = Default::default();
     for (n, &(channel, len)) in sizes.iter().enumerate() {
-        let m = message(n, len);
+        let mut m = message(n, len);
+        if let (Some(last), Some(is_mine)) = (m.last_mut(), mine(n)) {
+            *last = if is_mine { MINE } else { !MINE };
+        }
         a.send(1, channel, &m).unwrap();
+        asked[channel as usize].push(mine(n) == Some(true) && !m.is_empty());
         want[channel as usize].push(m);
     }
     let (mut got_whole, mut got_landed): (ByChannel, ByChannel) = Default::default();
@@ -189,10 +238,12 @@ fn run_placing(
     let mut in_place = 0;
     let mut f = 0;
     let mut buf = vec![0u8; 65_536];
-    let mut receive = receive.map(|(channel, cap, tail, every)| {
-        let mut r = Receive { channel, buf: vec![0; cap], tail, placed: 0 };
+    let mut receive = receive.map(|asked| {
+        let filter = asked.filter.map(|_| TailFilter { ends_with: Some(vec![MINE]), not_ending_with: None });
+        let (channel, tail) = (asked.channel, asked.tail);
+        let mut r = Receive { channel, buf: vec![0xEE; asked.cap], tail, filter, placed: 0 };
         r.give(&mut landed);
-        (r, every)
+        (r, asked.every)
     });
     for round in 0..2_000 {
         let mut batch = Vec::new();
@@ -245,6 +296,20 @@ fn run_placing(
             }
             None => drain(&mut landed, &mut got_landed),
         }
+        // A filtered receive's buffer holds nothing, or a message it asked
+        // for that has not been delivered yet: its start, and nothing
+        // beyond the part of it that goes there. (Within that part, a
+        // datagram read ahead of its turn may lie where it does not go,
+        // until the right one comes.)
+        if let Some((r, _)) = receive.as_ref().filter(|(r, _)| r.filter.is_some()) {
+            let c = r.channel as usize;
+            let written = r.buf.len() - r.buf.iter().rev().take_while(|&&b| b == 0xEE).count();
+            let mut pending = want[c].iter().zip(&asked[c]).skip(got_landed[c].len());
+            assert!(
+                written == 0 || pending.any(|(m, &asked)| asked && written + r.tail <= m.len() && m[0] == r.buf[0]),
+                "{written} bytes in the buffer where no message asked for goes"
+            );
+        }
         // The whole-datagram receiver answers; the other's answers would be
         // the same and are dropped.
         while let Some(t) = whole.poll_transmit(now, &mut buf) {
@@ -275,8 +340,8 @@ proptest! {
 
     #[test]
     fn reading_in_place_delivers_what_whole_datagrams_deliver(
-        sizes in prop::collection::vec((0u16..2, prop_oneof![1usize..3000, 3000usize..200_000]), 1..12),
-        faults in prop::collection::vec(fault(), 0..400),
+        sizes in sizes(),
+        faults in faults(),
         slots in 1usize..6,
         header_only: bool,
     ) {
@@ -284,16 +349,25 @@ proptest! {
         run(&sizes, &faults, slots, coverage);
     }
 
+    /// With a filter or without, the sender's ends ahead (mostly as long
+    /// as the receive's tail) or not.
     #[test]
     fn reassembling_in_a_receive_s_buffer_delivers_the_same(
-        sizes in prop::collection::vec((0u16..2, prop_oneof![1usize..3000, 3000usize..200_000]), 1..12),
-        faults in prop::collection::vec(fault(), 0..400),
+        sizes in sizes(),
+        faults in faults(),
         slots in 1usize..6,
         cap in 1usize..200_000,
         tail in 0usize..8,
         every in prop_oneof![Just(0usize), 1usize..20],
+        filter: Option<u16>,
+        other_ahead in prop::option::weighted(0.2, 0usize..9),
     ) {
-        run_placing(&sizes, &faults, slots, Coverage::Datagram, Some((0, cap, tail, every)));
+        let ahead = other_ahead.unwrap_or(tail);
+        let asked = Asked { channel: 0, cap, tail, every, filter, ahead };
+        let (_, placed) = run_placing(&sizes, &faults, slots, Coverage::Datagram, Some(asked));
+        if filter.is_some() && ahead != tail {
+            prop_assert_eq!(placed, 0, "placed without its end ahead");
+        }
     }
 }
 
@@ -304,15 +378,35 @@ fn a_message_that_fits_is_reassembled_in_the_receive_s_buffer() {
     // much as without the buffer but for its last datagram (which holds the
     // end that stays out); one on channel 1 between them is not.
     let sizes = [(0, 500_000), (1, 100_000), (0, 300_004)];
-    let (in_place, placed) = run_placing(&sizes, &[], 16, Coverage::Datagram, Some((0, 300_000, 4, 0)));
+    let (in_place, placed) = run_placing(&sizes, &[], 16, Coverage::Datagram, Some(Asked::plain(0, 300_000, 4, 0)));
     let without = run(&sizes, &[], 16, Coverage::Datagram);
     assert_eq!(placed, 1);
     assert!(in_place + 1 >= without, "{in_place} read in place, {without} without the buffer");
     // Taken back and given again every round: still every byte, in order,
     // and the message half reassembled when the buffer is given again is
     // moved there (what came of it copied).
-    let (_, placed) = run_placing(&sizes, &[], 4, Coverage::Datagram, Some((0, 300_000, 4, 1)));
+    let (_, placed) = run_placing(&sizes, &[], 4, Coverage::Datagram, Some(Asked::plain(0, 300_000, 4, 1)));
     assert_eq!(placed, 1);
+}
+
+#[test]
+fn a_filtered_receive_places_the_messages_it_asks_for_and_no_other() {
+    // Channel 0: messages 0, 2 and 4 are asked for (300,004 bytes, 1,000,
+    // which fits one datagram, and 250,000); 1 and 3 end otherwise, one of
+    // them longer than the buffer, and come first. Their ends go ahead.
+    let sizes = [(0, 500_000), (0, 300_004), (1, 100_000), (0, 1_000), (0, 299_000), (0, 250_000)];
+    let asked = |every| Asked { channel: 0, cap: 300_000, tail: 4, every, filter: Some(0b10_0110), ahead: 4 };
+    let (in_place, placed) = run_placing(&sizes, &[], 16, Coverage::Datagram, Some(asked(0)));
+    assert_eq!(placed, 2, "the two asked for that come in several datagrams");
+    let without = run(&sizes, &[], 16, Coverage::Datagram);
+    assert!(in_place + 2 >= without, "{in_place} read in place, {without} without the buffer");
+    // Taken back and given again every round, with losses.
+    let faults = [Fault::None, Fault::Drop, Fault::None, Fault::SwapWithNext, Fault::Duplicate];
+    let (_, placed) = run_placing(&sizes, &faults, 4, Coverage::Datagram, Some(asked(1)));
+    assert!(placed <= 2);
+    // The sender does not send ends ahead: nothing is placed.
+    let (_, placed) = run_placing(&sizes, &[], 16, Coverage::Datagram, Some(Asked { ahead: 0, ..asked(0) }));
+    assert_eq!(placed, 0);
 }
 
 #[test]

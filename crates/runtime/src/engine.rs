@@ -9,7 +9,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use bulkwire_proto::{Config, Endpoint, Event, Landed, Landing, Path, RateControl, SendError, Strategy, Time};
+use bulkwire_proto::{
+    Config, Endpoint, Event, Landed, Landing, Path, RateControl, SendError, Strategy, TailFilter, Time,
+};
 use bulkwire_wire::{Coverage, Header};
 
 use crate::env::JobEnv;
@@ -292,15 +294,13 @@ pub(crate) struct Remote {
 /// come ([`Engine::defer`]): those on `channel`, from `from` (any rank if
 /// `None`), whose end (the last bytes of a message sent whole, which come
 /// with its description; the suffix of one sent by [`Engine::lend`]) is at
-/// least `tail` bytes long, ends with `ends_with` where that is given, and
-/// does not end with `not_ending_with` where that is given.
+/// least `tail` bytes long and passes `filter`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Deferral {
     pub channel: u16,
     pub from: Option<u32>,
     pub tail: usize,
-    pub ends_with: Option<Vec<u8>>,
-    pub not_ending_with: Option<Vec<u8>>,
+    pub filter: TailFilter,
 }
 
 impl Deferral {
@@ -308,8 +308,7 @@ impl Deferral {
         channel == self.channel
             && self.from.is_none_or(|f| f == from)
             && end.len() >= self.tail
-            && self.ends_with.as_deref().is_none_or(|s| end.ends_with(s))
-            && self.not_ending_with.as_deref().is_none_or(|s| !end.ends_with(s))
+            && self.filter.accepts(end)
     }
 }
 
@@ -712,11 +711,12 @@ impl Engine {
     /// otherwise it is moved out. `false` as [`Engine::defer`].
     ///
     /// From a peer over UDP, likewise for the next message on
-    /// `deferral.channel` that comes in several datagrams and fits (all
-    /// but its last `deferral.tail` bytes in `len`): it is reassembled in
-    /// `buf` ([`Endpoint::place`]), its datagrams read straight there where
-    /// they come in order. One that the deferral does not cover is moved
-    /// out, and the next one goes there instead.
+    /// `deferral.channel` that comes in several datagrams, fits (all but
+    /// its last `deferral.tail` bytes in `len`) and whose end, sent ahead
+    /// of it ([`Endpoint::set_tail_ahead`] at the sender, `deferral.tail`
+    /// bytes), the deferral covers: it is reassembled in `buf`
+    /// ([`Endpoint::place`]), its datagrams read straight there where they
+    /// come in order. Nothing of another message is written there.
     ///
     /// # Safety
     ///
@@ -731,7 +731,8 @@ impl Engine {
             }
             // SAFETY: the caller lends `buf` until `end_deferral`, which
             // takes it back from the endpoint.
-            unsafe { self.endpoint.place(from, deferral.channel, buf, len, deferral.tail) };
+            let filter = Some(deferral.filter.clone());
+            unsafe { self.endpoint.place(from, deferral.channel, buf, len, deferral.tail, filter) };
             self.placing = Some(deferral);
             self.dest = Some(Dest { ptr: buf, cap: len, from, state: DestState::Free });
             return true;
@@ -1298,8 +1299,9 @@ impl Engine {
 
     /// A message from a peer over UDP whose first `placed` bytes were
     /// reassembled in a receive's buffer ([`Engine::defer_into`]): left
-    /// there if the receive's deferral covers its end, else moved out (and
-    /// the buffer waits for the next).
+    /// there if the receive's deferral covers its end (as the endpoint
+    /// checked before it placed it), else moved out (and the buffer waits
+    /// for the next).
     fn placed(&mut self, from: u32, channel: u16, placed: usize, end: Vec<u8>) -> Inbound {
         let dest = self.dest.as_mut().expect("a message is placed only while the receive lends its buffer");
         match &self.placing {
@@ -1313,7 +1315,7 @@ impl Engine {
                 if let Some(d) = placing {
                     // SAFETY: as in `defer_into`: the buffer is lent until
                     // `end_deferral`.
-                    unsafe { self.endpoint.place(from, d.channel, dest.ptr, dest.cap, d.tail) };
+                    unsafe { self.endpoint.place(from, d.channel, dest.ptr, dest.cap, d.tail, Some(d.filter.clone())) };
                 }
                 Inbound::new(from, channel, data, 0)
             }

@@ -1933,6 +1933,7 @@ fn copy_remote(pid: i32, local: *mut u8, remote: u64, len: usize, write: bool) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bulkwire_proto::TailFilter;
 
     fn options(ring: usize) -> ShmOptions {
         ShmOptions { ring, cma: true, split: true, arena: 64 << 10, stage: true }
@@ -1971,8 +1972,12 @@ mod tests {
         // Several records (the ring's pieces are 16 KiB), one record, and
         // one the buffer cannot hold but in part.
         let sent = [message(40 << 10, 1), message(40 << 10, 2), message(1000, 2), message(100 << 10, 2)];
-        let deferral =
-            Deferral { channel: 3, from: Some(0), tail: 4, ends_with: Some(vec![2; 4]), not_ending_with: None };
+        let deferral = Deferral {
+            channel: 3,
+            from: Some(0),
+            tail: 4,
+            filter: TailFilter { ends_with: Some(vec![2; 4]), not_ending_with: None },
+        };
         let mut buf = vec![0xAAu8; 60 << 10];
         let mut got = Vec::new();
         for m in &sent {

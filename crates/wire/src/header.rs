@@ -1,7 +1,9 @@
 //! The fixed header that starts every datagram.
 
 /// Wire format version; a datagram with another version is rejected.
-pub const VERSION: u8 = 3;
+/// Version 4: a message's end may come ahead of its first fragment
+/// ([`crate::Records`]).
+pub const VERSION: u8 = 4;
 
 /// Bytes of the fixed header.
 pub const HEADER_LEN: usize = 44;

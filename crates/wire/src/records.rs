@@ -8,7 +8,10 @@
 //!
 //! Many small messages pack into one packet as whole-message records; a large
 //! message spans several packets as consecutive fragments. A zero-length
-//! message is the record `(0, 0, 0)`.
+//! message is the record `(0, 0, 0)`. A channel may send a large message's
+//! last bytes (at most 16) ahead of it: a record that ends the message,
+//! right before the record of its first fragment in the same payload; its
+//! fragments then stop where those bytes begin.
 
 use crate::packet::DecodeError;
 
