@@ -1779,7 +1779,7 @@ impl Channel {
                 0
             }
         };
-        let write_ahead = |msg: &mut OutMessage, n: usize, out: &mut Vec<u8>| {
+        let write_ahead = |msg: &OutMessage, n: usize, out: &mut Vec<u8>| {
             let len = msg.len();
             out.extend_from_slice(&record_header(len as u32, (len - n) as u32, n as u16));
             msg.copy_to(len - n..len, out);
