@@ -796,8 +796,8 @@ impl World {
     /// as they come (read there straight from the socket where they come in
     /// order; what came of it before the receive began is copied there
     /// first), if it is the receive's: its first datagram carries its tag
-    /// ahead of it, so nothing of a message of another tag is written
-    /// there. Any other message
+    /// ahead of it, so no byte past the received message's length is
+    /// written, whatever comes first. Any other message
     /// (one datagram, from any source over UDP, or one that came before the
     /// receive) is copied into `buf` as it is taken.
     pub fn recv_into(&self, source: Source, tag: Tag, buf: &mut [u8]) -> Result<Status, CommError> {

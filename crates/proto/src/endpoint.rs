@@ -827,7 +827,10 @@ impl Endpoint {
     /// the socket where its datagrams come in order, [`Endpoint::landing`]).
     /// With a `filter`, only a message whose last `tail` bytes came ahead
     /// of it ([`Endpoint::set_tail_ahead`] at the sender) and pass the
-    /// filter: no byte of another is written into `buf`. A message from
+    /// filter: nothing is written into `buf` outside the part of such a
+    /// message that goes there (where a datagram is read there ahead of
+    /// its turn, [`Endpoint::landing`], it lies within that part until the
+    /// right one comes). A message from
     /// there already in reassembly is that message, if it qualifies: what
     /// came of it is copied into `buf`. It is then delivered as
     /// [`Event::Placed`], its end in the event. One buffer at a time: this

@@ -716,7 +716,7 @@ impl Engine {
     /// of it ([`Endpoint::set_tail_ahead`] at the sender, `deferral.tail`
     /// bytes), the deferral covers: it is reassembled in `buf`
     /// ([`Endpoint::place`]), its datagrams read straight there where they
-    /// come in order. Nothing of another message is written there.
+    /// come in order. Nothing is written there beyond that message's part.
     ///
     /// # Safety
     ///
