@@ -410,10 +410,9 @@ struct Reassembly {
     data: Vec<u8>,
     total: usize,
     /// Its last bytes, where they came ahead of its first piece
-    /// ([`crate::Endpoint::set_tail_ahead`]): its pieces end before them,
-    /// at `end`, and they are added once the pieces are in.
+    /// ([`crate::Endpoint::set_tail_ahead`]): its pieces end before them
+    /// ([`Reassembly::end`]), and they are added once the pieces are in.
     ahead: Vec<u8>,
-    end: usize,
     placed: Option<Placed>,
 }
 
@@ -469,14 +468,14 @@ impl Reassembly {
     /// into `placement` if it is for it (taken then), else into a buffer of
     /// its own.
     fn new(total: usize, ahead: &[u8], peer: u32, channel: u16, placement: &mut Option<Placement>) -> Reassembly {
-        let (ahead, end) = (ahead.to_vec(), total - ahead.len());
+        let ahead = ahead.to_vec();
         if placement.as_ref().is_some_and(|p| Reassembly::fits(p, total, &ahead, peer, channel)) {
             let p = placement.take().expect("checked");
             let len = total - p.tail;
             let placed = Placed { ptr: p.ptr, len, filled: 0 };
-            return Reassembly { data: Vec::with_capacity(total - len), total, ahead, end, placed: Some(placed) };
+            return Reassembly { data: Vec::with_capacity(total - len), total, ahead, placed: Some(placed) };
         }
-        Reassembly { data: Vec::with_capacity(total), total, ahead, end, placed: None }
+        Reassembly { data: Vec::with_capacity(total), total, ahead, placed: None }
     }
 
     /// Whether a message of `total` bytes from `peer` on `channel`, whose
@@ -491,14 +490,18 @@ impl Reassembly {
     /// Whether all its pieces came: then [`Reassembly::finish`] makes it
     /// whole.
     fn complete(&self) -> bool {
-        self.filled() == self.end
+        self.filled() == self.end()
+    }
+
+    /// Where its pieces end: before the end that came ahead.
+    fn end(&self) -> usize {
+        self.total - self.ahead.len()
     }
 
     /// Adds the end that came ahead.
     fn finish(&mut self) {
         let ahead = std::mem::take(&mut self.ahead);
         self.extend(&ahead);
-        self.end = self.total;
     }
 
     /// Moves what came of the message so far into the receive's buffer of
@@ -549,7 +552,7 @@ impl Reassembly {
             Some(p) if p.filled < p.len => p.len - p.filled,
             _ => self.data.capacity() - self.data.len(),
         };
-        room.min(self.end - self.filled())
+        room.min(self.end() - self.filled())
     }
 
     /// Records `len` bytes written at [`Reassembly::next_region`].
@@ -1321,7 +1324,7 @@ impl Channel {
         // see what they would do to the receive budget. A message's end
         // that came ahead (a record that ends it, where none is open, right
         // before its start) moves where its pieces end.
-        let mut open = self.reassembly.as_ref().map(|r| (r.total, r.end, r.filled(), false));
+        let mut open = self.reassembly.as_ref().map(|r| (r.total, r.end(), r.filled(), false));
         let mut ahead: Option<(u32, usize)> = None;
         let mut admission = Admission::default();
         for record in Records::new(payload) {
@@ -1442,13 +1445,13 @@ impl Channel {
     ) -> Result<bool, &'static str> {
         let Some(r) = self.reassembly.as_mut() else { return Err("fragment without the start of its message") };
         let filled = r.filled();
-        if message_len as usize != r.total || offset as usize != filled || len == 0 || filled + len > r.end {
+        if message_len as usize != r.total || offset as usize != filled || len == 0 || filled + len > r.end() {
             return Err("fragment out of place");
         }
         if r.room() < len {
             return Err("data read in place beyond its buffer");
         }
-        let completes = filled + len == r.end;
+        let completes = filled + len == r.end();
         let admission = match completes {
             true => Admission { completes: r.total, finishes: r.total, ..Admission::default() },
             false => Admission::default(),
@@ -1496,7 +1499,7 @@ impl Channel {
                 && message_len as usize == r.total
                 && offset as usize == filled
                 && len > 0
-                && filled + len <= r.end
+                && filled + len <= r.end()
                 && len <= r.room()
         })
     }
