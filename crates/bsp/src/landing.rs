@@ -23,6 +23,20 @@ pub(crate) trait Areas {
     fn resolve(&self, slot: u32, offset: u64, len: u64) -> Option<(crate::registry::Area, usize)>;
     /// Writes `bytes` at `at` of `area` (resolved, so within it).
     fn write(&mut self, area: crate::registry::Area, at: usize, bytes: &[u8]);
+    /// The address of byte `at` of `area` (resolved), where the area lies
+    /// at one for the whole sync and may be written there by others than
+    /// [`Areas::write`] (a datagram read there straight): `None` if not.
+    fn address(&self, area: crate::registry::Area, at: usize) -> Option<usize>;
+}
+
+/// The put whose data is landing: where its next byte goes (and its
+/// address, where [`Areas::address`] gave one), and how many are left.
+#[derive(Debug)]
+struct Put {
+    area: crate::registry::Area,
+    at: usize,
+    left: usize,
+    addr: Option<usize>,
 }
 
 /// One sender's stream, landing as it comes.
@@ -30,9 +44,8 @@ pub(crate) trait Areas {
 pub(crate) struct Lander {
     /// The bytes of a put's header read so far, where a piece ended inside it.
     header: Vec<u8>,
-    /// The put whose data is landing: where its next byte goes, and how
-    /// many are left.
-    put: Option<(crate::registry::Area, usize, usize)>,
+    /// The put whose data is landing.
+    put: Option<Put>,
     /// Bytes of puts landed.
     pub landed: u64,
 }
@@ -52,14 +65,11 @@ impl Lander {
     pub fn feed(&mut self, piece: &[u8], areas: &mut impl Areas) -> Fed {
         let mut pos = 0;
         while pos < piece.len() {
-            if let Some((area, at, left)) = &mut self.put {
-                let n = (*left).min(piece.len() - pos);
-                areas.write(*area, *at, &piece[pos..pos + n]);
-                (*at, *left, pos) = (*at + n, *left - n, pos + n);
-                self.landed += n as u64;
-                if *left == 0 {
-                    self.put = None;
-                }
+            if let Some(put) = &mut self.put {
+                let n = put.left.min(piece.len() - pos);
+                areas.write(put.area, put.at, &piece[pos..pos + n]);
+                pos += n;
+                self.advance(n);
                 continue;
             }
             if self.header.is_empty() && !is_put(piece[pos]) {
@@ -79,12 +89,48 @@ impl Lander {
                 Some((area, at)) => {
                     self.header.clear();
                     // Resolved: within an area, so within memory.
-                    self.put = (len > 0).then_some((area, at, len as usize));
+                    let addr = areas.address(area, at);
+                    self.put = (len > 0).then_some(Put { area, at, left: len as usize, addr });
                 }
                 None => return Fed::Stopped { header: std::mem::take(&mut self.header), at: pos },
             }
         }
         Fed::All
+    }
+
+    /// `n` bytes (at most those left) of the put whose data is landing
+    /// have landed.
+    fn advance(&mut self, n: usize) {
+        let Some(put) = &mut self.put else { return };
+        put.at += n;
+        put.left -= n;
+        put.addr = put.addr.map(|a| a + n);
+        self.landed += n as u64;
+        if put.left == 0 {
+            self.put = None;
+        }
+    }
+
+    /// Where in memory the next bytes of the put whose data is landing go,
+    /// and how many are left: for reading them there straight, where the
+    /// area lies at an address ([`Areas::address`]).
+    pub fn place(&self) -> Option<(usize, usize)> {
+        let put = self.put.as_ref()?;
+        Some((put.addr?, put.left))
+    }
+
+    /// The next `n` bytes of the stream were the put's data, read straight
+    /// to where they go ([`Lander::place`]): `false` (nothing changed) if
+    /// no put whose data is landing has that many left, or its area has
+    /// no address.
+    pub fn skip(&mut self, n: usize) -> bool {
+        match &self.put {
+            Some(put) if put.addr.is_some() && put.left >= n => {
+                self.advance(n);
+                true
+            }
+            _ => n == 0,
+        }
     }
 
     /// Whether the stream may end here: not inside a record.
@@ -115,6 +161,10 @@ mod tests {
         }
         fn write(&mut self, area: Area, at: usize, bytes: &[u8]) {
             self.0[area.addr][at..at + bytes.len()].copy_from_slice(bytes);
+        }
+        /// Slot and offset, not an address: these tests only follow it.
+        fn address(&self, area: Area, at: usize) -> Option<usize> {
+            Some((area.addr << 32) + at)
         }
     }
 
@@ -185,6 +235,32 @@ mod tests {
             assert_eq!(lander.landed, 2);
             assert_eq!(memory.0[0], b"ab\0\0\0\0");
         }
+    }
+
+    #[test]
+    fn bytes_read_where_the_put_goes_are_skipped() {
+        let mut stream = Vec::new();
+        repackaging::put(&mut stream, 0, 2, &[7; 30]);
+        repackaging::put(&mut stream, 0, 0, b"ab");
+        let data_at = PUT_HEADER;
+        let mut memory = Memory(vec![vec![0; 40]]);
+        let mut lander = Lander::default();
+        assert_eq!(lander.place(), None, "no put yet");
+        assert_eq!(lander.feed(&stream[..data_at + 4], &mut memory), Fed::All);
+        // Slot 0 of area 0, at 2 + 4: 26 bytes left.
+        assert_eq!(lander.place(), Some((6, 26)));
+        assert!(!lander.skip(27), "more than the put has left");
+        // 20 of them read there (not by the lander), then the rest fed.
+        memory.0[0][6..26].fill(7);
+        assert!(lander.skip(20));
+        assert_eq!(lander.place(), Some((26, 6)));
+        assert_eq!(lander.feed(&stream[data_at + 24..], &mut memory), Fed::All);
+        assert!(lander.between_records());
+        assert_eq!(lander.landed, 32);
+        assert_eq!(memory.0[0][..2], *b"ab");
+        assert!(memory.0[0][2..32].iter().all(|&b| b == 7));
+        assert!(!lander.skip(1), "between records");
+        assert!(lander.skip(0));
     }
 
     #[test]

@@ -32,6 +32,9 @@ pub struct PacketStats {
     /// Packets that asked for an acknowledgement because the sender's
     /// buffers were about to run out (the fine-grained scheme).
     pub ack_requests: u64,
+    /// Data packets read from the socket straight into the area of the
+    /// put they carried (or the buffer of their message).
+    pub read_in_place: u64,
 }
 
 impl PacketStats {
@@ -46,6 +49,7 @@ impl PacketStats {
         self.retransmissions += c.retransmissions;
         self.prods += c.prods_sent;
         self.ack_requests += c.ack_requests;
+        self.read_in_place += c.read_in_place;
     }
 
     fn percent(part: u64, whole: u64) -> f64 {
@@ -60,7 +64,7 @@ impl PacketStats {
     pub fn line(&self, pid: u32) -> String {
         format!(
             "bsp stats: process {pid}: received {} explicit-acks {:.2}% drops {} duplicates {} implicit-acks {:.2}% \
-             (by superstep colour {}, piggybacked {}) sent {} retransmissions {} prods {} ack-requests {}",
+             (by superstep colour {}, piggybacked {}) sent {} retransmissions {} prods {} ack-requests {} read-in-place {}",
             self.received,
             Self::percent(self.explicit_acks, self.received),
             self.drops,
@@ -72,6 +76,7 @@ impl PacketStats {
             self.retransmissions,
             self.prods,
             self.ack_requests,
+            self.read_in_place,
         )
     }
 }

@@ -266,9 +266,11 @@ pub(crate) struct Net {
     kept: Vec<Option<Vec<u8>>>,
     /// The senders whose streams land as they come in this superstep's
     /// transfer (see `landing`), and their pieces sorted but not yet
-    /// landed, in order.
+    /// landed, in order: `data[start..]`, or, for a piece whose bytes were
+    /// read straight into the area of the put they belong to (`Net::aim`),
+    /// how many there were.
     landers: Vec<Option<Lander>>,
-    early: Vec<(u32, Vec<u8>, usize)>,
+    early: Vec<Early>,
     /// Bytes of puts landed so in this superstep.
     landed_early: u64,
     /// The most buffers given back at once so far (see `Net::pump`).
@@ -337,9 +339,40 @@ impl Net {
         // for it.
         while let Some(m) = e.take(|m| m.channel == CHANNEL && m.data.get(m.start) != Some(&crate::BEGIN)) {
             let from = m.from;
-            if let Err(why) = self.sort(m.from, m.data, m.start, superstep) {
+            if let Err(why) = self.file(m.from, m.data, m.start, m.aimed, superstep) {
                 self.broken.get_or_insert(Reason::Malformed { peer: from, why });
             }
+        }
+        self.aim(e);
+    }
+
+    /// Where a stream lands as it comes and is inside a put whose area
+    /// lies at an address, has the runtime read the next pieces of that
+    /// put's data that fill a datagram straight to where they go
+    /// (`Engine::aim`): past the bytes of the pieces sorted and not yet
+    /// landed, which every piece delivered is (the runtime aims only when
+    /// the inbox holds none of the stream's). Elsewhere, no aim. A
+    /// datagram read there that is not the next piece leaves its bytes
+    /// within the put's data, which the put's own bytes overwrite as they
+    /// land.
+    fn aim(&mut self, e: &mut Engine) {
+        let early = &self.early;
+        let target = self.landers.iter().enumerate().find_map(|(j, lander)| {
+            let (addr, left) = lander.as_ref()?.place()?;
+            let pending: usize = early.iter().filter(|x| x.from as usize == j).map(Early::len).sum();
+            (left > pending).then(|| (j as u32, addr + pending, left - pending))
+        });
+        match target {
+            // SAFETY: the put's data is `left` bytes at `addr` in an area
+            // registered by address, which the caller of the sync keeps
+            // while it runs and nothing else in this process touches then;
+            // the bytes before `addr + pending` are the ones the lander
+            // writes (out of the engine's lock, apart from these), and the
+            // aim ends when the transfer does (`Engine::unaim` after it).
+            Some((from, addr, len)) => unsafe {
+                e.aim(from, CHANNEL, DATA_HEADER, addr as *mut u8, len);
+            },
+            None => e.unaim(),
         }
     }
 
@@ -412,8 +445,20 @@ impl Net {
     /// lander stopped goes on as a stream from there.
     fn land_early(&mut self, areas: &mut impl Areas) {
         let mut early = std::mem::take(&mut self.early);
-        for (from, data, start) in early.drain(..) {
+        for Early { from, data, start, aimed } in early.drain(..) {
             let j = from as usize;
+            if aimed > 0 {
+                // Read into the put's area where the lander stood (see
+                // `Net::aim`): between those bytes and the lander there
+                // were only pieces of the same put.
+                if !self.landers[j].as_mut().is_some_and(|l| l.skip(aimed)) {
+                    self.broken.get_or_insert(Reason::Malformed {
+                        peer: from,
+                        why: "a piece read in place outside the put it was read for".into(),
+                    });
+                }
+                continue;
+            }
             let fed = match &mut self.landers[j] {
                 Some(lander) => lander.feed(&data[start..], areas),
                 None => Fed::Stopped { header: Vec::new(), at: 0 },
@@ -465,10 +510,21 @@ impl Net {
     }
 
     /// Files the message `data[start..]` from `from`.
+    #[cfg(test)]
     fn sort(&mut self, from: u32, data: Vec<u8>, start: usize, superstep: u64) -> Result<(), String> {
+        self.file(from, data, start, 0, superstep)
+    }
+
+    /// Files the message from `from` that is `data[start..]` and, where it
+    /// was read in place (`Net::aim`), `aimed` more bytes already in the
+    /// area of the put they belong to.
+    fn file(&mut self, from: u32, data: Vec<u8>, start: usize, aimed: usize, superstep: u64) -> Result<(), String> {
         let m = data.get(start..).unwrap_or_default();
         if m.len() < HEADER || from as usize >= self.streams.len() {
             return Err("a message too short for its header".into());
+        }
+        if aimed > 0 && (m.len() != DATA_HEADER || m[0] != DATA) {
+            return Err("a message read in place that is no data piece".into());
         }
         let step = u64::from_le_bytes(m[1..HEADER].try_into().expect("8 bytes"));
         match m[0] {
@@ -499,8 +555,11 @@ impl Net {
                 }
                 ends[from as usize] = last;
                 if step == superstep && self.landers[from as usize].is_some() {
-                    self.early.push((from, data, start + DATA_HEADER));
+                    self.early.push(Early { from, data, start: start + DATA_HEADER, aimed });
                     return Ok(());
+                }
+                if aimed > 0 {
+                    return Err("a piece read in place where no stream lands".into());
                 }
                 let stream = &mut streams[from as usize];
                 // The first piece of a stream of several, if small for its
@@ -522,6 +581,23 @@ impl Net {
             other => return Err(format!("unknown message kind {other}")),
         }
         Ok(())
+    }
+}
+
+/// A piece of a stream that lands as it comes, sorted and not yet landed
+/// (`Net::early`).
+#[derive(Debug)]
+struct Early {
+    from: u32,
+    data: Vec<u8>,
+    start: usize,
+    aimed: usize,
+}
+
+impl Early {
+    /// The stream's bytes it carries.
+    fn len(&self) -> usize {
+        self.data.len() - self.start + self.aimed
     }
 }
 
@@ -851,7 +927,11 @@ impl Bsp {
             let areas = &mut Owned { registry: &self.registry, owned: &mut self.owned, off_limits: &self.off_limits };
             self.net.start_landing(&early, areas);
             let moved = self.transfer(&plan, packet, &expected, &eager, call == Call::End);
+            // Nothing is read into an area after the transfer, whatever
+            // became of it (see `Net::aim`).
+            let unaimed = rt_with(&self.rt, Engine::unaim);
             let landed_early = self.net.finish_landing();
+            unaimed.map_err(fail)?;
             moved.map_err(fail)?;
             let landed_early = landed_early.map_err(fail)?;
             self.landed_early += landed_early;
@@ -1793,6 +1873,13 @@ impl Areas for Owned<'_> {
         if dst.len() == bytes.len() {
             dst.copy_from_slice(bytes);
         }
+    }
+
+    /// An area registered by address (`bsp_push_reg`): its caller keeps it
+    /// there until the sync ends. One the library owns is written through
+    /// a borrow of the whole, so not while another writes part of it.
+    fn address(&self, area: Area, at: usize) -> Option<usize> {
+        area.owned.is_none().then(|| area.addr + at)
     }
 }
 

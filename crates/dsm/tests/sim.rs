@@ -152,6 +152,7 @@ impl DsmHost {
                     ProtoEvent::ProtocolViolation { reason, .. } => self.errors.push(reason.to_string()),
                     ProtoEvent::ModeChanged { .. } => {}
                     ProtoEvent::Placed { .. } => unreachable!("no receive's buffer is given here"),
+                    ProtoEvent::Aimed { .. } => unreachable!("no aim is given here"),
                 }
             }
             if let Some(e) = self.r.failure() {

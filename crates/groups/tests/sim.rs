@@ -163,6 +163,7 @@ impl GroupHost {
                     ProtoEvent::ProtocolViolation { reason, .. } => self.errors.push(reason.to_string()),
                     ProtoEvent::ModeChanged { .. } => {}
                     ProtoEvent::Placed { .. } => unreachable!("no receive's buffer is given here"),
+                    ProtoEvent::Aimed { .. } => unreachable!("no aim is given here"),
                 }
             }
             while let Some((to, msg)) = self.m.poll_transmit() {

@@ -588,11 +588,14 @@ impl Reassembly {
 
 /// A data packet's payload: its bytes, or one record of a message in
 /// reassembly whose bytes were read straight to their place in the
-/// message's buffer ([`crate::Endpoint::handle_landed`]).
+/// message's buffer ([`crate::Endpoint::handle_landed`]), or one whole
+/// message whose bytes after `head` were read where an aim said
+/// ([`crate::Endpoint::aim`]).
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Payload<'a> {
     Bytes(&'a [u8]),
     Landed { message_len: u32, offset: u32, len: usize },
+    Aimed { head: &'a [u8], len: usize },
 }
 
 #[derive(Debug)]
@@ -1184,6 +1187,7 @@ impl Channel {
             let delivered = match payload {
                 Payload::Bytes(bytes) => self.deliver(bytes, sh.in_place, sh)?,
                 Payload::Landed { message_len, offset, len } => self.deliver_landed(message_len, offset, len, sh)?,
+                Payload::Aimed { head, len } => self.deliver_aimed(head, len, sh)?,
             };
             if delivered {
                 self.stats.data_received += 1;
@@ -1198,7 +1202,7 @@ impl Channel {
             match payload {
                 Payload::Bytes(bytes) => self.hold(seq, bytes, sh),
                 // Only the next expected packet is read in place.
-                Payload::Landed { .. } => return Err("data read in place out of order"),
+                Payload::Landed { .. } | Payload::Aimed { .. } => return Err("data read in place out of order"),
             }
             false
         };
@@ -1470,6 +1474,39 @@ impl Channel {
             self.emit_reassembled(r, sh);
         }
         Ok(true)
+    }
+
+    /// [`Channel::deliver`] of one whole message whose bytes after `head`,
+    /// `len` of them, the caller has written where an aim said.
+    fn deliver_aimed(&mut self, head: &[u8], len: usize, sh: &mut Shared<'_>) -> Result<bool, &'static str> {
+        if self.reassembly.is_some() {
+            return Err("a message read in place inside another");
+        }
+        let total = head.len() + len;
+        if total > sh.cfg.max_message_size {
+            return Err("message larger than max_message_size");
+        }
+        let admission = Admission { completes: total, ..Admission::default() };
+        if !sh.recv.admits(&admission) {
+            return Ok(false);
+        }
+        sh.recv.apply(&admission);
+        self.stats.read_in_place += 1;
+        self.stats.messages_received += 1;
+        self.stats.bytes_received += total as u64;
+        sh.events.push_back(Event::Aimed { from: self.peer, channel: self.id, head: head.to_vec(), len });
+        Ok(true)
+    }
+
+    /// The sequence number of the next packet to deliver.
+    pub(crate) fn next_expected(&self) -> u64 {
+        self.next_expected
+    }
+
+    /// Whether packet `seq` may be read in place as a whole message: a
+    /// reliable channel, no message in reassembly, and `seq` next.
+    pub(crate) fn takes_whole(&self, seq: u64) -> bool {
+        !self.failed && self.strategy != Strategy::BestEffort && self.reassembly.is_none() && seq == self.next_expected
     }
 
     /// The message in reassembly, if data may be read in place for it: a

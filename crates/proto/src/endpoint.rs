@@ -155,6 +155,9 @@ pub struct Endpoint {
     /// until a channel takes it; and the same, while the endpoint holds it.
     placement: Option<Placement>,
     placed_buf: Option<Placement>,
+    /// Where the next whole messages of one channel may be read straight
+    /// to ([`Endpoint::aim`]).
+    aim: Option<Aim>,
     /// When the next datagram handed over reached this host, if the caller
     /// knows better than the time it is handled ([`Endpoint::set_arrival`]).
     arrival: Option<Time>,
@@ -163,11 +166,33 @@ pub struct Endpoint {
     samples_arrivals: bool,
 }
 
+/// Where the next messages of a channel, each whole in one datagram, may
+/// be read straight to ([`Endpoint::aim`]): their bytes after the first
+/// `skip`, one after the other from `base`, the `len` bytes there in whole
+/// datagrams' worth. It holds while the channel's next expected packet is
+/// `seq`: a packet of the channel handled otherwise ends it.
+#[derive(Debug)]
+struct Aim {
+    index: usize,
+    seq: u64,
+    skip: usize,
+    base: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the region is lent to the endpoint (whichever thread holds it)
+// until the caller takes it back (`Endpoint::unaim`).
+unsafe impl Send for Aim {}
+
 /// Where the data of the next datagrams of a message in reassembly may be
 /// read straight to ([`Endpoint::landing`]): slot `i` is the place of the
-/// `i`th next datagram's data, were they to come in order, each full.
+/// `i`th next datagram's data, were they to come in order, each full. Or,
+/// for an aim ([`Endpoint::aim`]), of the `i`th next whole message's bytes
+/// after its first `skip`.
 #[derive(Clone, Copy, Debug)]
 pub struct Landing {
+    /// `Some` for an aim: the bytes of each message before its place.
+    skip: Option<usize>,
     index: usize,
     peer: u32,
     channel: u16,
@@ -188,6 +213,12 @@ pub struct Landing {
 impl Landing {
     /// Bytes of a datagram before its data: its header and record header.
     pub const HEAD: usize = HEADER_LEN + RECORD_HEADER_LEN;
+
+    /// Bytes of a datagram read before the slot's region: [`Landing::HEAD`],
+    /// and for an aim the first bytes of its message.
+    pub fn head(&self) -> usize {
+        Self::HEAD + self.skip.unwrap_or(0)
+    }
 
     /// How many places there are (at least one).
     pub fn slots(&self) -> usize {
@@ -277,6 +308,7 @@ impl Endpoint {
             landing_hint: None,
             placement: None,
             placed_buf: None,
+            aim: None,
             arrival: None,
             samples_arrivals: false,
             cfg,
@@ -634,24 +666,104 @@ impl Endpoint {
     /// them): for a caller that reads datagrams straight there, saving the
     /// copy of reassembly ([`Endpoint::handle_landed`]). `None` when no
     /// message is in reassembly, or datagrams carry less than
-    /// [`LANDING_MIN_CHUNK`] of data.
+    /// [`LANDING_MIN_CHUNK`] of data. Where none is, the aim, if there is
+    /// one ([`Endpoint::aim`]).
     ///
     /// The places are valid until the next call on this endpoint other
     /// than [`Endpoint::handle_landed`] with this landing.
     pub fn landing(&mut self, slots: usize) -> Option<Landing> {
         let chunk = self.cfg.max_payload().checked_sub(RECORD_HEADER_LEN)?.min(u16::MAX as usize);
-        let index = self.landing_hint?;
         if chunk < LANDING_MIN_CHUNK || slots == 0 {
             return None;
         }
+        let Some(index) = self.landing_hint else { return self.aimed(slots) };
         let ch = &mut self.channels[index];
         let (peer, channel) = (ch.peer, ch.id);
         let Some((seq, offset, total, base)) = ch.reassembling() else {
             self.landing_hint = None;
-            return None;
+            return self.aimed(slots);
         };
         let slots = slots.min((total - offset).div_ceil(chunk));
-        Some(Landing { index, peer, channel, seq, offset, total, chunk, slots, base })
+        Some(Landing { skip: None, index, peer, channel, seq, offset, total, chunk, slots, base })
+    }
+
+    /// The landing of the aim, while it holds: at most `slots` whole
+    /// datagrams' worth. An aim that no longer holds is dropped.
+    fn aimed(&mut self, slots: usize) -> Option<Landing> {
+        let a = self.aim.as_ref()?;
+        let chunk = self.cfg.max_payload().checked_sub(RECORD_HEADER_LEN + a.skip)?.min(u16::MAX as usize);
+        let ch = &self.channels[a.index];
+        if chunk < LANDING_MIN_CHUNK || a.len < chunk || !ch.takes_whole(a.seq) {
+            self.aim = None;
+            return None;
+        }
+        let slots = slots.min(a.len / chunk);
+        let (peer, channel) = (ch.peer, ch.id);
+        let total = slots * chunk;
+        Some(Landing {
+            skip: Some(a.skip),
+            index: a.index,
+            peer,
+            channel,
+            seq: a.seq,
+            offset: 0,
+            total,
+            chunk,
+            slots,
+            base: a.base,
+        })
+    }
+
+    /// Lets the next messages from `peer` on `channel`, a reliable channel,
+    /// be read straight to `len` bytes at `base` as they come in order
+    /// (where the caller reads datagrams there, [`Endpoint::landing`]):
+    /// each message that comes whole in one datagram and is `skip` bytes
+    /// longer than a full datagram's data, its bytes past the first
+    /// `skip` written one message after the other. Each is then delivered
+    /// as [`Event::Aimed`]. For an application that knows where the data
+    /// of a stream of messages goes before it comes (a BSP put's area).
+    ///
+    /// The aim holds while the messages come so, and replaces an aim given
+    /// before. The channel's next packet handled otherwise ends it (one
+    /// that is no such message, or not read there); so does
+    /// [`Endpoint::unaim`]. Returns `false`, and aims nowhere, where a
+    /// message of the channel was delivered and not yet handed out
+    /// ([`Endpoint::poll_event`]): the aim would not follow from what the
+    /// caller has seen. A datagram read to the region that turns out not
+    /// to be the next (another packet, or not whole) leaves its bytes
+    /// there, within the first full datagram's worth of each slot: the
+    /// caller writes what belongs there later, or the region is its own.
+    ///
+    /// # Safety
+    ///
+    /// `base` is valid for writes of `len` bytes, and neither read nor
+    /// written by anyone else until [`Endpoint::unaim`] has returned or
+    /// the aim ended (the bytes of an [`Event::Aimed`] handed out are the
+    /// caller's).
+    pub unsafe fn aim(&mut self, peer: u32, channel: u16, skip: usize, base: *mut u8, len: usize) -> bool {
+        self.aim = None;
+        if peer >= self.cfg.ranks || channel >= self.cfg.channels {
+            return false;
+        }
+        let pending = self.events.iter().any(|e| match e {
+            Event::Message { from, channel: c, .. }
+            | Event::Placed { from, channel: c, .. }
+            | Event::Aimed { from, channel: c, .. } => (*from, *c) == (peer, channel),
+            _ => false,
+        });
+        if pending {
+            return false;
+        }
+        let index = self.index(peer, channel);
+        let seq = self.channels[index].next_expected();
+        self.aim = Some(Aim { index, seq, skip, base, len });
+        true
+    }
+
+    /// Ends the aim, if there is one ([`Endpoint::aim`]): the endpoint no
+    /// longer writes there.
+    pub fn unaim(&mut self) {
+        self.aim = None;
     }
 
     /// A datagram read into slot `slot` of `landing`: its first
@@ -679,7 +791,7 @@ impl Endpoint {
         // Set again by a caller that hands the datagram over whole.
         let arrived = self.arrived(now);
         let (place, room) = landing.region(slot);
-        if head.len() != Landing::HEAD || data_len != room || tail.len() != MAC_LEN {
+        if head.len() != landing.head() || data_len != room || tail.len() != MAC_LEN {
             return Landed::Elsewhere;
         }
         // SAFETY: the caller says the read wrote these bytes, within the
@@ -689,8 +801,20 @@ impl Endpoint {
             // Counted when the caller hands it over whole.
             return Landed::Elsewhere;
         };
-        let record: &[u8; RECORD_HEADER_LEN] = head[HEADER_LEN..].try_into().expect("length checked");
+        let record: &[u8; RECORD_HEADER_LEN] = head[HEADER_LEN..Landing::HEAD].try_into().expect("length checked");
         let (message_len, offset, len) = read_record_header(record);
+        if let Some(skip) = landing.skip {
+            return self.handle_aimed(
+                now,
+                arrived,
+                landing,
+                slot,
+                header,
+                head,
+                data_len,
+                (message_len, offset, len, skip),
+            );
+        }
         let expected = landing.offset + slot * landing.chunk;
         if header.packet_type != PacketType::Data
             || header.flags.contains(Flags::BEST_EFFORT)
@@ -711,6 +835,53 @@ impl Endpoint {
         }
     }
 
+    /// [`Endpoint::handle_landed`] for an aim: the datagram is the one its
+    /// slot waited for if it carries one whole message, `skip` bytes in
+    /// the head and the rest in the region, on the aimed channel, next.
+    #[allow(clippy::too_many_arguments)]
+    fn handle_aimed(
+        &mut self,
+        now: Time,
+        arrived: Time,
+        landing: &Landing,
+        slot: usize,
+        header: Header,
+        head: &[u8],
+        data_len: usize,
+        (message_len, offset, len, skip): (u32, u32, u16, usize),
+    ) -> Landed {
+        let aim_holds = self.aim.as_ref().is_some_and(|a| a.index == landing.index && a.seq == header.sequence);
+        if header.packet_type != PacketType::Data
+            || header.flags.contains(Flags::BEST_EFFORT)
+            || (header.source, header.channel) != (landing.peer, landing.channel)
+            || header.sequence != landing.seq + slot as u64
+            || offset != 0
+            || u32::from(len) != message_len
+            || len as usize != skip + data_len
+            || !aim_holds
+            || !self.channels[landing.index].takes_whole(header.sequence)
+        {
+            return Landed::Elsewhere;
+        }
+        self.timeout_cache.set(None);
+        let payload = Payload::Aimed { head: &head[Landing::HEAD..], len: data_len };
+        self.handle_decoded(now, arrived, header, payload, false);
+        let ch = &self.channels[landing.index];
+        if ch.failed {
+            self.aim = None;
+            return Landed::Ended;
+        }
+        if let Some(a) = self.aim.as_mut() {
+            // Delivered (not dropped for want of room): the aim moves on.
+            if ch.next_expected() > a.seq {
+                a.seq += 1;
+                a.base = a.base.wrapping_add(landing.chunk);
+                a.len -= landing.chunk;
+            }
+        }
+        Landed::InPlace
+    }
+
     /// Handles a decoded packet that reached this host at `arrived` (at
     /// most `now`): its samples are taken at `arrived`.
     fn handle_decoded(
@@ -723,7 +894,7 @@ impl Endpoint {
     ) -> Option<InPlace> {
         let bytes = match payload {
             Payload::Bytes(bytes) => bytes,
-            Payload::Landed { .. } => &[],
+            Payload::Landed { .. } | Payload::Aimed { .. } => &[],
         };
         let latency_on = !self.links.is_empty();
         match header.packet_type {
@@ -1252,6 +1423,7 @@ impl Endpoint {
         let taken = match &event {
             Event::Message { data, start, .. } => Some(data.len() - start),
             Event::Placed { placed, end, .. } => Some(placed + end.len()),
+            Event::Aimed { head, len, .. } => Some(head.len() + len),
             _ => None,
         };
         if let Some(len) = taken {

@@ -15,6 +15,10 @@ pub enum Event {
     /// buffer given to [`Endpoint::place`](crate::Endpoint::place); the
     /// rest of it is `end`.
     Placed { from: u32, channel: u16, placed: usize, end: Vec<u8> },
+    /// A whole message that came in one datagram read where an aim said
+    /// ([`Endpoint::aim`](crate::Endpoint::aim)): its first bytes are
+    /// `head`, and its other `len` bytes were written at the aim.
+    Aimed { from: u32, channel: u16, head: Vec<u8>, len: usize },
     /// An authenticated peer broke the protocol; its channel is closed.
     ProtocolViolation { peer: u32, channel: u16, reason: &'static str },
     /// The path that carries this endpoint's data to `peer` changed (the

@@ -10,7 +10,8 @@ pub struct ChannelStats {
     /// Data packets accepted (in order or held out of order).
     pub data_received: u64,
     /// Of those, packets whose data was read straight into the buffer of
-    /// the message it continues ([`crate::Endpoint::handle_landed`]).
+    /// the message it continues, or where an aim said
+    /// ([`crate::Endpoint::handle_landed`], [`crate::Endpoint::aim`]).
     pub read_in_place: u64,
     /// Messages reassembled in the buffer of the receive that waited for
     /// them ([`crate::Endpoint::place`]).

@@ -79,6 +79,7 @@ impl Pair {
                     Event::ProtocolViolation { reason, .. } => self.violations.push(reason),
                     Event::ModeChanged { .. } => unreachable!("the latency engines are off in these tests"),
                     Event::Placed { .. } => unreachable!("no receive's buffer is given in these tests"),
+                    Event::Aimed { .. } => unreachable!("no aim is given in these tests"),
                 }
             }
         }

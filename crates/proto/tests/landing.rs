@@ -9,12 +9,15 @@
 //! reassembled there, and taking the buffer back halfway
 //! ([`Endpoint::unplace`]) loses nothing. Where the buffer takes only the
 //! messages whose end, sent ahead ([`Endpoint::set_tail_ahead`]), passes a
-//! filter, no byte of another is ever written there.
+//! filter, no byte of another is ever written there. Where the receiver
+//! aims a channel's next whole messages at a region ([`Endpoint::aim`]),
+//! those that fill a datagram are read there one after the other, and a
+//! datagram read there out of turn is written over by the right one.
 
 use std::time::Duration;
 
-use bulkwire_proto::{Config, Endpoint, Event, Landed, Landing, TailFilter, Time};
-use bulkwire_wire::{Coverage, JobKey, HEADER_LEN};
+use bulkwire_proto::{Config, Endpoint, Event, Landed, TailFilter, Time};
+use bulkwire_wire::{Coverage, JobKey, HEADER_LEN, RECORD_HEADER_LEN};
 use proptest::prelude::*;
 
 const JOB: u64 = 91;
@@ -131,7 +134,7 @@ fn feed_landing(b: &mut Endpoint, now: Time, batch: &[Vec<u8>], slots: usize) ->
             .map(|k| {
                 let d = &batch[i + k];
                 let (place, room) = landing.region(k);
-                let head = d.len().min(Landing::HEAD);
+                let head = d.len().min(landing.head());
                 let data = (d.len() - head).min(room);
                 // SAFETY: the region lies in the spare room of the message's
                 // buffer, which the endpoint lends until the next call.
@@ -199,6 +202,37 @@ fn fault() -> impl Strategy<Value = Fault> {
     ]
 }
 
+/// `batch` as the network passes it on under `faults`, from fault `*f`
+/// on (moved past those used).
+fn apply_faults(batch: &[Vec<u8>], faults: &[Fault], f: &mut usize, coverage: Coverage) -> Vec<Vec<u8>> {
+    let mut out: Vec<Vec<u8>> = Vec::new();
+    let mut j = 0;
+    while j < batch.len() {
+        let fault = faults.get(*f).cloned().unwrap_or(Fault::None);
+        *f += 1;
+        match fault {
+            Fault::None => out.push(batch[j].clone()),
+            Fault::Drop => {}
+            Fault::Duplicate => out.extend([batch[j].clone(), batch[j].clone()]),
+            Fault::SwapWithNext if j + 1 < batch.len() => {
+                out.extend([batch[j + 1].clone(), batch[j].clone()]);
+                j += 1;
+            }
+            Fault::SwapWithNext => out.push(batch[j].clone()),
+            Fault::Flip(at) => {
+                let mut d = batch[j].clone();
+                // Under header coverage only the header is authenticated
+                // (loopback): flip there, as nothing else could.
+                let span = if coverage == Coverage::Header { HEADER_LEN } else { d.len() };
+                d[at % span] ^= 0x10;
+                out.push(d);
+            }
+        }
+        j += 1;
+    }
+    out
+}
+
 fn run(sizes: &[(u16, usize)], faults: &[Fault], slots: usize, coverage: Coverage) -> usize {
     run_placing(sizes, faults, slots, coverage, None).0
 }
@@ -254,31 +288,7 @@ fn run_placing(
             }
         }
         // The network's faults, the same for both receivers.
-        let mut out: Vec<Vec<u8>> = Vec::new();
-        let mut j = 0;
-        while j < batch.len() {
-            let fault = faults.get(f).cloned().unwrap_or(Fault::None);
-            f += 1;
-            match fault {
-                Fault::None => out.push(batch[j].clone()),
-                Fault::Drop => {}
-                Fault::Duplicate => out.extend([batch[j].clone(), batch[j].clone()]),
-                Fault::SwapWithNext if j + 1 < batch.len() => {
-                    out.extend([batch[j + 1].clone(), batch[j].clone()]);
-                    j += 1;
-                }
-                Fault::SwapWithNext => out.push(batch[j].clone()),
-                Fault::Flip(at) => {
-                    let mut d = batch[j].clone();
-                    // Under header coverage only the header is authenticated
-                    // (loopback): flip there, as nothing else could.
-                    let span = if coverage == Coverage::Header { HEADER_LEN } else { d.len() };
-                    d[at % span] ^= 0x10;
-                    out.push(d);
-                }
-            }
-            j += 1;
-        }
+        let out = apply_faults(&batch, faults, &mut f, coverage);
         for d in &out {
             whole.handle_datagram(now, d);
         }
@@ -422,4 +432,162 @@ fn a_large_message_is_read_in_place_but_for_its_first_datagram() {
     let faults = [Fault::None, Fault::None, Fault::Drop, Fault::None, Fault::SwapWithNext, Fault::Duplicate];
     let in_place = run(&[(0, 300_000), (1, 100_000), (0, 300_000)], &faults, 4, Coverage::Header);
     assert!(in_place > 0, "{in_place}");
+}
+
+/// Bytes of a piece's own header ([`run_aimed`]), which stay out of the
+/// region.
+const SKIP: usize = 10;
+
+/// A sender's stream of messages on channel 0 ([`run_aimed`]): `true` a
+/// piece (a header of [`SKIP`] bytes, then a full datagram's worth of the
+/// stream), `false` another message (short, or of several datagrams); and
+/// on channel 1 another now and then.
+fn aimed_messages() -> impl Strategy<Value = Vec<(u16, bool, usize)>> {
+    prop::collection::vec(
+        prop_oneof![
+            6 => Just((0u16, true, 0usize)),
+            1 => (0u16..2, 1usize..100).prop_map(|(c, len)| (c, false, len)),
+            1 => (0u16..2, 30_000usize..60_000).prop_map(|(c, len)| (c, false, len)),
+        ],
+        1..40,
+    )
+}
+
+/// Sends `messages` from 0 to 1 under `faults`; the receiver, as an
+/// application that knows where the stream's pieces go (a BSP put's
+/// area), aims channel 0 at what is left of its region after every
+/// delivery, and copies what came otherwise. Returns the pieces read in
+/// place. Every message arrives, in order, and the region holds every
+/// piece's stream bytes in order.
+fn run_aimed(messages: &[(u16, bool, usize)], faults: &[Fault], slots: usize) -> usize {
+    let mut a = Endpoint::new(config(0, Coverage::Datagram)).unwrap();
+    let mut b = Endpoint::new(config(1, Coverage::Datagram)).unwrap();
+    let chunk = a.config().max_payload() - RECORD_HEADER_LEN - SKIP;
+    let mut want: ByChannel = Default::default();
+    let mut stream = Vec::new();
+    for (n, &(channel, piece, len)) in messages.iter().enumerate() {
+        let m = match piece {
+            true => message(n, SKIP + chunk),
+            false => message(n, len),
+        };
+        if piece {
+            stream.extend_from_slice(&m[SKIP..]);
+        }
+        a.send(1, channel, &m).unwrap();
+        want[channel as usize].push(m);
+    }
+    // The region, as it would be were nothing read there out of turn.
+    let mut region = vec![0xEE_u8; stream.len()];
+    let mut landed = 0;
+    let mut got: ByChannel = Default::default();
+    let (mut now, mut f, mut in_place) = (Time::ZERO, 0, 0);
+    let mut buf = vec![0u8; 65_536];
+    for _ in 0..20_000 {
+        // What came: a piece whole in the region, or copied there.
+        while let Some(event) = b.poll_event() {
+            match event {
+                Event::Aimed { from, channel, head, len } => {
+                    assert_eq!((from, channel, head.len(), len), (0, 0, SKIP, chunk));
+                    let mut m = head;
+                    m.extend_from_slice(&region[landed..landed + len]);
+                    landed += len;
+                    got[0].push(m);
+                }
+                Event::Message { channel, data, start, .. } => {
+                    let m = data[start..].to_vec();
+                    if channel == 0 && m.len() == SKIP + chunk {
+                        region[landed..landed + chunk].copy_from_slice(&m[SKIP..]);
+                        landed += chunk;
+                    }
+                    got[channel as usize].push(m);
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        // SAFETY: the region is neither moved nor touched by this test
+        // until the next events are drained, past the end of the aim.
+        let rest = region.len() - landed;
+        assert!(unsafe { b.aim(0, 0, SKIP, region.as_mut_ptr().add(landed), rest) });
+        let mut batch = Vec::new();
+        while let Some(t) = a.poll_transmit(now, &mut buf) {
+            batch.push(buf[..t.len].to_vec());
+            if batch.len() == slots {
+                break;
+            }
+        }
+        let out = apply_faults(&batch, faults, &mut f, Coverage::Datagram);
+        in_place += feed_landing(&mut b, now, &out, slots);
+        while let Some(t) = b.poll_transmit(now, &mut buf) {
+            a.handle_datagram(now, &buf[..t.len]);
+        }
+        if got == want && landed == stream.len() {
+            break;
+        }
+        now = now + Duration::from_micros(50);
+        for e in [&mut a, &mut b] {
+            if e.poll_timeout().is_some_and(|t| t <= now) {
+                e.handle_timeout(now);
+            }
+        }
+    }
+    b.unaim();
+    assert_eq!(got, want, "every message, in order");
+    assert!(region == stream, "the region holds the stream's pieces in order");
+    in_place
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn aimed_pieces_land_in_the_region_and_every_message_arrives(
+        messages in aimed_messages(),
+        faults in faults(),
+        slots in 1usize..6,
+    ) {
+        run_aimed(&messages, &faults, slots);
+    }
+}
+
+#[test]
+fn a_stream_of_pieces_is_read_where_it_is_aimed() {
+    // Twenty pieces alone: read in place but where a packet resent on the
+    // sender's timer takes a slot and the rest of its read.
+    let pieces = vec![(0, true, 0); 20];
+    let in_place = run_aimed(&pieces, &[], 4);
+    assert!((15..=20).contains(&in_place), "{in_place}");
+    // Another message between them ends the aim where it comes (read
+    // there, then written over), as does a datagram of another channel, or
+    // one message in reassembly (read to its own buffer); the next aim
+    // takes the rest.
+    let mut mixed = pieces.clone();
+    mixed.insert(5, (0, false, 40));
+    mixed.insert(12, (1, false, 40_000));
+    mixed.insert(15, (0, false, 40_000));
+    let in_place = run_aimed(&mixed, &[], 4);
+    assert!((1..20).contains(&in_place), "{in_place}");
+    // A loss ends it until the hole is filled.
+    let faults = [Fault::None, Fault::None, Fault::Drop, Fault::None, Fault::SwapWithNext, Fault::Flip(30)];
+    let in_place = run_aimed(&pieces, &faults, 4);
+    assert!((1..20).contains(&in_place), "{in_place}");
+}
+
+#[test]
+fn no_aim_while_a_message_of_its_channel_waits() {
+    let mut a = Endpoint::new(config(0, Coverage::Datagram)).unwrap();
+    let mut b = Endpoint::new(config(1, Coverage::Datagram)).unwrap();
+    let mut buf = vec![0u8; 65_536];
+    a.send(1, 0, b"waiting").unwrap();
+    while let Some(t) = a.poll_transmit(Time::ZERO, &mut buf) {
+        b.handle_datagram(Time::ZERO, &buf[..t.len]);
+    }
+    let mut region = vec![0u8; 100_000];
+    // SAFETY: nothing is aimed (checked), and the region outlives the test.
+    assert!(!unsafe { b.aim(0, 0, SKIP, region.as_mut_ptr(), region.len()) }, "a message of channel 0 waits");
+    // Another channel's aim follows from what was taken.
+    assert!(unsafe { b.aim(0, 1, SKIP, region.as_mut_ptr(), region.len()) });
+    b.unaim();
+    assert!(matches!(b.poll_event(), Some(Event::Message { .. })));
+    assert!(unsafe { b.aim(0, 0, SKIP, region.as_mut_ptr(), region.len()) });
+    b.unaim();
 }

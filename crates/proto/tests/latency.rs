@@ -157,6 +157,7 @@ impl Pair {
                         self.data_paths[i].push(data_path);
                     }
                     Event::Placed { .. } => unreachable!("no receive's buffer is given in these tests"),
+                    Event::Aimed { .. } => unreachable!("no aim is given in these tests"),
                 }
             }
         }

@@ -251,18 +251,21 @@ pub struct Inbound {
     /// [`Engine::read_lent`] reads the rest where the receiver wants it.
     /// Only [`Engine::take_lent`] returns such a message.
     pub lent: Option<LentMessage>,
+    /// Bytes of the message after `data[start..]` that were written where
+    /// an aim said ([`Engine::aim`]): 0 for any other message.
+    pub aimed: usize,
 }
 
 impl Inbound {
     /// A message as it came, whole in `data[start..]`.
     pub fn new(from: u32, channel: u16, data: Vec<u8>, start: usize) -> Inbound {
-        Inbound { from, channel, data, start, lent: None }
+        Inbound { from, channel, data, start, lent: None, aimed: 0 }
     }
 
     /// Its length: what `data` holds, and what is still to be read of it
     /// where it was lent and not read yet.
     pub fn len(&self) -> usize {
-        self.lent.as_ref().map_or(0, |l| l.len) + self.data.len() - self.start
+        self.lent.as_ref().map_or(0, |l| l.len) + self.data.len() - self.start + self.aimed
     }
 
     pub fn is_empty(&self) -> bool {
@@ -1281,6 +1284,10 @@ impl Engine {
                     self.inbox_bytes += msg.data.capacity();
                     self.inbox.push_back(msg);
                 }
+                Some(Event::Aimed { from, channel, head, len }) => {
+                    self.inbox_bytes += head.capacity();
+                    self.inbox.push_back(Inbound { aimed: len, ..Inbound::new(from, channel, head, 0) });
+                }
                 Some(Event::ProtocolViolation { peer, reason, .. }) => {
                     self.failure.get_or_insert_with(|| format!("rank {peer} broke the protocol: {reason}"));
                 }
@@ -1308,7 +1315,7 @@ impl Engine {
             Some(d) if d.covers(from, channel, &end) => {
                 dest.state = DestState::Holding;
                 let lent = LentMessage { len: placed, remote: None };
-                Inbound { from, channel, data: end, start: 0, lent: Some(lent) }
+                Inbound { from, channel, data: end, start: 0, lent: Some(lent), aimed: 0 }
             }
             placing => {
                 let data = dest.take(placed, &end);
@@ -1345,6 +1352,44 @@ impl Engine {
     /// time as large.
     pub fn recycle_many(&mut self, buffers: impl Iterator<Item = Vec<u8>>) {
         self.rx.recycle_many(buffers);
+    }
+
+    /// Lets the next messages from `from` (a peer over UDP) on `channel`
+    /// be read straight to the `len` bytes at `base` where they come in
+    /// order, each in one datagram and `skip` bytes longer than a full
+    /// datagram's data: their bytes past the first `skip` one after the
+    /// other ([`Endpoint::aim`]). Such a message reaches the inbox with its
+    /// first `skip` bytes in [`Inbound::data`] and the number of the others
+    /// in [`Inbound::aimed`]. `false` (and no aim) where the peer is not
+    /// over UDP, datagrams are not read in place (`BULKWIRE_DIRECT_READ=0`,
+    /// injected loss), or a message of that channel from `from` is in the
+    /// inbox or on its way there: the aim must follow from every message
+    /// the caller has taken. Replaces an aim given before.
+    ///
+    /// # Safety
+    ///
+    /// `base` is valid for writes of `len` bytes, and neither read nor
+    /// written by anyone else until [`Engine::unaim`] has returned or a
+    /// message comes otherwise (the bytes of a message taken are the
+    /// caller's). A datagram read there that turns out not to be the next
+    /// leaves its bytes there: the caller writes there what belongs there
+    /// later.
+    pub unsafe fn aim(&mut self, from: u32, channel: u16, skip: usize, base: *mut u8, len: usize) -> bool {
+        self.endpoint.unaim();
+        if !self.direct_read || self.loss.is_some() || self.transport(from) != crate::Transport::Udp {
+            return false;
+        }
+        self.collect();
+        if self.inbox.iter().any(|m| (m.from, m.channel) == (from, channel)) {
+            return false;
+        }
+        // SAFETY: the caller's promise, passed on; `unaim` takes it back.
+        unsafe { self.endpoint.aim(from, channel, skip, base, len) }
+    }
+
+    /// Ends the aim [`Engine::aim`] gave: nothing is written there after.
+    pub fn unaim(&mut self) {
+        self.endpoint.unaim();
     }
 
     /// Keeps at least `n` of the buffers given back from now on (see

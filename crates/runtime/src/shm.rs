@@ -1257,7 +1257,7 @@ impl Shm {
                                         d.state = DestState::Holding;
                                         self.stats[from as usize].read_in_place += 1;
                                         let lent = LentMessage { len: p.placed, remote: None };
-                                        Inbound { from, channel, data: p.data, start: 0, lent: Some(lent) }
+                                        Inbound { from, channel, data: p.data, start: 0, lent: Some(lent), aimed: 0 }
                                     } else {
                                         // Not the receive's: taken out of its buffer.
                                         d.state = DestState::Free;
@@ -1287,7 +1287,7 @@ impl Shm {
                             let lent = LentMessage { len: total, remote };
                             let data = suffix.to_vec();
                             *inbox_bytes += data.capacity();
-                            inbox.push_back(Inbound { from, channel, data, start: 0, lent: Some(lent) });
+                            inbox.push_back(Inbound { from, channel, data, start: 0, lent: Some(lent), aimed: 0 });
                             self.deferred += 1;
                         } else {
                             let (data, shared) = read_whole(peer, self.split, extra, addr, total, suffix)

@@ -182,6 +182,8 @@ pub struct RecvBatch {
     /// The last read was a landing read: the datagrams' lengths and their
     /// slots' region sizes.
     landing: bool,
+    /// Bytes of each datagram before its slot's region ([`Landing::head`]).
+    head: usize,
     lengths: [usize; RecvBatch::MAX],
     regions: [usize; RecvBatch::MAX],
     /// The last read brought something: the next takes a whole batch.
@@ -222,6 +224,7 @@ impl RecvBatch {
             coalescing: false,
             segments: [0; Self::MAX],
             landing: false,
+            head: 0,
             lengths: [0; Self::MAX],
             regions: [0; Self::MAX],
             wide: true,
@@ -326,7 +329,7 @@ impl RecvBatch {
     }
 
     /// [`RecvBatch::recv`] of at most `landing`'s slots, each datagram read
-    /// in three pieces: its first [`Landing::HEAD`] bytes into its buffer,
+    /// in three pieces: its first [`Landing::head`] bytes into its buffer,
     /// the next into the slot's region (in the buffer of the message in
     /// reassembly), the rest behind, in its buffer where it would follow
     /// the region were that region in it. See [`RecvBatch::landed`] and
@@ -383,11 +386,11 @@ impl RecvBatch {
                     self.regions[k] = room;
                     // Room for any datagram: the head, the region, and the
                     // buffer's room from where the region would end in it.
-                    let behind = Landing::HEAD + room;
+                    let behind = landing.head() + room;
                     // A region is at most a datagram's data, and a datagram
                     // at most 65,507 bytes: `behind` is within the room.
                     debug_assert!(behind <= b.capacity());
-                    iov[0] = libc::iovec { iov_base: base.cast(), iov_len: Landing::HEAD };
+                    iov[0] = libc::iovec { iov_base: base.cast(), iov_len: landing.head() };
                     iov[1] = libc::iovec { iov_base: place.cast(), iov_len: room };
                     // SAFETY: `behind` is within the capacity (above).
                     let rest = unsafe { base.add(behind) };
@@ -495,18 +498,19 @@ impl RecvBatch {
             self.ages[k] = age.map_or(u64::MAX, |a| a.as_nanos() as u64);
         }
         self.landing = landing.is_some();
+        self.head = landing.map_or(0, Landing::head);
         Ok(n)
     }
 
     /// A datagram of the last read, which was [`RecvBatch::recv_landing`]:
-    /// its first bytes (up to [`Landing::HEAD`]), how many bytes of the
+    /// its first bytes (up to [`Landing::head`]), how many bytes of the
     /// slot's region it filled, and its bytes after the region.
     pub fn landed(&self, k: usize) -> (&[u8], usize, &[u8]) {
         debug_assert!(self.landing);
         let (len, room) = (self.lengths[k], self.regions[k]);
-        let head = len.min(Landing::HEAD);
+        let head = len.min(self.head);
         let data = (len - head).min(room);
-        let behind = Landing::HEAD + room;
+        let behind = self.head + room;
         let tail = len - head - data;
         let b = &self.buffers[k];
         // SAFETY: the kernel wrote the head at the start of the buffer and

@@ -201,8 +201,8 @@ impl SyncHost {
                     self.errors.push(format!("rank {}: protocol violation by {peer}: {reason}", self.rank))
                 }
                 Event::ModeChanged { .. } => {}
-                // The simulation gives no receive's buffer to place into.
-                Event::Placed { from, .. } => {
+                // The simulation gives no receive's buffer to place into, and aims nowhere.
+                Event::Placed { from, .. } | Event::Aimed { from, .. } => {
                     self.errors.push(format!("rank {}: a message from {from} placed in no buffer given", self.rank))
                 }
             }
