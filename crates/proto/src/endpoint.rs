@@ -691,9 +691,9 @@ impl Endpoint {
     /// datagrams' worth. An aim that no longer holds is dropped.
     fn aimed(&mut self, slots: usize) -> Option<Landing> {
         let a = self.aim.as_ref()?;
-        let chunk = self.cfg.max_payload().checked_sub(RECORD_HEADER_LEN + a.skip)?.min(u16::MAX as usize);
+        let chunk = self.aim_chunk(a.skip)?;
         let ch = &self.channels[a.index];
-        if chunk < LANDING_MIN_CHUNK || a.len < chunk || !ch.takes_whole(a.seq) {
+        if a.len < chunk || !ch.takes_whole(a.seq) {
             self.aim = None;
             return None;
         }
@@ -714,6 +714,15 @@ impl Endpoint {
         })
     }
 
+    /// The bytes of a message that an aim with `skip` reads into its region
+    /// ([`Endpoint::aim`]): a full datagram's data less `skip`. `None`
+    /// where that is less than [`LANDING_MIN_CHUNK`] (between hosts of an
+    /// Ethernet MTU), as an aim would save too little to be worth it.
+    pub fn aim_chunk(&self, skip: usize) -> Option<usize> {
+        let chunk = self.cfg.max_payload().checked_sub(RECORD_HEADER_LEN + skip)?.min(u16::MAX as usize);
+        (chunk >= LANDING_MIN_CHUNK).then_some(chunk)
+    }
+
     /// Lets the next messages from `peer` on `channel`, a reliable channel,
     /// be read straight to `len` bytes at `base` as they come in order
     /// (where the caller reads datagrams there, [`Endpoint::landing`]):
@@ -729,7 +738,8 @@ impl Endpoint {
     /// [`Endpoint::unaim`]. Returns `false`, and aims nowhere, where a
     /// message of the channel was delivered and not yet handed out
     /// ([`Endpoint::poll_event`]): the aim would not follow from what the
-    /// caller has seen. A datagram read to the region that turns out not
+    /// caller has seen; or where datagrams are too small
+    /// ([`Endpoint::aim_chunk`]). A datagram read to the region that turns out not
     /// to be the next (another packet, or not whole) leaves its bytes
     /// there, within the first full datagram's worth of each slot: the
     /// caller writes what belongs there later, or the region is its own.
@@ -742,7 +752,7 @@ impl Endpoint {
     /// caller's).
     pub unsafe fn aim(&mut self, peer: u32, channel: u16, skip: usize, base: *mut u8, len: usize) -> bool {
         self.aim = None;
-        if peer >= self.cfg.ranks || channel >= self.cfg.channels {
+        if peer >= self.cfg.ranks || channel >= self.cfg.channels || self.aim_chunk(skip).is_none() {
             return false;
         }
         let pending = self.events.iter().any(|e| match e {

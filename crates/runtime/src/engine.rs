@@ -1361,8 +1361,10 @@ impl Engine {
     /// other ([`Endpoint::aim`]). Such a message reaches the inbox with its
     /// first `skip` bytes in [`Inbound::data`] and the number of the others
     /// in [`Inbound::aimed`]. `false` (and no aim) where the peer is not
-    /// over UDP, datagrams are not read in place (`BULKWIRE_DIRECT_READ=0`,
-    /// injected loss), or a message of that channel from `from` is in the
+    /// over UDP, datagrams are too small for it to be worth it
+    /// ([`Endpoint::aim_chunk`]) or are not read in place
+    /// (`BULKWIRE_DIRECT_READ=0`, injected loss), or a message of that
+    /// channel from `from` is in the
     /// inbox or on its way there: the aim must follow from every message
     /// the caller has taken. Replaces an aim given before.
     ///
@@ -1376,7 +1378,8 @@ impl Engine {
     /// later.
     pub unsafe fn aim(&mut self, from: u32, channel: u16, skip: usize, base: *mut u8, len: usize) -> bool {
         self.endpoint.unaim();
-        if !self.direct_read || self.loss.is_some() || self.transport(from) != crate::Transport::Udp {
+        let worth = self.endpoint.aim_chunk(skip).is_some();
+        if !worth || !self.direct_read || self.loss.is_some() || self.transport(from) != crate::Transport::Udp {
             return false;
         }
         self.collect();
