@@ -9,6 +9,9 @@
 #   scripts/netns-testbed.sh dual [N] [RATE]
 #   scripts/netns-testbed.sh down [N]
 #
+# MTU=9000 (in the environment) gives every link jumbo frames (default
+# 1500, Ethernet's); the runtime sizes its datagrams by the interface's MTU.
+#
 # `bottleneck` makes the last host's downlink a port with two classes, as
 # a switch with a premium service has: premium (DSCP EF, what bulkwire's
 # premium sockets send) guaranteed a fifth of RATE and served first, best
@@ -26,6 +29,10 @@ set -euo pipefail
 action="${1:-}"
 n="${2:-8}"
 rate="${3:-100mbit}"
+mtu="${MTU:-1500}"
+case "$mtu" in
+    '' | *[!0-9]*) echo "netns-testbed: MTU must be a number of bytes: $mtu" >&2; exit 2 ;;
+esac
 
 # RATE times $2 (default 1) over $1, in kbit (tc's units).
 rate_part() {
@@ -71,6 +78,8 @@ case "$action" in
             ns="bwh$i"
             ip netns add "$ns"
             ip link add "bwp$i" type veth peer name eth0 netns "$ns"
+            ip link set "bwp$i" mtu "$mtu"
+            ip -n "$ns" link set eth0 mtu "$mtu"
             ip link set "bwp$i" master bwbr up
             ip -n "$ns" addr add "10.90.0.$((i + 1))/24" dev eth0
             ip -n "$ns" link set eth0 up
@@ -101,7 +110,8 @@ case "$action" in
                 ip -n "bwh$i" link set eth1 up
             done
         fi
-        echo "test bed up: $n hosts bwh0..bwh$((n - 1)) at $rate; rendezvous address 10.90.0.254"
+        ip link set bwbr mtu "$mtu"
+        echo "test bed up: $n hosts bwh0..bwh$((n - 1)) at $rate, MTU $mtu; rendezvous address 10.90.0.254"
         ;;
     down) down ;;
     *)
