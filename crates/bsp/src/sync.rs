@@ -928,10 +928,11 @@ impl Bsp {
             self.net.start_landing(&early, areas);
             let moved = self.transfer(&plan, packet, &expected, &eager, call == Call::End);
             // Nothing is read into an area after the transfer, whatever
-            // became of it (see `Net::aim`).
-            let unaimed = rt_with(&self.rt, Engine::unaim);
+            // became of it or of the job (see `Net::aim`).
+            if let Some(rt) = &self.rt {
+                rt.unaim();
+            }
             let landed_early = self.net.finish_landing();
-            unaimed.map_err(fail)?;
             moved.map_err(fail)?;
             let landed_early = landed_early.map_err(fail)?;
             self.landed_early += landed_early;

@@ -2018,6 +2018,12 @@ impl Runtime {
         self.inner.lock().end_deferral();
     }
 
+    /// [`Engine::unaim`], whatever state the job is in (the region must be
+    /// the caller's again once it returns).
+    pub fn unaim(&self) {
+        self.inner.lock().unaim();
+    }
+
     /// [`Engine::release_loans`], whatever state the job is in (a lender's
     /// memory must be its own again once its wait returns).
     pub fn release_loans(&self, loans: &[Loan]) {
