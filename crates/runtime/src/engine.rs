@@ -262,8 +262,9 @@ impl Inbound {
         Inbound { from, channel, data, start, lent: None, aimed: 0 }
     }
 
-    /// Its length: what `data` holds, and what is still to be read of it
-    /// where it was lent and not read yet.
+    /// Its length: what `data` holds, what is still to be read of it
+    /// where it was lent and not read yet, and what was written where an
+    /// aim said.
     pub fn len(&self) -> usize {
         self.lent.as_ref().map_or(0, |l| l.len) + self.data.len() - self.start + self.aimed
     }
@@ -1364,9 +1365,9 @@ impl Engine {
     /// over UDP, datagrams are too small for it to be worth it
     /// ([`Endpoint::aim_chunk`]) or are not read in place
     /// (`BULKWIRE_DIRECT_READ=0`, injected loss), or a message of that
-    /// channel from `from` is in the
-    /// inbox or on its way there: the aim must follow from every message
-    /// the caller has taken. Replaces an aim given before.
+    /// channel from `from` is in the inbox or on its way there: the aim
+    /// must follow from every message the caller has taken. Replaces an
+    /// aim given before.
     ///
     /// # Safety
     ///
