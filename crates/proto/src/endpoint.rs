@@ -813,75 +813,50 @@ impl Endpoint {
         };
         let record: &[u8; RECORD_HEADER_LEN] = head[HEADER_LEN..Landing::HEAD].try_into().expect("length checked");
         let (message_len, offset, len) = read_record_header(record);
-        if let Some(skip) = landing.skip {
-            return self.handle_aimed(
-                now,
-                arrived,
-                landing,
-                slot,
-                header,
-                head,
-                data_len,
-                (message_len, offset, len, skip),
-            );
-        }
-        let expected = landing.offset + slot * landing.chunk;
+        // The packet the slot waited for: the channel's, next in order.
         if header.packet_type != PacketType::Data
             || header.flags.contains(Flags::BEST_EFFORT)
             || (header.source, header.channel) != (landing.peer, landing.channel)
             || header.sequence != landing.seq + slot as u64
-            || len as usize != data_len
-            || offset as usize != expected
-            || !self.channels[landing.index].lands(header.sequence, message_len, offset, data_len)
         {
             return Landed::Elsewhere;
         }
+        let ch = &self.channels[landing.index];
+        let payload = match landing.skip {
+            // An aim's: one whole message, its first `skip` bytes in the
+            // head, the aim still where this landing was lent.
+            Some(skip) => {
+                let holds = self.aim.as_ref().is_some_and(|a| a.index == landing.index && a.seq == header.sequence);
+                if offset != 0
+                    || u32::from(len) != message_len
+                    || len as usize != skip + data_len
+                    || !holds
+                    || !ch.takes_whole(header.sequence)
+                {
+                    return Landed::Elsewhere;
+                }
+                Payload::Aimed { head: &head[Landing::HEAD..], len: data_len }
+            }
+            // A reassembly's: the next piece of its message, where it stands.
+            None => {
+                let expected = landing.offset + slot * landing.chunk;
+                if len as usize != data_len
+                    || offset as usize != expected
+                    || !ch.lands(header.sequence, message_len, offset, data_len)
+                {
+                    return Landed::Elsewhere;
+                }
+                Payload::Landed { message_len, offset, len: data_len }
+            }
+        };
         self.timeout_cache.set(None);
-        let payload = Payload::Landed { message_len, offset, len: data_len };
-        self.handle_decoded(now, arrived, header, payload, false);
-        match self.channels[landing.index].failed {
-            true => Landed::Ended,
-            false => Landed::InPlace,
-        }
-    }
-
-    /// [`Endpoint::handle_landed`] for an aim: the datagram is the one its
-    /// slot waited for if it carries one whole message, `skip` bytes in
-    /// the head and the rest in the region, on the aimed channel, next.
-    #[allow(clippy::too_many_arguments)]
-    fn handle_aimed(
-        &mut self,
-        now: Time,
-        arrived: Time,
-        landing: &Landing,
-        slot: usize,
-        header: Header,
-        head: &[u8],
-        data_len: usize,
-        (message_len, offset, len, skip): (u32, u32, u16, usize),
-    ) -> Landed {
-        let aim_holds = self.aim.as_ref().is_some_and(|a| a.index == landing.index && a.seq == header.sequence);
-        if header.packet_type != PacketType::Data
-            || header.flags.contains(Flags::BEST_EFFORT)
-            || (header.source, header.channel) != (landing.peer, landing.channel)
-            || header.sequence != landing.seq + slot as u64
-            || offset != 0
-            || u32::from(len) != message_len
-            || len as usize != skip + data_len
-            || !aim_holds
-            || !self.channels[landing.index].takes_whole(header.sequence)
-        {
-            return Landed::Elsewhere;
-        }
-        self.timeout_cache.set(None);
-        let payload = Payload::Aimed { head: &head[Landing::HEAD..], len: data_len };
         self.handle_decoded(now, arrived, header, payload, false);
         let ch = &self.channels[landing.index];
         if ch.failed {
             self.aim = None;
             return Landed::Ended;
         }
-        if let Some(a) = self.aim.as_mut() {
+        if let Some(a) = self.aim.as_mut().filter(|_| landing.skip.is_some()) {
             // Delivered (not dropped for want of room): the aim moves on.
             if ch.next_expected() > a.seq {
                 a.seq += 1;
