@@ -454,30 +454,16 @@ fn puts_read_into_their_area(bsp: &mut Bsp) -> Result<u64, BspError> {
 #[test]
 fn large_puts_over_udp_are_read_into_their_area() {
     if is_rank() {
-        let mut bsp = Bsp::begin().unwrap();
-        let read = puts_read_into_their_area(&mut bsp).unwrap_or_else(|e| panic!("{e}"));
-        let pid = bsp.pid();
-        bsp.end().unwrap();
-        println!("read {read} pid {pid}");
-        println!("ok pid {pid}");
-        return;
+        return report_count("in-place", puts_read_into_their_area);
     }
     let test = "large_puts_over_udp_are_read_into_their_area";
-    let read = |out: &Output, pid: u32| -> u64 {
-        let all = text(out);
-        all.lines()
-            .filter_map(|l| l.split_once("read ").map(|(_, rest)| rest))
-            .find_map(|rest| rest.strip_suffix(&format!(" pid {pid}")))
-            .unwrap_or_else(|| panic!("no count from pid {pid} in\n{all}"))
-            .parse()
-            .unwrap()
-    };
+    let read = |out: &Output, pid: u32, what: &str| count(&text(out), "in-place", pid, what);
     // Six puts of 8 MiB into each process, about 130 datagrams of
     // loopback's size each: most read where they go.
     let out = launch(2, test, &[("BULKWIRE_SHM", "0")]);
     expect_ok(&out, 2, "over UDP");
     for pid in 0..2 {
-        let n = read(&out, pid);
+        let n = read(&out, pid, "over UDP");
         assert!(n >= 100, "pid {pid}: {n} datagrams read in place:\n{}", text(&out));
     }
     // The same bytes with datagrams read whole, and landing after the
@@ -486,7 +472,7 @@ fn large_puts_over_udp_are_read_into_their_area() {
         let out = launch(2, test, &[("BULKWIRE_SHM", "0"), (switch, "0")]);
         expect_ok(&out, 2, switch);
         for pid in 0..2 {
-            assert_eq!(read(&out, pid), 0, "{switch}=0, pid {pid}:\n{}", text(&out));
+            assert_eq!(read(&out, pid, switch), 0, "{switch}=0, pid {pid}:\n{}", text(&out));
         }
     }
 }
@@ -507,21 +493,22 @@ fn buffers_made(out: &Output) -> Vec<(u32, u64, u64)> {
         .collect()
 }
 
-/// A process of a landing test: runs `test` and prints the bytes it
-/// landed early ([`landed_early`]) and that it finished.
-fn report_landed_early(test: fn(&mut Bsp) -> Result<u64, BspError>) {
+/// A process of a test that counts something: runs `test` and prints its
+/// count after `word` ([`count`]) and that it finished.
+fn report_count(word: &str, test: fn(&mut Bsp) -> Result<u64, BspError>) {
     let mut bsp = Bsp::begin().unwrap();
-    let early = test(&mut bsp).unwrap_or_else(|e| panic!("{e}"));
+    let n = test(&mut bsp).unwrap_or_else(|e| panic!("{e}"));
     let pid = bsp.pid();
     bsp.end().unwrap();
-    println!("early {early} pid {pid}");
+    println!("{word} {n} pid {pid}");
     println!("ok pid {pid}");
 }
 
-/// The bytes process `pid` of a job's output `all` landed early.
-fn landed_early(all: &str, pid: u32, what: &str) -> u64 {
+/// The count process `pid` printed after `word` in a job's output `all`
+/// ([`report_count`]).
+fn count(all: &str, word: &str, pid: u32, what: &str) -> u64 {
     all.lines()
-        .filter_map(|l| l.split_once("early ").map(|(_, rest)| rest))
+        .filter_map(|l| l.split_once(&format!("{word} ")).map(|(_, rest)| rest))
         .find_map(|rest| rest.strip_suffix(&format!(" pid {pid}")))
         .unwrap_or_else(|| panic!("{what}: no count from pid {pid} in\n{all}"))
         .parse()
@@ -578,7 +565,7 @@ fn ordered_puts(bsp: &mut Bsp) -> Result<u64, BspError> {
 #[test]
 fn puts_that_land_as_they_arrive_keep_the_standard_s_order() {
     if is_rank() {
-        return report_landed_early(ordered_puts);
+        return report_count("early", ordered_puts);
     }
     let test = "puts_that_land_as_they_arrive_keep_the_standard_s_order";
     let lossy = [("BULKWIRE_SHM", "0"), ("BULKWIRE_TEST_DROP", "0.05"), ("BULKWIRE_TEST_DROP_SEED", "5")];
@@ -593,7 +580,7 @@ fn puts_that_land_as_they_arrive_keep_the_standard_s_order() {
             expect_ok(&out, n, what);
             let all = text(&out);
             for pid in 0..n {
-                let early = landed_early(&all, pid, &format!("{what} n={n}"));
+                let early = count(&all, "early", pid, &format!("{what} n={n}"));
                 // Over UDP 0's put of 4 MiB each superstep lands as it
                 // comes; on one host it is read from 0's memory at the end.
                 let early_here = pid > 0 && what.starts_with("over UDP") && !what.contains("after");
@@ -678,7 +665,7 @@ fn puts_beside_hpputs(bsp: &mut Bsp) -> Result<u64, BspError> {
 #[test]
 fn puts_land_as_they_arrive_beside_hpputs_and_gets_but_not_on_them() {
     if is_rank() {
-        return report_landed_early(puts_beside_hpputs);
+        return report_count("early", puts_beside_hpputs);
     }
     let test = "puts_land_as_they_arrive_beside_hpputs_and_gets_but_not_on_them";
     let lossy = [("BULKWIRE_SHM", "0"), ("BULKWIRE_TEST_DROP", "0.05"), ("BULKWIRE_TEST_DROP_SEED", "3")];
@@ -691,7 +678,7 @@ fn puts_land_as_they_arrive_beside_hpputs_and_gets_but_not_on_them() {
         let out = launch(2, test, env);
         expect_ok(&out, 2, what);
         let all = text(&out);
-        let early = |pid: u32| landed_early(&all, pid, what);
+        let early = |pid: u32| count(&all, "early", pid, what);
         // Over UDP, each superstep: process 0 lands the hpput's 1 MiB;
         // process 1 the first put's 2 MiB, and in supersteps 1 and 3 the
         // second's too. On one host puts and hpputs are read from their
