@@ -466,6 +466,14 @@ fn large_puts_over_udp_are_read_into_their_area() {
         let n = read(&out, pid, "over UDP");
         assert!(n >= 100, "pid {pid}: {n} datagrams read in place:\n{}", text(&out));
     }
+    // Datagrams of an Ethernet frame's size, which the kernel sends and
+    // delivers in runs (UDP GSO and GRO): each run's pieces read in place.
+    let out = launch(2, test, &[("BULKWIRE_SHM", "0"), ("BULKWIRE_MAX_DATAGRAM", "1472")]);
+    expect_ok(&out, 2, "1,472 B datagrams");
+    for pid in 0..2 {
+        let n = read(&out, pid, "1,472 B datagrams");
+        assert!(n >= 1000, "pid {pid}: {n} datagrams of 1,472 B read in place:\n{}", text(&out));
+    }
     // The same bytes with datagrams read whole, and landing after the
     // transfer (no aim: nothing read in place).
     for switch in ["BULKWIRE_DIRECT_READ", "BULKWIRE_BSP_LAND_EARLY"] {

@@ -158,6 +158,9 @@ pub struct Endpoint {
     /// Where the next whole messages of one channel may be read straight
     /// to ([`Endpoint::aim`]).
     aim: Option<Aim>,
+    /// Bytes of a run of datagrams that the caller reads at once, where
+    /// the kernel coalesces them ([`Endpoint::read_runs`]).
+    run_room: Option<usize>,
     /// When the next datagram handed over reached this host, if the caller
     /// knows better than the time it is handled ([`Endpoint::set_arrival`]).
     arrival: Option<Time>,
@@ -197,6 +200,8 @@ pub struct Landing {
     peer: u32,
     channel: u16,
     seq: u64,
+    /// The slots are read as one run of datagrams ([`Landing::run`]).
+    run: bool,
     /// Bytes of the message held, and where the place of its next bytes
     /// ends: the whole message, or the end of the part that goes into a
     /// receive's buffer ([`Endpoint::place`]), after which a datagram is
@@ -223,6 +228,18 @@ impl Landing {
     /// How many places there are (at least one).
     pub fn slots(&self) -> usize {
         self.slots
+    }
+
+    /// Bytes of a datagram after its data: its MAC.
+    pub const TAIL: usize = MAC_LEN;
+
+    /// The slots are for the datagrams of one run that the kernel
+    /// coalesced, read at once ([`Endpoint::read_runs`]): slot `i` for
+    /// the run's `i`th datagram, each read as [`Landing::head`] bytes,
+    /// the slot's region, then [`Landing::TAIL`] bytes. Otherwise each
+    /// slot is for a read of its own.
+    pub fn run(&self) -> bool {
+        self.run
     }
 
     /// The place of slot `i` (below [`Landing::slots`]): where its data
@@ -309,6 +326,7 @@ impl Endpoint {
             placement: None,
             placed_buf: None,
             aim: None,
+            run_room: None,
             arrival: None,
             samples_arrivals: false,
             cfg,
@@ -673,9 +691,6 @@ impl Endpoint {
     /// than [`Endpoint::handle_landed`] with this landing.
     pub fn landing(&mut self, slots: usize) -> Option<Landing> {
         let chunk = self.cfg.max_payload().checked_sub(RECORD_HEADER_LEN)?.min(u16::MAX as usize);
-        if chunk < LANDING_MIN_CHUNK || slots == 0 {
-            return None;
-        }
         let Some(index) = self.landing_hint else { return self.aimed(slots) };
         let ch = &mut self.channels[index];
         let (peer, channel) = (ch.peer, ch.id);
@@ -683,8 +698,32 @@ impl Endpoint {
             self.landing_hint = None;
             return self.aimed(slots);
         };
+        let (slots, run) = self.landing_slots(slots, chunk, 0)?;
         let slots = slots.min((total - offset).div_ceil(chunk));
-        Some(Landing { skip: None, index, peer, channel, seq, offset, total, chunk, slots, base })
+        Some(Landing { skip: None, index, peer, channel, seq, run, offset, total, chunk, slots, base })
+    }
+
+    /// How many slots a landing whose datagrams carry `chunk` bytes in
+    /// their regions (`skip` before them) has, at most `slots` read one
+    /// by one, and whether they are a run's: datagrams of
+    /// [`LANDING_MIN_CHUNK`] and more are read one per slot, smaller
+    /// ones only as a coalesced run ([`Endpoint::read_runs`]).
+    fn landing_slots(&self, slots: usize, chunk: usize, skip: usize) -> Option<(usize, bool)> {
+        if chunk >= LANDING_MIN_CHUNK {
+            return (slots > 0).then_some((slots, false));
+        }
+        let datagram = Landing::HEAD + skip + chunk + Landing::TAIL;
+        let slots = self.run_room? / datagram;
+        (chunk > 0 && slots > 1).then_some((slots, true))
+    }
+
+    /// Has [`Endpoint::landing`] lend the places of datagrams too small to
+    /// be read one per system call ([`LANDING_MIN_CHUNK`]; an Ethernet
+    /// frame's) as runs: the caller reads up to `room` bytes of datagrams
+    /// that the kernel coalesced (UDP GRO) in one read, where each
+    /// datagram's data goes to its place in turn. `None`: no such reads.
+    pub fn read_runs(&mut self, room: Option<usize>) {
+        self.run_room = room;
     }
 
     /// The landing of the aim, while it holds: at most `slots` whole
@@ -692,6 +731,7 @@ impl Endpoint {
     fn aimed(&mut self, slots: usize) -> Option<Landing> {
         let a = self.aim.as_ref()?;
         let chunk = self.aim_chunk(a.skip)?;
+        let (slots, run) = self.landing_slots(slots, chunk, a.skip)?;
         let ch = &self.channels[a.index];
         if a.len < chunk || !ch.takes_whole(a.seq) {
             self.aim = None;
@@ -706,6 +746,7 @@ impl Endpoint {
             peer,
             channel,
             seq: a.seq,
+            run,
             offset: 0,
             total,
             chunk,
@@ -717,10 +758,11 @@ impl Endpoint {
     /// The bytes of a message that an aim with `skip` reads into its region
     /// ([`Endpoint::aim`]): a full datagram's data less `skip`. `None`
     /// where that is less than [`LANDING_MIN_CHUNK`] (between hosts of an
-    /// Ethernet MTU), as an aim would save too little to be worth it.
+    /// Ethernet MTU) and the caller reads no runs ([`Endpoint::read_runs`]),
+    /// as an aim would save too little to be worth it.
     pub fn aim_chunk(&self, skip: usize) -> Option<usize> {
         let chunk = self.cfg.max_payload().checked_sub(RECORD_HEADER_LEN + skip)?.min(u16::MAX as usize);
-        (chunk >= LANDING_MIN_CHUNK).then_some(chunk)
+        self.landing_slots(1, chunk, skip).map(|_| chunk)
     }
 
     /// Lets the next messages from `peer` on `channel`, a reliable channel,

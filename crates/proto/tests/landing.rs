@@ -21,14 +21,29 @@ use bulkwire_wire::{Coverage, JobKey, HEADER_LEN, RECORD_HEADER_LEN};
 use proptest::prelude::*;
 
 const JOB: u64 = 91;
+/// Datagrams read one per slot (loopback's sort).
 const DATAGRAM: usize = 20_000;
+/// Datagrams of an Ethernet frame, read in place only as runs the kernel
+/// coalesced ([`Endpoint::read_runs`]).
+const FRAME: usize = 1_472;
 
-fn config(rank: u32, coverage: Coverage) -> Config {
+fn config(rank: u32, coverage: Coverage, datagram: usize) -> Config {
     let mut c = Config::new(JOB, JobKey::new([5; 32]).covering(coverage), rank, 2);
     c.channels = 2;
-    c.max_datagram = DATAGRAM;
+    c.max_datagram = datagram;
     c.initial_rtt = Duration::from_micros(100);
     c
+}
+
+/// A receiver of datagrams of `datagram` bytes that reads runs of them
+/// as the runtime does where the kernel coalesces them (a buffer of 64
+/// KiB) where they are too small to be read one per slot.
+fn receiver(coverage: Coverage, datagram: usize) -> Endpoint {
+    let mut b = Endpoint::new(config(1, coverage, datagram)).unwrap();
+    if datagram < 8 << 10 {
+        b.read_runs(Some(65_536));
+    }
+    b
 }
 
 /// A message of `len` bytes that says which it is.
@@ -234,7 +249,7 @@ fn apply_faults(batch: &[Vec<u8>], faults: &[Fault], f: &mut usize, coverage: Co
 }
 
 fn run(sizes: &[(u16, usize)], faults: &[Fault], slots: usize, coverage: Coverage) -> usize {
-    run_placing(sizes, faults, slots, coverage, None).0
+    run_placing(sizes, faults, slots, coverage, DATAGRAM, None).0
 }
 
 /// [`run`], and where `receive` says ([`Asked`]), the receiver that reads
@@ -245,11 +260,12 @@ fn run_placing(
     faults: &[Fault],
     slots: usize,
     coverage: Coverage,
+    datagram: usize,
     receive: Option<Asked>,
 ) -> (usize, usize) {
-    let mut a = Endpoint::new(config(0, coverage)).unwrap();
-    let mut whole = Endpoint::new(config(1, coverage)).unwrap();
-    let mut landed = Endpoint::new(config(1, coverage)).unwrap();
+    let mut a = Endpoint::new(config(0, coverage, datagram)).unwrap();
+    let mut whole = Endpoint::new(config(1, coverage, datagram)).unwrap();
+    let mut landed = receiver(coverage, datagram);
     let ahead = receive.map_or(0, |r| r.ahead);
     for channel in 0..2 {
         a.set_tail_ahead(channel, ahead).unwrap();
@@ -354,9 +370,11 @@ proptest! {
         faults in faults(),
         slots in 1usize..6,
         header_only: bool,
+        frames: bool,
     ) {
         let coverage = if header_only { Coverage::Header } else { Coverage::Datagram };
-        run(&sizes, &faults, slots, coverage);
+        let datagram = if frames { FRAME } else { DATAGRAM };
+        run_placing(&sizes, &faults, slots, coverage, datagram, None);
     }
 
     /// With a filter or without, the sender's ends ahead (mostly as long
@@ -374,7 +392,7 @@ proptest! {
     ) {
         let ahead = other_ahead.unwrap_or(tail);
         let asked = Asked { channel: 0, cap, tail, every, filter, ahead };
-        let (_, placed) = run_placing(&sizes, &faults, slots, Coverage::Datagram, Some(asked));
+        let (_, placed) = run_placing(&sizes, &faults, slots, Coverage::Datagram, DATAGRAM, Some(asked));
         if filter.is_some() && ahead != tail {
             prop_assert_eq!(placed, 0, "placed without its end ahead");
         }
@@ -388,14 +406,15 @@ fn a_message_that_fits_is_reassembled_in_the_receive_s_buffer() {
     // much as without the buffer but for its last datagram (which holds the
     // end that stays out); one on channel 1 between them is not.
     let sizes = [(0, 500_000), (1, 100_000), (0, 300_004)];
-    let (in_place, placed) = run_placing(&sizes, &[], 16, Coverage::Datagram, Some(Asked::plain(0, 300_000, 4, 0)));
+    let (in_place, placed) =
+        run_placing(&sizes, &[], 16, Coverage::Datagram, DATAGRAM, Some(Asked::plain(0, 300_000, 4, 0)));
     let without = run(&sizes, &[], 16, Coverage::Datagram);
     assert_eq!(placed, 1);
     assert!(in_place + 1 >= without, "{in_place} read in place, {without} without the buffer");
     // Taken back and given again every round: still every byte, in order,
     // and the message half reassembled when the buffer is given again is
     // moved there (what came of it copied).
-    let (_, placed) = run_placing(&sizes, &[], 4, Coverage::Datagram, Some(Asked::plain(0, 300_000, 4, 1)));
+    let (_, placed) = run_placing(&sizes, &[], 4, Coverage::Datagram, DATAGRAM, Some(Asked::plain(0, 300_000, 4, 1)));
     assert_eq!(placed, 1);
 }
 
@@ -406,16 +425,16 @@ fn a_filtered_receive_places_the_messages_it_asks_for_and_no_other() {
     // them longer than the buffer, and come first. Their ends go ahead.
     let sizes = [(0, 500_000), (0, 300_004), (1, 100_000), (0, 1_000), (0, 299_000), (0, 250_000)];
     let asked = |every| Asked { channel: 0, cap: 300_000, tail: 4, every, filter: Some(0b10_0110), ahead: 4 };
-    let (in_place, placed) = run_placing(&sizes, &[], 16, Coverage::Datagram, Some(asked(0)));
+    let (in_place, placed) = run_placing(&sizes, &[], 16, Coverage::Datagram, DATAGRAM, Some(asked(0)));
     assert_eq!(placed, 2, "the two asked for that come in several datagrams");
     let without = run(&sizes, &[], 16, Coverage::Datagram);
     assert!(in_place + 2 >= without, "{in_place} read in place, {without} without the buffer");
     // Taken back and given again every round, with losses.
     let faults = [Fault::None, Fault::Drop, Fault::None, Fault::SwapWithNext, Fault::Duplicate];
-    let (_, placed) = run_placing(&sizes, &faults, 4, Coverage::Datagram, Some(asked(1)));
+    let (_, placed) = run_placing(&sizes, &faults, 4, Coverage::Datagram, DATAGRAM, Some(asked(1)));
     assert!(placed <= 2);
     // The sender does not send ends ahead: nothing is placed.
-    let (_, placed) = run_placing(&sizes, &[], 16, Coverage::Datagram, Some(Asked { ahead: 0, ..asked(0) }));
+    let (_, placed) = run_placing(&sizes, &[], 16, Coverage::Datagram, DATAGRAM, Some(Asked { ahead: 0, ..asked(0) }));
     assert_eq!(placed, 0);
 }
 
@@ -459,9 +478,9 @@ fn aimed_messages() -> impl Strategy<Value = Vec<(u16, bool, usize)>> {
 /// delivery, and copies what came otherwise. Returns the pieces read in
 /// place. Every message arrives, in order, and the region holds every
 /// piece's stream bytes in order.
-fn run_aimed(messages: &[(u16, bool, usize)], faults: &[Fault], slots: usize) -> usize {
-    let mut a = Endpoint::new(config(0, Coverage::Datagram)).unwrap();
-    let mut b = Endpoint::new(config(1, Coverage::Datagram)).unwrap();
+fn run_aimed(messages: &[(u16, bool, usize)], faults: &[Fault], slots: usize, datagram: usize) -> usize {
+    let mut a = Endpoint::new(config(0, Coverage::Datagram, datagram)).unwrap();
+    let mut b = receiver(Coverage::Datagram, datagram);
     let chunk = a.config().max_payload() - RECORD_HEADER_LEN - SKIP;
     let mut want: ByChannel = Default::default();
     let mut stream = Vec::new();
@@ -544,8 +563,9 @@ proptest! {
         messages in aimed_messages(),
         faults in faults(),
         slots in 1usize..6,
+        frames: bool,
     ) {
-        run_aimed(&messages, &faults, slots);
+        run_aimed(&messages, &faults, slots, if frames { FRAME } else { DATAGRAM });
     }
 }
 
@@ -554,7 +574,7 @@ fn a_stream_of_pieces_is_read_where_it_is_aimed() {
     // Twenty pieces alone: read in place but where a packet resent on the
     // sender's timer takes a slot and the rest of its read.
     let pieces = vec![(0, true, 0); 20];
-    let in_place = run_aimed(&pieces, &[], 4);
+    let in_place = run_aimed(&pieces, &[], 4, DATAGRAM);
     assert!((15..=20).contains(&in_place), "{in_place}");
     // Another message between them ends the aim where it comes (read
     // there, then written over), as does a datagram of another channel, or
@@ -564,18 +584,18 @@ fn a_stream_of_pieces_is_read_where_it_is_aimed() {
     mixed.insert(5, (0, false, 40));
     mixed.insert(12, (1, false, 40_000));
     mixed.insert(15, (0, false, 40_000));
-    let in_place = run_aimed(&mixed, &[], 4);
+    let in_place = run_aimed(&mixed, &[], 4, DATAGRAM);
     assert!((1..20).contains(&in_place), "{in_place}");
     // A loss ends it until the hole is filled.
     let faults = [Fault::None, Fault::None, Fault::Drop, Fault::None, Fault::SwapWithNext, Fault::Flip(30)];
-    let in_place = run_aimed(&pieces, &faults, 4);
+    let in_place = run_aimed(&pieces, &faults, 4, DATAGRAM);
     assert!((1..20).contains(&in_place), "{in_place}");
 }
 
 #[test]
 fn no_aim_while_a_message_of_its_channel_waits() {
-    let mut a = Endpoint::new(config(0, Coverage::Datagram)).unwrap();
-    let mut b = Endpoint::new(config(1, Coverage::Datagram)).unwrap();
+    let mut a = Endpoint::new(config(0, Coverage::Datagram, DATAGRAM)).unwrap();
+    let mut b = Endpoint::new(config(1, Coverage::Datagram, DATAGRAM)).unwrap();
     let mut buf = vec![0u8; 65_536];
     a.send(1, 0, b"waiting").unwrap();
     while let Some(t) = a.poll_transmit(Time::ZERO, &mut buf) {
@@ -589,7 +609,37 @@ fn no_aim_while_a_message_of_its_channel_waits() {
     b.unaim();
     assert!(matches!(b.poll_event(), Some(Event::Message { .. })));
     assert!(unsafe { b.aim(0, 0, SKIP, region.as_mut_ptr(), region.len()) });
-    // Where what a datagram would bring to the region is under 8 KiB, no.
+    // Where what a datagram would bring to the region is under 8 KiB, no;
+    // unless the caller reads runs of them.
     assert!(!unsafe { b.aim(0, 0, 15_000, region.as_mut_ptr(), region.len()) });
+    b.read_runs(Some(65_536));
+    assert!(unsafe { b.aim(0, 0, 15_000, region.as_mut_ptr(), region.len()) });
     b.unaim();
+}
+
+#[test]
+fn frames_are_read_in_place_as_runs() {
+    // Datagrams of an Ethernet frame, where the receiver reads runs: a
+    // message of 300,000 bytes (215 of them) read in place but for its
+    // first and the runs that a packet resent on the sender's timer leads
+    // (the test's clock moves 1 ms a round of 24 datagrams, and the last
+    // one sent is resent at the head of every other round: seen 120); a
+    // stream of pieces (seen all 100). Nothing without runs.
+    let sizes = [(0, 300_000)];
+    let (in_place, _) = run_placing(&sizes, &[], 16, Coverage::Datagram, FRAME, None);
+    assert!((100..=214).contains(&in_place), "{in_place}");
+    let pieces = vec![(0, true, 0); 100];
+    let in_place = run_aimed(&pieces, &[], 4, FRAME);
+    assert!((80..=100).contains(&in_place), "{in_place}");
+    let mut a = Endpoint::new(config(0, Coverage::Datagram, FRAME)).unwrap();
+    let mut b = Endpoint::new(config(1, Coverage::Datagram, FRAME)).unwrap();
+    let mut buf = vec![0u8; 65_536];
+    a.send(1, 0, &message(0, 300_000)).unwrap();
+    let t = a.poll_transmit(Time::ZERO, &mut buf).unwrap();
+    b.handle_datagram(Time::ZERO, &buf[..t.len]);
+    assert!(b.landing(16).is_none(), "frames read one by one are not read in place");
+    b.read_runs(Some(65_536));
+    let landing = b.landing(16).expect("a landing once runs are read");
+    assert!(landing.run());
+    assert_eq!(landing.slots(), 65_536 / FRAME, "as many slots as frames fit the read");
 }

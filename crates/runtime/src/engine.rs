@@ -479,6 +479,9 @@ impl Engine {
     /// write where the later ones were read to). Returns how many are done
     /// with (the rest are whole in their buffers).
     fn handle_landed(&mut self, now: Time, read_at: Option<Time>, landing: &Landing, n: usize) -> usize {
+        if landing.run() {
+            return self.handle_run_landed(now, read_at, landing);
+        }
         let mut k = 0;
         while k < n {
             if self.rx.segment_size(k).is_some() {
@@ -502,6 +505,37 @@ impl Engine {
             unsafe { self.rx.gather(j, landing) };
         }
         k
+    }
+
+    /// [`Engine::handle_landed`] of a run's landing read, which fills one
+    /// buffer: the run's datagrams in place while each is the one its slot
+    /// waited for, then the rest of the run put together in the buffer.
+    fn handle_run_landed(&mut self, now: Time, read_at: Option<Time>, landing: &Landing) -> usize {
+        let coalesced = self.rx.segment_size(0).is_some();
+        let mut j = 0;
+        loop {
+            self.stamp_arrival(read_at, 0);
+            let Some((head, data, tail)) = self.rx.run_landed(j, landing) else { break };
+            let source = Header::named_source(head);
+            // SAFETY: the landing is the one just read into, with no call
+            // on the endpoint since but this, for slots in order; the read
+            // wrote `data` bytes of slot j's region.
+            match unsafe { self.endpoint.handle_landed(now, landing, j, head, data, tail) } {
+                Landed::InPlace => j += 1,
+                Landed::Elsewhere => break,
+                Landed::Ended => return 1,
+            }
+            if let Some(n) = source.filter(|_| coalesced).and_then(|rank| self.coalesced.get_mut(rank as usize)) {
+                *n += 1;
+            }
+        }
+        let size = self.rx.segment_size(0).unwrap_or(usize::MAX);
+        let from = j.saturating_mul(size);
+        // SAFETY: as above; nothing was freed since the read.
+        match unsafe { self.rx.gather_run(from, landing) } {
+            true => 0,
+            false => 1,
+        }
     }
 
     /// Tells the endpoint when the datagrams of the last read's `i`th
@@ -536,7 +570,9 @@ impl Engine {
         self.start_stamps();
         let mut moved = false;
         for &path in paths {
-            for _ in 0..READ_BATCH / self.rx.capacity() {
+            // Buffers read from this socket so far.
+            let mut buffers = 0;
+            while buffers < READ_BATCH {
                 // The next datagrams of a large message in reassembly are
                 // read straight into its buffer where they come in order
                 // (not where loss is injected: a dropped one would leave
@@ -606,9 +642,17 @@ impl Engine {
                     self.stamp_arrival(read_at, i);
                     self.endpoint.handle_datagram_owned(now, self.rx.datagram_mut(i));
                 }
-                if n < self.rx.capacity() {
+                // A run's landing read fills one buffer (with up to a
+                // buffer's worth of datagrams); others, each buffer
+                // asked for.
+                let asked = match landing.as_ref().is_some_and(Landing::run) {
+                    true => 1,
+                    false => self.rx.capacity(),
+                };
+                if n < asked {
                     break;
                 }
+                buffers += asked;
             }
         }
         if clock && self.endpoint.poll_timeout().is_some_and(|t| t <= now) {
@@ -1668,6 +1712,10 @@ impl Runtime {
         let direct_read = std::env::var("BULKWIRE_DIRECT_READ").ok();
         let direct_read = crate::env::switch("BULKWIRE_DIRECT_READ", direct_read.as_deref(), true)
             .map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, why))?;
+        if coalescing && direct_read {
+            // A run the kernel coalesced fills one buffer of a read.
+            endpoint.read_runs(Some(RecvBatch::ROOM));
+        }
         let udp_lend = std::env::var(UDP_LEND).ok();
         let udp_lend = crate::env::switch(UDP_LEND, udp_lend.as_deref(), true)
             .map_err(|why| io::Error::new(io::ErrorKind::InvalidInput, why))?;

@@ -186,6 +186,11 @@ pub struct RecvBatch {
     head: usize,
     lengths: [usize; RecvBatch::MAX],
     regions: [usize; RecvBatch::MAX],
+    /// The iovecs of a run's landing read ([`Landing::run`]), kept for
+    /// the next.
+    run_iovecs: RunIovecs,
+    /// The slots the last run's landing read had iovecs for.
+    run_slots: usize,
     /// The last read brought something: the next takes a whole batch.
     wide: bool,
     /// Reads the kernel's receive time of each datagram
@@ -212,6 +217,10 @@ impl RecvBatch {
     /// Most datagrams one read takes.
     pub const MAX: usize = 16;
 
+    /// Bytes of each buffer: room for any datagram UDP allows, or a run
+    /// of them the kernel coalesced.
+    pub const ROOM: usize = DATAGRAM_ROOM;
+
     /// Room for `count` (at most [`RecvBatch::MAX`]) datagrams of any size UDP allows.
     pub fn new(count: usize) -> RecvBatch {
         let count = count.clamp(1, Self::MAX);
@@ -227,6 +236,8 @@ impl RecvBatch {
             head: 0,
             lengths: [0; Self::MAX],
             regions: [0; Self::MAX],
+            run_iovecs: RunIovecs(Vec::new()),
+            run_slots: 0,
             wide: true,
             stamping: false,
             ages: [u64::MAX; Self::MAX],
@@ -348,6 +359,8 @@ impl RecvBatch {
         // spinning wait, where a ping-pong's next datagram comes alone),
         // the whole batch once one came (a burst drains in few calls).
         let count = match landing {
+            // All of a run's slots are the first buffer's.
+            Some(landing) if landing.run() => 1,
             Some(landing) => landing.slots().min(self.buffers.len()),
             None if self.wide => self.buffers.len(),
             None => 1,
@@ -381,6 +394,10 @@ impl RecvBatch {
                     iov[0] = libc::iovec { iov_base: base.cast(), iov_len: b.capacity() };
                     1
                 }
+                Some(landing) if landing.run() => {
+                    self.run_slots = run_iovecs(&mut self.run_iovecs.0, base, b.capacity(), landing);
+                    self.run_iovecs.0.len()
+                }
                 Some(landing) => {
                     let (place, room) = landing.region(k);
                     self.regions[k] = room;
@@ -403,7 +420,10 @@ impl RecvBatch {
             unsafe {
                 iov_at.add(k).write(iov);
                 let mut h: libc::mmsghdr = std::mem::zeroed();
-                h.msg_hdr.msg_iov = iov_at.add(k).cast();
+                h.msg_hdr.msg_iov = match landing.is_some_and(Landing::run) {
+                    true => self.run_iovecs.0.as_mut_ptr(),
+                    false => iov_at.add(k).cast(),
+                };
                 h.msg_hdr.msg_iovlen = parts;
                 if self.coalescing || self.stamping {
                     h.msg_hdr.msg_control = control_at.add(k).cast();
@@ -524,6 +544,85 @@ impl RecvBatch {
         }
     }
 
+    /// Datagram `j` of the run the last read brought, a run's landing read
+    /// ([`Landing::run`]), where it was read as slot `j`'s: its first
+    /// bytes (up to [`Landing::head`]), how many bytes of the slot's region
+    /// it filled, and its bytes after the region. `None` past the run or
+    /// the slots, and where the run's datagrams were not read slot by slot
+    /// (their length is not a full slot's).
+    pub fn run_landed(&self, j: usize, landing: &Landing) -> Option<(&[u8], usize, &[u8])> {
+        debug_assert!(self.landing && landing.run());
+        let len = self.lengths[0];
+        // The kernel names the datagrams' length where it coalesced them.
+        let size = Some(self.segments[0]).filter(|&s| s > 0).unwrap_or(len);
+        let full = landing.head() + landing.region(0).1 + Landing::TAIL;
+        let start = j * size;
+        if j >= self.run_slots || start >= len || (j > 0 && size != full) {
+            return None;
+        }
+        let end = (start + size).min(len);
+        let room = landing.region(j).1;
+        let head = (end - start).min(landing.head());
+        let data = (end - start - head).min(room);
+        let behind = start + landing.head() + room;
+        let tail = end.saturating_sub(behind);
+        let b = &self.buffers[0];
+        // SAFETY: the slot's head and tail were read into the buffer where
+        // they lie in the run (`run_iovecs`), within its capacity.
+        unsafe {
+            Some((
+                std::slice::from_raw_parts(b.as_ptr().add(start), head),
+                data,
+                std::slice::from_raw_parts(b.as_ptr().add(behind), tail),
+            ))
+        }
+    }
+
+    /// Puts the run the last read brought, a run's landing read, together
+    /// in its buffer from its byte `from` on (its datagrams not handled in
+    /// place): [`RecvBatch::datagram_mut`] then gives those whole, from the
+    /// buffer's start, their segment size the run's. `false`, and nothing
+    /// done, where the run ends before `from`.
+    ///
+    /// # Safety
+    ///
+    /// `landing` is the one read into, and its regions past `from` are
+    /// still valid (nothing the endpoint lent them for was freed since).
+    pub unsafe fn gather_run(&mut self, from: usize, landing: &Landing) -> bool {
+        debug_assert!(self.landing && landing.run());
+        let len = self.lengths[0];
+        if from >= len {
+            return false;
+        }
+        let full = landing.head() + landing.region(0).1 + Landing::TAIL;
+        let b = &mut self.buffers[0];
+        for i in 0..self.run_slots {
+            let (place, room) = landing.region(i);
+            // Where the region's bytes lie in the run.
+            let at = i * full + landing.head();
+            let (lo, hi) = (at.max(from), (at + room).min(len));
+            if lo < hi {
+                // SAFETY: the read wrote the region up to the run's end
+                // (`hi - at` bytes); they go where they lie in the run,
+                // within the buffer's capacity (`len` is at most that).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(place.add(lo - at).cast_const(), b.as_mut_ptr().add(lo), hi - lo)
+                };
+            }
+        }
+        // SAFETY: every byte from `from` to `len` was written, by the read
+        // or just above; they move to the start (rarely: a run in place up
+        // to the end of a message or an aim, and after it others).
+        unsafe {
+            if from > 0 {
+                std::ptr::copy(b.as_ptr().add(from), b.as_mut_ptr(), len - from);
+            }
+            b.set_len(len - from);
+        }
+        self.lengths[0] = len - from;
+        true
+    }
+
     /// Puts the `k`th datagram of the last read, a landing read, together
     /// in its buffer: [`RecvBatch::datagram_mut`] then gives it whole.
     ///
@@ -563,6 +662,39 @@ impl RecvBatch {
     pub fn segment_size(&self, i: usize) -> Option<usize> {
         Some(self.segments[i]).filter(|&s| s > 0)
     }
+}
+
+/// The iovecs of a run's landing read.
+#[derive(Debug)]
+struct RunIovecs(Vec<libc::iovec>);
+
+// SAFETY: their pointers are written before each read, for it alone, and
+// not followed otherwise.
+unsafe impl Send for RunIovecs {}
+
+/// Fills `iovecs` for a run's landing read ([`Landing::run`]) into a
+/// buffer at `base` of `room` bytes: for each slot a datagram's head, the
+/// slot's region and its tail, the heads and tails in the buffer where
+/// they would lie were the run read whole into it; then the buffer's room
+/// after the last slot's. Returns how many slots it has (those that fit).
+fn run_iovecs(iovecs: &mut Vec<libc::iovec>, base: *mut u8, room: usize, landing: &Landing) -> usize {
+    iovecs.clear();
+    // Where the buffer's next piece starts.
+    let mut own = 0;
+    let mut slots = 0;
+    for i in 0..landing.slots() {
+        let (place, len) = landing.region(i);
+        let head_end = own + (if i == 0 { 0 } else { Landing::TAIL }) + landing.head();
+        if head_end + len + Landing::TAIL > room {
+            break;
+        }
+        iovecs.push(libc::iovec { iov_base: base.wrapping_add(own).cast(), iov_len: head_end - own });
+        iovecs.push(libc::iovec { iov_base: place.cast(), iov_len: len });
+        own = head_end + len;
+        slots += 1;
+    }
+    iovecs.push(libc::iovec { iov_base: base.wrapping_add(own).cast(), iov_len: room - own });
+    slots
 }
 
 /// What a read's control messages say: the segment size of a coalesced
@@ -1592,6 +1724,107 @@ mod tests {
             assert_eq!(rx.recv(&mut buf).unwrap(), len);
             assert!(buf[..len].iter().all(|&b| b == 4), "{len} B");
         }
+    }
+
+    /// Datagrams of an Ethernet frame sent as one segmented send and read
+    /// as one coalesced run into the places of a message in reassembly
+    /// (`RecvBatch::recv_landing` of a run's landing): each datagram of
+    /// the run lies in its slot's pieces; led by one out of turn, the run
+    /// is put together as it was sent.
+    #[test]
+    fn a_run_is_read_into_its_slots_or_put_together_as_sent() {
+        use bulkwire_proto::{Config, Endpoint, Landed, Time};
+        use bulkwire_wire::JobKey;
+        const FRAME: usize = 1_472;
+        let ip = "127.0.0.1".parse().unwrap();
+        let (tx_sockets, rx_sockets) = (
+            PathSockets::bind(ip, &SocketOptions::default()).unwrap(),
+            PathSockets::bind(ip, &SocketOptions::default()).unwrap(),
+        );
+        if !(tx_sockets.segmentation && rx_sockets.coalescing) {
+            eprintln!("no UDP GSO and GRO here: nothing to test");
+            return;
+        }
+        let to = rx_sockets.addrs().unwrap().0;
+        let config = |rank| {
+            let mut c = Config::new(7, JobKey::new([3; 32]), rank, 2);
+            c.max_datagram = FRAME;
+            c
+        };
+        let (mut a, mut b) = (Endpoint::new(config(0)).unwrap(), Endpoint::new(config(1)).unwrap());
+        b.read_runs(Some(RecvBatch::ROOM));
+        let message: Vec<u8> = (0..100_000u32).map(|i| ((i * 7) ^ (i >> 9)) as u8).collect();
+        a.send(1, 0, &message).unwrap();
+        let mut buf = vec![0; 65_536];
+        let mut sent = Vec::new();
+        while let Some(t) = a.poll_transmit(Time::ZERO, &mut buf) {
+            sent.push(buf[..t.len].to_vec());
+        }
+        assert!(sent.len() > 60 && sent[..sent.len() - 1].iter().all(|d| d.len() == FRAME));
+        // The first opens the message: the rest have places.
+        b.handle_datagram(Time::ZERO, &sent[0]);
+        let mut rx = RecvBatch::new(RecvBatch::MAX);
+        rx.set_coalescing(true);
+        let mut tx = SendBatch::new(64, FRAME);
+        tx.set_segmentation(true);
+        let mut send_run = |run: &[Vec<u8>]| {
+            for d in run {
+                tx.next_buffer()[..d.len()].copy_from_slice(d);
+                tx.push(Path::Ordinary, 1, to, d.len(), None);
+            }
+            while !tx.is_empty() {
+                tx.send(&tx_sockets).unwrap();
+            }
+            // On loopback, at once.
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let socket = rx_sockets.socket(Path::Ordinary);
+        // Led by a datagram out of turn (the first again): none in place,
+        // and the run put together as it was sent.
+        let run = [&sent[..1], &sent[1..21]].concat();
+        send_run(&run);
+        let landing = b.landing(RecvBatch::MAX).expect("a landing for the message");
+        assert!(landing.run() && landing.slots() >= 21, "{landing:?}");
+        // SAFETY: the places are lent until the next call on `b` but
+        // handle_landed.
+        assert_eq!(unsafe { rx.recv_landing(socket, &landing) }.unwrap(), 1);
+        assert_eq!(rx.segment_size(0), Some(FRAME), "coalesced");
+        let (head, data, tail) = rx.run_landed(0, &landing).unwrap();
+        assert_eq!(unsafe { b.handle_landed(Time::ZERO, &landing, 0, head, data, tail) }, Landed::Elsewhere);
+        // SAFETY: as above.
+        assert!(unsafe { rx.gather_run(0, &landing) });
+        assert!(rx.datagram_mut(0)[..] == run.concat()[..], "the run as it was sent");
+        for d in rx.datagram_mut(0).chunks(FRAME) {
+            b.handle_datagram(Time::ZERO, d);
+        }
+        // The next twenty in turn, then two more: the twenty in place, the
+        // rest of the run put together from the third of those on.
+        let run = &sent[21..41];
+        send_run(run);
+        let landing = b.landing(RecvBatch::MAX).expect("a landing for the message");
+        assert_eq!(unsafe { rx.recv_landing(socket, &landing) }.unwrap(), 1);
+        for (j, sent) in run.iter().enumerate() {
+            let (head, data, tail) = rx.run_landed(j, &landing).unwrap();
+            let (place, _) = landing.region(j);
+            // SAFETY: the read wrote `data` bytes there.
+            let region = unsafe { std::slice::from_raw_parts(place.cast_const(), data) };
+            assert!([head, region, tail].concat() == *sent, "datagram {j} in its slot's pieces");
+            assert_eq!(unsafe { b.handle_landed(Time::ZERO, &landing, j, head, data, tail) }, Landed::InPlace);
+        }
+        assert!(rx.run_landed(run.len(), &landing).is_none(), "past the run");
+        assert!(!unsafe { rx.gather_run(run.len() * FRAME, &landing) }, "nothing left");
+        let run = &sent[41..46];
+        send_run(&[&sent[41..43], &sent[41..46]].concat());
+        let landing = b.landing(RecvBatch::MAX).expect("a landing for the message");
+        assert_eq!(unsafe { rx.recv_landing(socket, &landing) }.unwrap(), 1);
+        for j in 0..2 {
+            let (head, data, tail) = rx.run_landed(j, &landing).unwrap();
+            assert_eq!(unsafe { b.handle_landed(Time::ZERO, &landing, j, head, data, tail) }, Landed::InPlace);
+        }
+        let (head, data, tail) = rx.run_landed(2, &landing).unwrap();
+        assert_eq!(unsafe { b.handle_landed(Time::ZERO, &landing, 2, head, data, tail) }, Landed::Elsewhere);
+        assert!(unsafe { rx.gather_run(2 * FRAME, &landing) });
+        assert!(rx.datagram_mut(0)[..] == run.concat()[..], "the run from its third datagram on");
     }
 
     #[test]
