@@ -681,10 +681,11 @@ impl Endpoint {
 
     /// Where the data of the next datagrams of a message in reassembly
     /// would go, were they to come in order and full (at most `slots` of
-    /// them): for a caller that reads datagrams straight there, saving the
-    /// copy of reassembly ([`Endpoint::handle_landed`]). `None` when no
-    /// message is in reassembly, or datagrams carry less than
-    /// [`LANDING_MIN_CHUNK`] of data. Where none is, the aim, if there is
+    /// them, or a run's worth: [`Endpoint::read_runs`]): for a caller that
+    /// reads datagrams straight there, saving the copy of reassembly
+    /// ([`Endpoint::handle_landed`]). `None` when no message is in
+    /// reassembly, or datagrams carry less than [`LANDING_MIN_CHUNK`] of
+    /// data and are not read as runs. Where none is, the aim, if there is
     /// one ([`Endpoint::aim`]).
     ///
     /// The places are valid until the next call on this endpoint other
@@ -704,24 +705,25 @@ impl Endpoint {
     }
 
     /// How many slots a landing whose datagrams carry `chunk` bytes in
-    /// their regions (`skip` before them) has, at most `slots` read one
-    /// by one, and whether they are a run's: datagrams of
-    /// [`LANDING_MIN_CHUNK`] and more are read one per slot, smaller
-    /// ones only as a coalesced run ([`Endpoint::read_runs`]).
+    /// their regions (`skip` before them) has, and whether they are a
+    /// run's: as many as a run's read holds where the caller reads runs
+    /// and two or more fit ([`Endpoint::read_runs`]); else `slots`, each
+    /// read by itself, where datagrams carry [`LANDING_MIN_CHUNK`] or more.
     fn landing_slots(&self, slots: usize, chunk: usize, skip: usize) -> Option<(usize, bool)> {
-        if chunk >= LANDING_MIN_CHUNK {
-            return (slots > 0).then_some((slots, false));
-        }
         let datagram = Landing::HEAD + skip + chunk + Landing::TAIL;
-        let slots = self.run_room? / datagram;
-        (chunk > 0 && slots > 1).then_some((slots, true))
+        match self.run_room.map_or(0, |room| room / datagram) {
+            run if run > 1 && chunk > 0 => Some((run, true)),
+            _ => (chunk >= LANDING_MIN_CHUNK && slots > 0).then_some((slots, false)),
+        }
     }
 
-    /// Has [`Endpoint::landing`] lend the places of datagrams too small to
-    /// be read one per system call ([`LANDING_MIN_CHUNK`]; an Ethernet
-    /// frame's) as runs: the caller reads up to `room` bytes of datagrams
-    /// that the kernel coalesced (UDP GRO) in one read, where each
-    /// datagram's data goes to its place in turn. `None`: no such reads.
+    /// Has [`Endpoint::landing`] lend places as runs: the caller reads up
+    /// to `room` bytes of datagrams that the kernel coalesced (UDP GRO) in
+    /// one read, where each datagram's data goes to its place in turn.
+    /// Datagrams of which two or more fit are then read so, among them
+    /// those too small to be read in place one per system call
+    /// ([`LANDING_MIN_CHUNK`]; an Ethernet frame's) and jumbo frames'.
+    /// `None`: no such reads.
     pub fn read_runs(&mut self, room: Option<usize>) {
         self.run_room = room;
     }
