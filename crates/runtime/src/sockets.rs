@@ -582,7 +582,8 @@ impl RecvBatch {
     /// in its buffer from its byte `from` on (its datagrams not handled in
     /// place): [`RecvBatch::datagram_mut`] then gives those whole, from the
     /// buffer's start, their segment size the run's. `false`, and nothing
-    /// done, where the run ends before `from`.
+    /// done, where the run ends before `from` (an empty datagram, a
+    /// wake-up, is left as it is: empty).
     ///
     /// # Safety
     ///
@@ -591,7 +592,7 @@ impl RecvBatch {
     pub unsafe fn gather_run(&mut self, from: usize, landing: &Landing) -> bool {
         debug_assert!(self.landing && landing.run());
         let len = self.lengths[0];
-        if from >= len {
+        if from >= len && from > 0 {
             return false;
         }
         let full = landing.head() + landing.region(0).1 + Landing::TAIL;
@@ -1825,6 +1826,14 @@ mod tests {
         assert_eq!(unsafe { b.handle_landed(Time::ZERO, &landing, 2, head, data, tail) }, Landed::Elsewhere);
         assert!(unsafe { rx.gather_run(2 * FRAME, &landing) });
         assert!(rx.datagram_mut(0)[..] == run.concat()[..], "the run from its third datagram on");
+        // An empty datagram (a wake-up) stays one.
+        tx_sockets.socket(Path::Ordinary).send_to(&[], to).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let landing = b.landing(RecvBatch::MAX).expect("a landing for the message");
+        assert_eq!(unsafe { rx.recv_landing(socket, &landing) }.unwrap(), 1);
+        assert!(rx.run_landed(0, &landing).is_none());
+        assert!(unsafe { rx.gather_run(0, &landing) });
+        assert!(rx.datagram_mut(0).is_empty());
     }
 
     #[test]
