@@ -265,8 +265,9 @@ pub enum Landed {
     Ended,
 }
 
-/// Data of at least this many bytes a datagram makes reading in place
-/// worth its bookkeeping (loopback's datagrams, not Ethernet's).
+/// Data of at least this many bytes a datagram makes reading it in place
+/// by itself worth its bookkeeping (loopback's datagrams, not Ethernet's,
+/// which are read in place only in runs: [`Endpoint::read_runs`]).
 pub const LANDING_MIN_CHUNK: usize = 8 << 10;
 
 impl Endpoint {
