@@ -144,10 +144,12 @@ impl DatagramMac {
 }
 
 /// How this CPU computes the datagram MAC's POLYVAL: `vpclmulqdq` (512-bit
-/// carry-less multiplies), `pclmulqdq` (128-bit) or `polyval crate`.
+/// carry-less multiplies), `vpclmulqdq-256`, `pclmulqdq` (128-bit) or
+/// `polyval crate`.
 pub fn mac_polyval() -> &'static str {
     match polyval::Backend::best() {
         polyval::Backend::Wide => "vpclmulqdq",
+        polyval::Backend::Ymm => "vpclmulqdq-256",
         polyval::Backend::Clmul => "pclmulqdq",
         polyval::Backend::Portable => "polyval crate",
     }
