@@ -549,7 +549,8 @@ impl RecvBatch {
     /// bytes (up to [`Landing::head`]), how many bytes of the slot's region
     /// it filled, and its bytes after the region. `None` past the run or
     /// the slots, and where the run's datagrams were not read slot by slot
-    /// (their length is not a full slot's).
+    /// (their length is not a full slot's, or is more: then parts of a
+    /// datagram lie in the next slot's region).
     pub fn run_landed(&self, j: usize, landing: &Landing) -> Option<(&[u8], usize, &[u8])> {
         debug_assert!(self.landing && landing.run());
         let len = self.lengths[0];
@@ -557,7 +558,7 @@ impl RecvBatch {
         let size = Some(self.segments[0]).filter(|&s| s > 0).unwrap_or(len);
         let full = landing.head() + landing.region(0).1 + Landing::TAIL;
         let start = j * size;
-        if j >= self.run_slots || start >= len || (j > 0 && size != full) {
+        if j >= self.run_slots || start >= len || size > full || (j > 0 && size != full) {
             return None;
         }
         let end = (start + size).min(len);
