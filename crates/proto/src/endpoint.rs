@@ -692,7 +692,7 @@ impl Endpoint {
     /// The places are valid until the next call on this endpoint other
     /// than [`Endpoint::handle_landed`] with this landing.
     pub fn landing(&mut self, slots: usize) -> Option<Landing> {
-        let chunk = self.cfg.max_payload().checked_sub(RECORD_HEADER_LEN)?.min(u16::MAX as usize);
+        let chunk = self.chunk(0)?;
         let Some(index) = self.landing_hint else { return self.aimed(slots) };
         let ch = &mut self.channels[index];
         let (peer, channel) = (ch.peer, ch.id);
@@ -733,7 +733,7 @@ impl Endpoint {
     /// datagrams' worth. An aim that no longer holds is dropped.
     fn aimed(&mut self, slots: usize) -> Option<Landing> {
         let a = self.aim.as_ref()?;
-        let chunk = self.aim_chunk(a.skip)?;
+        let chunk = self.chunk(a.skip)?;
         let (slots, run) = self.landing_slots(slots, chunk, a.skip)?;
         let ch = &self.channels[a.index];
         if a.len < chunk || !ch.takes_whole(a.seq) {
@@ -764,8 +764,14 @@ impl Endpoint {
     /// Ethernet MTU) and the caller reads no runs ([`Endpoint::read_runs`]),
     /// as an aim would save too little to be worth it.
     pub fn aim_chunk(&self, skip: usize) -> Option<usize> {
-        let chunk = self.cfg.max_payload().checked_sub(RECORD_HEADER_LEN + skip)?.min(u16::MAX as usize);
+        let chunk = self.chunk(skip)?;
         self.landing_slots(1, chunk, skip).map(|_| chunk)
+    }
+
+    /// A full datagram's data less `skip` bytes (a record's data is at
+    /// most 64 KiB).
+    fn chunk(&self, skip: usize) -> Option<usize> {
+        Some(self.cfg.max_payload().checked_sub(RECORD_HEADER_LEN + skip)?.min(u16::MAX as usize))
     }
 
     /// Lets the next messages from `peer` on `channel`, a reliable channel,
