@@ -473,69 +473,41 @@ impl Engine {
         }
     }
 
-    /// Hands the `n` datagrams of a landing read to the endpoint: in place
-    /// while each is the one its slot waited for, then the rest put
-    /// together, all before any is handled as a whole (handling one may
-    /// write where the later ones were read to). Returns how many are done
-    /// with (the rest are whole in their buffers).
+    /// Hands the `n` buffers of a landing read to the endpoint: each
+    /// datagram in place while it is the one its slot waited for, then the
+    /// rest put together, all before any is handled as a whole (handling
+    /// one may write where the later ones were read to). Returns how many
+    /// buffers are done with (the rest hold whole datagrams, or runs).
     fn handle_landed(&mut self, now: Time, read_at: Option<Time>, landing: &Landing, n: usize) -> usize {
-        if landing.run() {
-            return self.handle_run_landed(now, read_at, landing);
-        }
-        let mut k = 0;
-        while k < n {
-            if self.rx.segment_size(k).is_some() {
-                break;
-            }
-            self.stamp_arrival(read_at, k);
-            let (head, data, tail) = self.rx.landed(k);
-            // SAFETY: the landing is the one just read into, with no call
-            // on the endpoint since but this, for slots in order; the read
-            // wrote `data` bytes of slot k's region.
-            match unsafe { self.endpoint.handle_landed(now, landing, k, head, data, tail) } {
-                Landed::InPlace => k += 1,
-                Landed::Elsewhere => break,
-                // Its channel failed: the regions may be gone, and the
-                // datagrams read to them with them (the job stops).
-                Landed::Ended => return n,
-            }
-        }
-        for j in k..n {
-            // SAFETY: as above; nothing was freed since the read.
-            unsafe { self.rx.gather(j, landing) };
-        }
-        k
-    }
-
-    /// [`Engine::handle_landed`] of a run's landing read, which fills one
-    /// buffer: the run's datagrams in place while each is the one its slot
-    /// waited for, then the rest of the run put together in the buffer.
-    fn handle_run_landed(&mut self, now: Time, read_at: Option<Time>, landing: &Landing) -> usize {
-        let coalesced = self.rx.segment_size(0).is_some();
+        // A run's datagrams share the first buffer, and its arrival time.
+        let run = landing.run();
+        let coalesced = run && self.rx.segment_size(0).is_some();
         let mut j = 0;
         loop {
-            self.stamp_arrival(read_at, 0);
-            let Some((head, data, tail)) = self.rx.run_landed(j, landing) else { break };
-            let source = Header::named_source(head);
+            let buffer = if run { 0 } else { j };
+            if buffer < n {
+                self.stamp_arrival(read_at, buffer);
+            }
+            let Some((head, data, tail)) = self.rx.landed(j, landing) else { break };
+            let source = Header::named_source(head).filter(|_| coalesced);
             // SAFETY: the landing is the one just read into, with no call
             // on the endpoint since but this, for slots in order; the read
             // wrote `data` bytes of slot j's region.
             match unsafe { self.endpoint.handle_landed(now, landing, j, head, data, tail) } {
                 Landed::InPlace => j += 1,
                 Landed::Elsewhere => break,
-                Landed::Ended => return 1,
+                // Its channel failed: the regions may be gone, and the
+                // datagrams read to them with them (the job stops).
+                Landed::Ended => return n,
             }
-            if let Some(n) = source.filter(|_| coalesced).and_then(|rank| self.coalesced.get_mut(rank as usize)) {
-                *n += 1;
+            // Counted by the rank the datagram names, as a run's datagrams
+            // handled where they lie are.
+            if let Some(count) = source.and_then(|rank| self.coalesced.get_mut(rank as usize)) {
+                *count += 1;
             }
         }
-        let size = self.rx.segment_size(0).unwrap_or(usize::MAX);
-        let from = j.saturating_mul(size);
         // SAFETY: as above; nothing was freed since the read.
-        match unsafe { self.rx.gather_run(from, landing) } {
-            true => 0,
-            false => 1,
-        }
+        unsafe { self.rx.gather_from(j, landing) }
     }
 
     /// Tells the endpoint when the datagrams of the last read's `i`th

@@ -179,13 +179,13 @@ pub struct RecvBatch {
     /// The size of the datagrams in each buffer of the last read, where
     /// it holds more than one.
     segments: [usize; RecvBatch::MAX],
-    /// The last read was a landing read: the datagrams' lengths and their
-    /// slots' region sizes.
+    /// The last read was a landing read: the datagrams' lengths.
     landing: bool,
     /// Bytes of each datagram before its slot's region ([`Landing::head`]).
     head: usize,
     lengths: [usize; RecvBatch::MAX],
-    regions: [usize; RecvBatch::MAX],
+    /// Buffers the last read filled.
+    read: usize,
     /// The iovecs of a run's landing read ([`Landing::run`]), kept for
     /// the next.
     run_iovecs: RunIovecs,
@@ -235,7 +235,7 @@ impl RecvBatch {
             landing: false,
             head: 0,
             lengths: [0; Self::MAX],
-            regions: [0; Self::MAX],
+            read: 0,
             run_iovecs: RunIovecs(Vec::new()),
             run_slots: 0,
             wide: true,
@@ -344,7 +344,7 @@ impl RecvBatch {
     /// the next into the slot's region (in the buffer of the message in
     /// reassembly), the rest behind, in its buffer where it would follow
     /// the region were that region in it. See [`RecvBatch::landed`] and
-    /// [`RecvBatch::gather`].
+    /// [`RecvBatch::gather_from`].
     ///
     /// # Safety
     ///
@@ -400,7 +400,6 @@ impl RecvBatch {
                 }
                 Some(landing) => {
                     let (place, room) = landing.region(k);
-                    self.regions[k] = room;
                     // Room for any datagram: the head, the region, and the
                     // buffer's room from where the region would end in it.
                     let behind = landing.head() + room;
@@ -479,12 +478,14 @@ impl RecvBatch {
             }
         };
         self.landing = false;
+        self.read = 0;
         if n < 0 {
             self.wide = false;
             return Err(io::Error::last_os_error());
         }
         self.wide = true;
         let n = n as usize;
+        self.read = n;
         // The kernel stamps with the system's clock: ages are taken against
         // it, read once per read.
         let wall = match self.stamping {
@@ -522,54 +523,44 @@ impl RecvBatch {
         Ok(n)
     }
 
-    /// A datagram of the last read, which was [`RecvBatch::recv_landing`]:
-    /// its first bytes (up to [`Landing::head`]), how many bytes of the
-    /// slot's region it filled, and its bytes after the region.
-    pub fn landed(&self, k: usize) -> (&[u8], usize, &[u8]) {
+    /// Datagram `j` of the last read, a landing read, where it was read as
+    /// slot `j`'s: its first bytes (up to [`Landing::head`]), how many
+    /// bytes of the slot's region it filled, and its bytes after the
+    /// region. A landing read either reads a datagram per buffer (slot `j`
+    /// in buffer `j`) or, with [`Landing::run`], a run of them into the
+    /// first buffer (slot `j` where datagram `j` of the run lies). `None`
+    /// past the datagrams read or the slots, and where a datagram was not
+    /// read as its slot's: a buffer of one datagram per slot holds a run
+    /// (the kernel coalesced it anyway), or a run's datagrams are not a
+    /// full slot's length (or are longer: then parts of one lie in the
+    /// next slot's region).
+    pub fn landed(&self, j: usize, landing: &Landing) -> Option<(&[u8], usize, &[u8])> {
         debug_assert!(self.landing);
-        let (len, room) = (self.lengths[k], self.regions[k]);
-        let head = len.min(self.head);
-        let data = (len - head).min(room);
-        let behind = self.head + room;
-        let tail = len - head - data;
-        let b = &self.buffers[k];
-        // SAFETY: the kernel wrote the head at the start of the buffer and
-        // `tail` bytes at `behind`, within its capacity.
-        unsafe {
-            (
-                std::slice::from_raw_parts(b.as_ptr(), head),
-                data,
-                std::slice::from_raw_parts(b.as_ptr().add(behind), tail),
-            )
-        }
-    }
-
-    /// Datagram `j` of the run the last read brought, a run's landing read
-    /// ([`Landing::run`]), where it was read as slot `j`'s: its first
-    /// bytes (up to [`Landing::head`]), how many bytes of the slot's region
-    /// it filled, and its bytes after the region. `None` past the run or
-    /// the slots, and where the run's datagrams were not read slot by slot
-    /// (their length is not a full slot's, or is more: then parts of a
-    /// datagram lie in the next slot's region).
-    pub fn run_landed(&self, j: usize, landing: &Landing) -> Option<(&[u8], usize, &[u8])> {
-        debug_assert!(self.landing && landing.run());
-        let len = self.lengths[0];
-        // The kernel names the datagrams' length where it coalesced them.
-        let size = Some(self.segments[0]).filter(|&s| s > 0).unwrap_or(len);
-        let full = landing.head() + landing.region(0).1 + Landing::TAIL;
-        let start = j * size;
-        if j >= self.run_slots || start >= len || size > full || (j > 0 && size != full) {
-            return None;
-        }
-        let end = (start + size).min(len);
+        let (buffer, start, end) = if landing.run() {
+            let len = self.lengths[0];
+            // The kernel names the datagrams' length where it coalesced them.
+            let size = Some(self.segments[0]).filter(|&s| s > 0).unwrap_or(len);
+            let full = landing.head() + landing.region(0).1 + Landing::TAIL;
+            let start = j * size;
+            if j >= self.run_slots || start >= len || size > full || (j > 0 && size != full) {
+                return None;
+            }
+            (0, start, (start + size).min(len))
+        } else {
+            if j >= self.read || self.segments[j] > 0 {
+                return None;
+            }
+            (j, 0, self.lengths[j])
+        };
         let room = landing.region(j).1;
         let head = (end - start).min(landing.head());
         let data = (end - start - head).min(room);
         let behind = start + landing.head() + room;
         let tail = end.saturating_sub(behind);
-        let b = &self.buffers[0];
-        // SAFETY: the slot's head and tail were read into the buffer where
-        // they lie in the run (`run_iovecs`), within its capacity.
+        let b = &self.buffers[buffer];
+        // SAFETY: the read put the slot's head and tail into the buffer
+        // where they lie in what it read (`run_iovecs`, or the head at the
+        // start and the tail at `behind`), within its capacity.
         unsafe {
             Some((
                 std::slice::from_raw_parts(b.as_ptr().add(start), head),
@@ -579,22 +570,33 @@ impl RecvBatch {
         }
     }
 
-    /// Puts the run the last read brought, a run's landing read, together
-    /// in its buffer from its byte `from` on (its datagrams not handled in
-    /// place): [`RecvBatch::datagram_mut`] then gives those whole, from the
-    /// buffer's start, their segment size the run's. `false`, and nothing
-    /// done, where the run ends before `from` (an empty datagram, a
-    /// wake-up, is left as it is: empty).
+    /// Puts the datagrams of the last read, a landing read, together in
+    /// their buffers from slot `j` on (those before it were handled in
+    /// place): [`RecvBatch::datagram_mut`] then gives each buffer from the
+    /// returned one on whole, from its start, a run with its segment size.
+    /// Returns how many buffers are done with: `j` where a datagram was
+    /// read per buffer; for a run's read 0, or 1 where the run ends before
+    /// slot `j` (an empty datagram, a wake-up, is left as it is: empty, and
+    /// not done with).
     ///
     /// # Safety
     ///
-    /// `landing` is the one read into, and its regions past `from` are
-    /// still valid (nothing the endpoint lent them for was freed since).
-    pub unsafe fn gather_run(&mut self, from: usize, landing: &Landing) -> bool {
-        debug_assert!(self.landing && landing.run());
+    /// `landing` is the one read into, and its regions from slot `j` on
+    /// are still valid (nothing the endpoint lent them for was freed
+    /// since).
+    pub unsafe fn gather_from(&mut self, j: usize, landing: &Landing) -> usize {
+        debug_assert!(self.landing);
+        if !landing.run() {
+            for k in j..self.read {
+                // SAFETY: as the caller says.
+                unsafe { self.gather(k, landing) };
+            }
+            return j;
+        }
         let len = self.lengths[0];
+        let from = j.saturating_mul(self.segment_size(0).unwrap_or(len));
         if from >= len && from > 0 {
-            return false;
+            return 1;
         }
         let full = landing.head() + landing.region(0).1 + Landing::TAIL;
         let b = &mut self.buffers[0];
@@ -622,22 +624,21 @@ impl RecvBatch {
             b.set_len(len - from);
         }
         self.lengths[0] = len - from;
-        true
+        0
     }
 
-    /// Puts the `k`th datagram of the last read, a landing read, together
-    /// in its buffer: [`RecvBatch::datagram_mut`] then gives it whole.
+    /// Puts the `k`th datagram of the last read, a landing read of a
+    /// datagram per buffer, together in its buffer.
     ///
     /// # Safety
     ///
-    /// `landing` is the one read into, and its regions are still valid
-    /// (nothing the endpoint lent them for was freed since).
-    pub unsafe fn gather(&mut self, k: usize, landing: &Landing) {
-        debug_assert!(self.landing);
-        let (head, data, tail) = self.landed(k);
-        let (head, tail) = (head.len(), tail.len());
+    /// As [`RecvBatch::gather_from`]'s.
+    unsafe fn gather(&mut self, k: usize, landing: &Landing) {
+        let (len, (place, room)) = (self.lengths[k], landing.region(k));
+        let head = len.min(self.head);
+        let data = (len - head).min(room);
+        let tail = len - head - data;
         let b = &mut self.buffers[k];
-        let (place, _) = landing.region(k);
         // SAFETY: the region held `data` bytes the kernel wrote; they move
         // to just behind the head, within the capacity, and the tail (if
         // any, only when the region was filled) lies right behind them.
@@ -1791,10 +1792,10 @@ mod tests {
         // handle_landed.
         assert_eq!(unsafe { rx.recv_landing(socket, &landing) }.unwrap(), 1);
         assert_eq!(rx.segment_size(0), Some(FRAME), "coalesced");
-        let (head, data, tail) = rx.run_landed(0, &landing).unwrap();
+        let (head, data, tail) = rx.landed(0, &landing).unwrap();
         assert_eq!(unsafe { b.handle_landed(Time::ZERO, &landing, 0, head, data, tail) }, Landed::Elsewhere);
         // SAFETY: as above.
-        assert!(unsafe { rx.gather_run(0, &landing) });
+        assert_eq!(unsafe { rx.gather_from(0, &landing) }, 0);
         assert!(rx.datagram_mut(0)[..] == run.concat()[..], "the run as it was sent");
         for d in rx.datagram_mut(0).chunks(FRAME) {
             b.handle_datagram(Time::ZERO, d);
@@ -1806,34 +1807,34 @@ mod tests {
         let landing = b.landing(RecvBatch::MAX).expect("a landing for the message");
         assert_eq!(unsafe { rx.recv_landing(socket, &landing) }.unwrap(), 1);
         for (j, sent) in run.iter().enumerate() {
-            let (head, data, tail) = rx.run_landed(j, &landing).unwrap();
+            let (head, data, tail) = rx.landed(j, &landing).unwrap();
             let (place, _) = landing.region(j);
             // SAFETY: the read wrote `data` bytes there.
             let region = unsafe { std::slice::from_raw_parts(place.cast_const(), data) };
             assert!([head, region, tail].concat() == *sent, "datagram {j} in its slot's pieces");
             assert_eq!(unsafe { b.handle_landed(Time::ZERO, &landing, j, head, data, tail) }, Landed::InPlace);
         }
-        assert!(rx.run_landed(run.len(), &landing).is_none(), "past the run");
-        assert!(!unsafe { rx.gather_run(run.len() * FRAME, &landing) }, "nothing left");
+        assert!(rx.landed(run.len(), &landing).is_none(), "past the run");
+        assert_eq!(unsafe { rx.gather_from(run.len(), &landing) }, 1, "nothing left");
         let run = &sent[41..46];
         send_run(&[&sent[41..43], &sent[41..46]].concat());
         let landing = b.landing(RecvBatch::MAX).expect("a landing for the message");
         assert_eq!(unsafe { rx.recv_landing(socket, &landing) }.unwrap(), 1);
         for j in 0..2 {
-            let (head, data, tail) = rx.run_landed(j, &landing).unwrap();
+            let (head, data, tail) = rx.landed(j, &landing).unwrap();
             assert_eq!(unsafe { b.handle_landed(Time::ZERO, &landing, j, head, data, tail) }, Landed::InPlace);
         }
-        let (head, data, tail) = rx.run_landed(2, &landing).unwrap();
+        let (head, data, tail) = rx.landed(2, &landing).unwrap();
         assert_eq!(unsafe { b.handle_landed(Time::ZERO, &landing, 2, head, data, tail) }, Landed::Elsewhere);
-        assert!(unsafe { rx.gather_run(2 * FRAME, &landing) });
+        assert_eq!(unsafe { rx.gather_from(2, &landing) }, 0);
         assert!(rx.datagram_mut(0)[..] == run.concat()[..], "the run from its third datagram on");
         // An empty datagram (a wake-up) stays one.
         tx_sockets.socket(Path::Ordinary).send_to(&[], to).unwrap();
         std::thread::sleep(Duration::from_millis(20));
         let landing = b.landing(RecvBatch::MAX).expect("a landing for the message");
         assert_eq!(unsafe { rx.recv_landing(socket, &landing) }.unwrap(), 1);
-        assert!(rx.run_landed(0, &landing).is_none());
-        assert!(unsafe { rx.gather_run(0, &landing) });
+        assert!(rx.landed(0, &landing).is_none());
+        assert_eq!(unsafe { rx.gather_from(0, &landing) }, 0);
         assert!(rx.datagram_mut(0).is_empty());
     }
 
