@@ -26,8 +26,14 @@
 #[derive(Clone)]
 pub(crate) struct Key {
     backend: Backend,
-    /// H^1 to H^16 (dot powers), for the carry-less backends.
-    powers: [u128; 16],
+    /// H^16 down to H^1 (dot powers), then 0, for the carry-less backends:
+    /// in a group of `k` blocks folded with one reduction, block `i`
+    /// (from 0) is multiplied by H^(k-i), `desc[16 - k + i]`, so that a
+    /// group's keys lie one after the other, as its blocks do.
+    desc: [u128; 17],
+    /// Each of `desc`'s two 64-bit halves' exclusive or (in the low half):
+    /// the key's factor of Karatsuba's middle product.
+    folded: [u128; 17],
     portable: polyval::Polyval,
 }
 
@@ -35,11 +41,12 @@ pub(crate) struct Key {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Backend {
     /// 512-bit carry-less multiplies, four blocks each, sixteen blocks per
-    /// reduction (x86-64 with AVX-512F and VPCLMULQDQ).
+    /// reduction (x86-64 with AVX-512F and VPCLMULQDQ); a shorter group
+    /// as [`Backend::Ymm`] does.
     Wide,
-    /// 256-bit carry-less multiplies, two blocks each, sixteen blocks per
-    /// reduction (x86-64 with AVX2 and VPCLMULQDQ, but not AVX-512F: AMD's
-    /// Zen 3, Intel's Alder Lake).
+    /// 256-bit carry-less multiplies, two blocks each (three multiplies a
+    /// pair, by Karatsuba), sixteen blocks per reduction (x86-64 with AVX2
+    /// and VPCLMULQDQ, but not AVX-512F: AMD's Zen 3, Intel's Alder Lake).
     Ymm,
     /// 128-bit carry-less multiplies, eight blocks per reduction (x86-64
     /// with PCLMULQDQ).
@@ -57,11 +64,7 @@ impl Backend {
             #[cfg(target_arch = "x86_64")]
             Backend::Clmul => std::arch::is_x86_feature_detected!("pclmulqdq"),
             #[cfg(target_arch = "x86_64")]
-            Backend::Wide => {
-                Backend::Clmul.supported()
-                    && std::arch::is_x86_feature_detected!("avx512f")
-                    && std::arch::is_x86_feature_detected!("vpclmulqdq")
-            }
+            Backend::Wide => Backend::Ymm.supported() && std::arch::is_x86_feature_detected!("avx512f"),
             #[cfg(target_arch = "x86_64")]
             Backend::Ymm => {
                 Backend::Clmul.supported()
@@ -83,6 +86,14 @@ impl Backend {
     pub(crate) fn best() -> Backend {
         [Backend::Wide, Backend::Ymm, Backend::Clmul].into_iter().find(|b| b.supported()).unwrap_or(Backend::Portable)
     }
+
+    /// Blocks folded with one reduction.
+    fn group(self) -> usize {
+        match self {
+            Backend::Clmul => 8,
+            _ => 16,
+        }
+    }
 }
 
 impl Key {
@@ -91,14 +102,18 @@ impl Key {
     pub(crate) fn with(h: [u8; 16], backend: Backend) -> Key {
         use polyval::universal_hash::KeyInit;
         let backend = if backend.supported() { backend } else { Backend::Portable };
-        let mut powers = [0u128; 16];
+        let (mut desc, mut folded) = ([0u128; 17], [0u128; 17]);
         #[cfg(target_arch = "x86_64")]
         if backend != Backend::Portable {
             // SAFETY: PCLMULQDQ is present (every backend but the portable
             // one checked it above).
-            powers = unsafe { x86::powers(u128::from_le_bytes(h)) };
+            let powers = unsafe { x86::powers(u128::from_le_bytes(h)) };
+            for (i, power) in powers.iter().rev().enumerate() {
+                desc[i] = *power;
+                folded[i] = (power ^ (power >> 64)) as u64 as u128;
+            }
         }
-        Key { backend, powers, portable: polyval::Polyval::new(&h.into()) }
+        Key { backend, desc, folded, portable: polyval::Polyval::new(&h.into()) }
     }
 
     #[cfg(test)]
@@ -106,34 +121,88 @@ impl Key {
         self.backend
     }
 
-    /// A hash of nothing yet under this key.
-    pub(crate) fn hasher(&self) -> Hasher<'_> {
-        Hasher { key: self, acc: 0, portable: None, pending: [0; 16], filled: 0 }
+    /// POLYVAL of `head` and then `parts`, one after the other, zero-padded
+    /// to a whole block, followed by the block `last`.
+    ///
+    /// The blocks are folded in groups of the backend's blocks per
+    /// reduction, the first group the short one, so that the last, with
+    /// the padding and `last`, is whole: one reduction per group and no
+    /// more, however the bytes are cut. A run of groups is read where it
+    /// lies when one piece holds it; a group across pieces, and the last,
+    /// is put together first (at most 256 bytes, once per cut).
+    pub(crate) fn hash(&self, head: &[u8], parts: &[&[u8]], last: [u8; 16]) -> [u8; 16] {
+        let piece = |i: usize| if i == 0 { head } else { parts[i - 1] };
+        let pieces = parts.len() + 1;
+        let len = head.len() + parts.iter().map(|part| part.len()).sum::<usize>();
+        let per = self.backend.group();
+        let mut left = len.div_ceil(16) + 1;
+        let mut k = match left % per {
+            0 => per,
+            short => short,
+        };
+        let (mut acc, mut portable) = (0, None);
+        let mut gathered = [0u8; 256];
+        // The next byte: in piece `at.0`, at `at.1`.
+        let mut at = (0, 0);
+        while left > 0 {
+            while at.0 < pieces && at.1 == piece(at.0).len() {
+                at = (at.0 + 1, 0);
+            }
+            let within = if at.0 < pieces { piece(at.0).len() - at.1 } else { 0 };
+            if left > k && within >= 16 * k {
+                // This group and as many whole ones after it as the piece
+                // holds (never the last: the piece's bytes end before the
+                // padding and `last`).
+                let more = ((within - 16 * k) / (16 * per)).min((left - k) / per - 1);
+                let bytes = 16 * (k + per * more);
+                self.fold(&mut acc, &mut portable, &piece(at.0)[at.1..at.1 + bytes], k);
+                at.1 += bytes;
+                left -= k + per * more;
+            } else {
+                // The last group holds the rest of the bytes, the padding
+                // and `last`; any other is whole bytes.
+                let bytes = 16 * k;
+                let want = if left == k { bytes - 16 } else { bytes };
+                let mut filled = 0;
+                while filled < want && at.0 < pieces {
+                    let from = &piece(at.0)[at.1..];
+                    let take = from.len().min(want - filled);
+                    gathered[filled..filled + take].copy_from_slice(&from[..take]);
+                    filled += take;
+                    at = if take == from.len() { (at.0 + 1, 0) } else { (at.0, at.1 + take) };
+                }
+                gathered[filled..want].fill(0);
+                if left == k {
+                    gathered[want..bytes].copy_from_slice(&last);
+                }
+                self.fold(&mut acc, &mut portable, &gathered[..bytes], k);
+                left -= k;
+            }
+            k = per;
+        }
+        use polyval::universal_hash::UniversalHash;
+        portable.map_or(acc.to_le_bytes(), |portable: polyval::Polyval| portable.finalize().into())
     }
 
-    /// POLYVAL of whole blocks (`blocks.len()` a multiple of 16), folded
-    /// with as few reductions as the backend can (one for up to 15 blocks
-    /// with carry-less multiplies).
-    pub(crate) fn hash_blocks(&self, blocks: &[u8]) -> [u8; 16] {
-        assert_eq!(blocks.len() % 16, 0, "POLYVAL hashes whole blocks");
-        let mut acc = 0;
-        let mut portable = None;
-        self.blocks(&mut acc, &mut portable, blocks);
-        result(acc, portable)
-    }
-
-    /// Folds whole blocks (`data.len()` a multiple of 16) into `acc`, or
-    /// into `portable` for the portable backend.
-    fn blocks(&self, acc: &mut u128, portable: &mut Option<polyval::Polyval>, data: &[u8]) {
-        debug_assert_eq!(data.len() % 16, 0);
+    /// Folds whole blocks into `acc` (or into `portable` for the portable
+    /// backend): the first `k` with one reduction, then the rest (a whole
+    /// number of the backend's groups) a group per reduction.
+    fn fold(&self, acc: &mut u128, portable: &mut Option<polyval::Polyval>, data: &[u8], k: usize) {
+        // What the loops read (a few instructions a call, not a block).
+        assert!(
+            (1..=16).contains(&k)
+                && data.len() >= 16 * k
+                && (data.len() - 16 * k).is_multiple_of(16 * self.backend.group())
+        );
         match self.backend {
-            // SAFETY: `Key::with` only keeps a backend the CPU supports.
+            // SAFETY: `Key::with` only keeps a backend the CPU supports;
+            // `data` is `k` blocks and whole groups (asserted above).
             #[cfg(target_arch = "x86_64")]
-            Backend::Wide => *acc = unsafe { x86::blocks_wide(&self.powers, *acc, data) },
+            Backend::Wide => *acc = unsafe { x86::fold_wide(&self.desc, &self.folded, *acc, data, k) },
             #[cfg(target_arch = "x86_64")]
-            Backend::Ymm => *acc = unsafe { x86::blocks_ymm(&self.powers, *acc, data) },
+            Backend::Ymm => *acc = unsafe { x86::fold_ymm(&self.desc, &self.folded, *acc, data, k) },
             #[cfg(target_arch = "x86_64")]
-            Backend::Clmul => *acc = unsafe { x86::blocks(&self.powers, *acc, data) },
+            Backend::Clmul => *acc = unsafe { x86::fold_clmul(&self.desc, *acc, data, k) },
             _ => {
                 use polyval::universal_hash::UniversalHash;
                 portable.get_or_insert_with(|| self.portable.clone()).update_padded(data);
@@ -142,66 +211,13 @@ impl Key {
     }
 }
 
-/// POLYVAL of bytes given in pieces, as if one after the other, zero-padded
-/// to a whole block at the end.
-pub(crate) struct Hasher<'k> {
-    key: &'k Key,
-    acc: u128,
-    portable: Option<polyval::Polyval>,
-    /// Bytes of a block not yet whole.
-    pending: [u8; 16],
-    filled: usize,
-}
-
-impl Hasher<'_> {
-    pub(crate) fn update(&mut self, mut data: &[u8]) {
-        if self.filled > 0 {
-            let take = (16 - self.filled).min(data.len());
-            self.pending[self.filled..self.filled + take].copy_from_slice(&data[..take]);
-            self.filled += take;
-            data = &data[take..];
-            if self.filled < 16 {
-                return;
-            }
-            let block = self.pending;
-            self.key.blocks(&mut self.acc, &mut self.portable, &block);
-            self.filled = 0;
-        }
-        let whole = data.len() & !15;
-        if whole > 0 {
-            self.key.blocks(&mut self.acc, &mut self.portable, &data[..whole]);
-        }
-        let rest = &data[whole..];
-        self.pending[..rest.len()].copy_from_slice(rest);
-        self.filled = rest.len();
-    }
-
-    /// POLYVAL of what was given, zero-padded, followed by the block `last`.
-    pub(crate) fn finish_with(mut self, last: [u8; 16]) -> [u8; 16] {
-        let mut tail = [0u8; 32];
-        let start = if self.filled > 0 {
-            tail[..self.filled].copy_from_slice(&self.pending[..self.filled]);
-            0
-        } else {
-            16
-        };
-        tail[16..].copy_from_slice(&last);
-        self.key.blocks(&mut self.acc, &mut self.portable, &tail[start..]);
-        result(self.acc, self.portable)
-    }
-}
-
-/// The hash folded so far: the portable backend's where it ran, else `acc`.
-fn result(acc: u128, portable: Option<polyval::Polyval>) -> [u8; 16] {
-    use polyval::universal_hash::UniversalHash;
-    portable.map_or(acc.to_le_bytes(), |portable| portable.finalize().into())
-}
-
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     //! The carry-less backends. Every function needs PCLMULQDQ, the
-    //! `_wide` ones also AVX-512F and VPCLMULQDQ, the `_ymm` one AVX2 and
-    //! VPCLMULQDQ, which the caller checks.
+    //! `_ymm` ones also AVX2 and VPCLMULQDQ, the `_wide` one AVX-512F too,
+    //! which the caller checks. `data` is `k` blocks (at most 16) and then
+    //! whole groups (16 blocks each; 8 for [`fold_clmul`]), which the
+    //! caller makes sure of.
     use std::arch::x86_64::*;
 
     #[inline(always)]
@@ -255,13 +271,13 @@ mod x86 {
     }
 
     /// Folds the `k` (at most 16) blocks at `data` into `acc` with one
-    /// reduction.
+    /// reduction, by 128-bit multiplies.
     #[inline(always)]
-    unsafe fn fold(powers: &[u128; 16], acc: __m128i, data: *const u8, k: usize) -> __m128i {
+    unsafe fn group(desc: &[u128; 17], acc: __m128i, data: *const u8, k: usize) -> __m128i {
         let first = _mm_xor_si128(acc, _mm_loadu_si128(data.cast()));
-        let (mut lo, mut hi, mut mid) = wide(first, load(powers[k - 1]));
+        let (mut lo, mut hi, mut mid) = wide(first, load(desc[16 - k]));
         for i in 1..k {
-            let (l, h, m) = wide(_mm_loadu_si128(data.add(16 * i).cast()), load(powers[k - 1 - i]));
+            let (l, h, m) = wide(_mm_loadu_si128(data.add(16 * i).cast()), load(desc[16 - k + i]));
             lo = _mm_xor_si128(lo, l);
             hi = _mm_xor_si128(hi, h);
             mid = _mm_xor_si128(mid, m);
@@ -269,40 +285,69 @@ mod x86 {
         reduce(lo, hi, mid)
     }
 
-    /// Folds whole blocks into `acc`: eight per reduction while sixteen or
-    /// more are left, then the rest (up to fifteen) in one.
+    /// Folds `k` blocks, then groups of eight, each with one reduction.
     #[target_feature(enable = "pclmulqdq,sse2")]
-    pub(super) unsafe fn blocks(powers: &[u128; 16], acc: u128, data: &[u8]) -> u128 {
-        let mut acc = load(acc);
-        let mut rest = data;
-        while rest.len() >= 256 {
-            acc = fold(powers, acc, rest.as_ptr(), 8);
-            rest = &rest[128..];
-        }
-        if rest.len() >= 16 {
-            acc = fold(powers, acc, rest.as_ptr(), rest.len() / 16);
+    pub(super) unsafe fn fold_clmul(desc: &[u128; 17], acc: u128, data: &[u8], k: usize) -> u128 {
+        let mut acc = group(desc, load(acc), data.as_ptr(), k);
+        for chunk in data[16 * k..].chunks_exact(128) {
+            acc = group(desc, acc, chunk.as_ptr(), 8);
         }
         store(acc)
     }
 
-    /// Folds whole blocks into `acc`: sixteen per reduction, four to each
-    /// 512-bit multiply, then the rest as [`blocks`] does.
-    #[target_feature(enable = "pclmulqdq,sse2,avx2,avx512f,vpclmulqdq")]
-    pub(super) unsafe fn blocks_wide(powers: &[u128; 16], acc: u128, data: &[u8]) -> u128 {
-        if data.len() < 256 {
-            return blocks(powers, acc, data);
+    /// Folds the `k` (1 to 16) blocks at `data` into `acc` with one
+    /// reduction, two to each 256-bit multiply, the cross terms by
+    /// Karatsuba (three multiplies a pair, not four); an odd block last,
+    /// alone in its register, its pair's key 0.
+    #[inline(always)]
+    unsafe fn group_ymm(desc: &[u128; 17], folded: &[u128; 17], acc: __m128i, data: *const u8, k: usize) -> __m128i {
+        // Blocks 2j and 2j + 1 take the keys at 16 - k + 2j and the next
+        // (0 past the last block).
+        let keys = desc.as_ptr().add(16 - k).cast::<u8>();
+        let keys_folded = folded.as_ptr().add(16 - k).cast::<u8>();
+        let (mut lo, mut hi, mut mid) = (_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256());
+        let mut j = 0;
+        while 2 * j < k {
+            let mut x = match 2 * j + 1 < k {
+                true => _mm256_loadu_si256(data.add(32 * j).cast()),
+                false => _mm256_zextsi128_si256(_mm_loadu_si128(data.add(32 * j).cast())),
+            };
+            if j == 0 {
+                x = _mm256_xor_si256(x, _mm256_zextsi128_si256(acc));
+            }
+            let key = _mm256_loadu_si256(keys.add(32 * j).cast());
+            let key_folded = _mm256_loadu_si256(keys_folded.add(32 * j).cast());
+            lo = _mm256_xor_si256(lo, _mm256_clmulepi64_epi128(x, key, 0x00));
+            hi = _mm256_xor_si256(hi, _mm256_clmulepi64_epi128(x, key, 0x11));
+            let x_folded = _mm256_xor_si256(x, _mm256_shuffle_epi32(x, 0x4e));
+            mid = _mm256_xor_si256(mid, _mm256_clmulepi64_epi128(x_folded, key_folded, 0x00));
+            j += 1;
         }
+        let (lo, hi) = (halves_sum(lo), halves_sum(hi));
+        // (a0 + a1)(b0 + b1) = a0 b0 + a1 b1 + the cross terms.
+        let mid = _mm_xor_si128(halves_sum(mid), _mm_xor_si128(lo, hi));
+        reduce(lo, hi, mid)
+    }
+
+    /// Folds `k` blocks, then groups of sixteen, each with one reduction,
+    /// by 256-bit multiplies.
+    #[target_feature(enable = "pclmulqdq,sse2,avx,avx2,vpclmulqdq")]
+    pub(super) unsafe fn fold_ymm(desc: &[u128; 17], folded: &[u128; 17], acc: u128, data: &[u8], k: usize) -> u128 {
+        let mut acc = group_ymm(desc, folded, load(acc), data.as_ptr(), k);
+        for chunk in data[16 * k..].chunks_exact(256) {
+            acc = group_ymm(desc, folded, acc, chunk.as_ptr(), 16);
+        }
+        store(acc)
+    }
+
+    /// Folds `k` blocks as [`fold_ymm`] does, then groups of sixteen, each
+    /// with one reduction, four blocks to each 512-bit multiply.
+    #[target_feature(enable = "pclmulqdq,sse2,avx,avx2,avx512f,vpclmulqdq")]
+    pub(super) unsafe fn fold_wide(desc: &[u128; 17], folded: &[u128; 17], acc: u128, data: &[u8], k: usize) -> u128 {
+        let mut acc = group_ymm(desc, folded, load(acc), data.as_ptr(), k);
         // Lane j of key[i] is H^(16 - 4i - j), matching block 4i + j.
-        let lanes = |i: usize| {
-            let top = 15 - 4 * i;
-            let low = _mm256_set_m128i(load(powers[top - 1]), load(powers[top]));
-            let high = _mm256_set_m128i(load(powers[top - 3]), load(powers[top - 2]));
-            _mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1)
-        };
-        let key = [lanes(0), lanes(1), lanes(2), lanes(3)];
-        let mut acc = load(acc);
-        let mut chunks = data.chunks_exact(256);
-        for chunk in &mut chunks {
+        let key: [__m512i; 4] = std::array::from_fn(|i| _mm512_loadu_si512(desc.as_ptr().add(4 * i).cast()));
+        for chunk in data[16 * k..].chunks_exact(256) {
             let at = chunk.as_ptr();
             let first = _mm512_xor_si512(_mm512_loadu_si512(at.cast()), _mm512_zextsi128_si512(acc));
             let mut lo = _mm512_clmulepi64_epi128(first, key[0], 0x00);
@@ -325,48 +370,7 @@ mod x86 {
             }
             acc = reduce(lanes_sum(lo), lanes_sum(hi), lanes_sum(mid));
         }
-        blocks(powers, store(acc), chunks.remainder())
-    }
-
-    /// Folds whole blocks into `acc`: sixteen per reduction, two to each
-    /// 256-bit multiply (three multiplies a pair), then the rest as
-    /// [`blocks`] does.
-    #[target_feature(enable = "pclmulqdq,sse2,avx,avx2,vpclmulqdq")]
-    pub(super) unsafe fn blocks_ymm(powers: &[u128; 16], acc: u128, data: &[u8]) -> u128 {
-        if data.len() < 256 {
-            return blocks(powers, acc, data);
-        }
-        // Lane j of key[i] is H^(16 - 2i - j), matching block 2i + j; of
-        // folded[i], its two halves' exclusive or, for the cross terms by
-        // Karatsuba: three multiplies a block, not four.
-        let mut key = [_mm256_setzero_si256(); 8];
-        let mut folded = [_mm256_setzero_si256(); 8];
-        for i in 0..8 {
-            let top = 15 - 2 * i;
-            key[i] = _mm256_set_m128i(load(powers[top - 1]), load(powers[top]));
-            folded[i] = _mm256_xor_si256(key[i], _mm256_shuffle_epi32(key[i], 0x4e));
-        }
-        let mut acc = load(acc);
-        let mut chunks = data.chunks_exact(256);
-        for chunk in &mut chunks {
-            let at = chunk.as_ptr();
-            let (mut lo, mut hi, mut mid) = (_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256());
-            for i in 0..8 {
-                let mut x = _mm256_loadu_si256(at.add(32 * i).cast());
-                if i == 0 {
-                    x = _mm256_xor_si256(x, _mm256_zextsi128_si256(acc));
-                }
-                lo = _mm256_xor_si256(lo, _mm256_clmulepi64_epi128(x, key[i], 0x00));
-                hi = _mm256_xor_si256(hi, _mm256_clmulepi64_epi128(x, key[i], 0x11));
-                let x_folded = _mm256_xor_si256(x, _mm256_shuffle_epi32(x, 0x4e));
-                mid = _mm256_xor_si256(mid, _mm256_clmulepi64_epi128(x_folded, folded[i], 0x00));
-            }
-            let (lo, hi) = (halves_sum(lo), halves_sum(hi));
-            // (a0 + a1)(b0 + b1) = a0 b0 + a1 b1 + the cross terms.
-            let mid = _mm_xor_si128(halves_sum(mid), _mm_xor_si128(lo, hi));
-            acc = reduce(lo, hi, mid);
-        }
-        blocks(powers, store(acc), chunks.remainder())
+        store(acc)
     }
 
     /// The exclusive or of a 256-bit register's two 128-bit lanes.
@@ -410,43 +414,46 @@ mod tests {
         for backend in Backend::all_supported() {
             let key = Key::with(h, backend);
             assert_eq!(key.backend(), backend);
-            let mut hasher = key.hasher();
-            hasher.update(&x1);
-            assert_eq!(hasher.finish_with(x2), hex("f7a3b47b846119fae5b7866cf5e5b77e"), "{backend:?}");
+            assert_eq!(key.hash(&x1, &[], x2), hex("f7a3b47b846119fae5b7866cf5e5b77e"), "{backend:?}");
         }
     }
 
     #[test]
-    fn every_length_to_a_few_hundred_blocks() {
+    fn every_length_to_a_few_hundred_blocks_in_pieces() {
         let h: [u8; 16] = std::array::from_fn(|i| (i * 37 + 5) as u8);
         let data: Vec<u8> = (0..16 * 300 + 15).map(|i: usize| (i * 131 + i / 7) as u8).collect();
         let last = [0xa5; 16];
         for backend in Backend::all_supported() {
             let key = Key::with(h, backend);
             for len in (0..=data.len()).step_by(5).chain(16 * 256 - 1..16 * 256 + 17) {
-                let mut hasher = key.hasher();
-                hasher.update(&data[..len]);
-                assert_eq!(hasher.finish_with(last), reference(h, &data[..len], last), "{backend:?} {len}");
+                let expected = reference(h, &data[..len], last);
+                let data = &data[..len];
+                assert_eq!(key.hash(data, &[], last), expected, "{backend:?} {len} whole");
+                // As a datagram is cut: a header, the data, the rest.
+                let (head, rest) = data.split_at(len.min(44));
+                let (middle, tail) = rest.split_at(rest.len() - rest.len().min(20));
+                assert_eq!(key.hash(head, &[middle, tail], last), expected, "{backend:?} {len} cut");
+                assert_eq!(key.hash(&[], &[data, &[]], last), expected, "{backend:?} {len} after nothing");
             }
         }
     }
 
     proptest! {
         #[test]
-        fn any_key_any_pieces(h in any::<[u8; 16]>(), data in proptest::collection::vec(any::<u8>(), 0..3000),
+        fn any_key_any_pieces(h in any::<[u8; 16]>(), data in proptest::collection::vec(any::<u8>(), 0..6000),
                               cuts in proptest::collection::vec(any::<usize>(), 0..5), last in any::<[u8; 16]>()) {
             let expected = reference(h, &data, last);
             let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (data.len() + 1)).collect();
             cuts.sort_unstable();
+            let mut pieces = Vec::new();
+            let mut from = 0;
+            for &cut in cuts.iter().chain([data.len()].iter()) {
+                pieces.push(&data[from..cut]);
+                from = cut;
+            }
             for backend in Backend::all_supported() {
                 let key = Key::with(h, backend);
-                let mut hasher = key.hasher();
-                let mut from = 0;
-                for &cut in cuts.iter().chain([data.len()].iter()) {
-                    hasher.update(&data[from..cut]);
-                    from = cut;
-                }
-                prop_assert_eq!(hasher.finish_with(last), expected, "{:?}", backend);
+                prop_assert_eq!(key.hash(pieces[0], &pieces[1..], last), expected, "{:?}", backend);
             }
         }
     }
