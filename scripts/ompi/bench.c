@@ -7,7 +7,7 @@
  * Run by those benchmarks (crates/bench/src/mpi.rs) and by
  * scripts/ompi-bench.sh.
  *
- *   bench pingpong|bw [--json] [--transport T] [--iterations N] [--max-size BYTES] [--window W]
+ *   bench pingpong|bw [--json] [--transport T] [--iterations N] [--min-size BYTES] [--max-size BYTES] [--window W]
  *   bench alltoall [--json] [--transport T] [--iterations N] [--max-size BYTES_PER_PAIR]
  *   bench bcast|allreduce [--json] [--transport T] [--iterations N] --sizes B,B,...
  *   bench ring [--json] [--transport T] [--iterations N] --sizes B,B,...
@@ -40,13 +40,19 @@
 /* The largest message of the ring: MPI counts are ints. */
 #define RING_PIECE (1L << 30)
 
+/* --min-size: the sweep's sizes below it are left out. */
+static long min_size = 0;
+
 static int sizes(long first, long max, long *out) {
     int n = 0;
     out[n++] = first;
     if (max >= 8 && first < 8) out[n++] = 8;
     for (long x = 64; x <= max; x *= 4) out[n++] = x;
     if (out[n - 1] != max && max > 8) out[n++] = max;
-    return n;
+    int kept = 0;
+    for (int i = 0; i < n; i++)
+        if (out[i] >= min_size) out[kept++] = out[i];
+    return kept;
 }
 
 static int cmp(const void *a, const void *b) {
@@ -490,6 +496,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--load") && i + 1 < argc) load = atof(argv[++i]);
         else if (!strcmp(argv[i], "--iterations") && i + 1 < argc) iterations = atol(argv[++i]);
         else if (!strcmp(argv[i], "--max-size") && i + 1 < argc) max = atol(argv[++i]);
+        else if (!strcmp(argv[i], "--min-size") && i + 1 < argc) min_size = atol(argv[++i]);
         else if (!strcmp(argv[i], "--window") && i + 1 < argc) window = atol(argv[++i]);
         else if (!strcmp(argv[i], "--sizes") && i + 1 < argc) list = argv[++i];
         else {
@@ -522,10 +529,10 @@ int main(int argc, char **argv) {
         MPI_Finalize();
         return 0;
     }
-    if (size != 2 || max < 1 || window < 1 || (strcmp(which, "pingpong") && strcmp(which, "bw"))) {
+    if (size != 2 || max < 1 || window < 1 || min_size > max || (strcmp(which, "pingpong") && strcmp(which, "bw"))) {
         if (me == 0)
             fprintf(stderr, "usage: mpirun -np 2 bench pingpong|bw [--json] [--transport T] [--iterations N] "
-                            "[--max-size B] [--window W]\n       mpirun -np P bench alltoall [--json] "
+                            "[--min-size B] [--max-size B] [--window W]\n       mpirun -np P bench alltoall [--json] "
                             "[--transport T] [--iterations N] [--max-size B]\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }

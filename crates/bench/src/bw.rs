@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::reference::{Sockets, WindowResult, UDP_MAX_PAYLOAD};
 use crate::rows::{opt, Report, Row};
 use crate::transport::{self, REQUESTED};
-use crate::{intact, io, mb_per_s, receive, receives_into, sizes, sizes_of};
+use crate::{intact, io, mb_per_s, receive, receives_into, sizes_from, sizes_of};
 
 #[derive(clap::Args, Debug, Clone, Serialize, Deserialize)]
 pub struct Args {
@@ -27,6 +27,9 @@ pub struct Args {
     /// Largest size, bytes.
     #[arg(long, default_value_t = 4 << 20)]
     pub max_size: usize,
+    /// Smallest size, bytes: the sweep's sizes below it are left out.
+    #[arg(long, default_value_t = 0)]
+    pub min_size: usize,
     /// Leave out the Open MPI reference (the same sweep with Open MPI over
     /// shared memory and TCP).
     #[arg(long)]
@@ -59,7 +62,7 @@ pub(crate) fn rank(world: &World, args: &Args) -> Result<Vec<Row>, CommError> {
     let requested = args.transport.requested().as_str();
     let over = transport::reached(world.runtime(), [peer]);
     let mut rows = Vec::new();
-    for size in sizes(1, args.max_size) {
+    for size in sizes_from(1, args.min_size, args.max_size) {
         let window = args.window.clamp(1, (WINDOW_BYTES / size).max(1));
         let windows = (args.iterations as usize).min(BUDGET / (size * window)).max(2);
         // bulkwire and TCP take turns (a quarter of the windows each, four
@@ -253,6 +256,9 @@ pub(crate) fn table(report: &Report) -> String {
 
 /// The same sweep for the Open MPI program.
 pub(crate) fn mpi_args(args: &Args) -> Vec<String> {
-    let (iterations, window, max) = (args.iterations.to_string(), args.window.to_string(), args.max_size.to_string());
-    ["bw", "--iterations", &iterations, "--window", &window, "--max-size", &max].map(String::from).to_vec()
+    let (iterations, window) = (args.iterations.to_string(), args.window.to_string());
+    let (min, max) = (args.min_size.to_string(), args.max_size.to_string());
+    ["bw", "--iterations", &iterations, "--window", &window, "--min-size", &min, "--max-size", &max]
+        .map(String::from)
+        .to_vec()
 }

@@ -166,6 +166,12 @@ impl Bench {
             Bench::Pingpong(a) if a.ranks < 2 || a.ranks % 2 != 0 => {
                 Err("pingpong needs an even number of ranks (pairs)".into())
             }
+            Bench::Pingpong(pingpong::Args { min_size, max_size, .. })
+            | Bench::Bw(bw::Args { min_size, max_size, .. })
+                if min_size > max_size =>
+            {
+                Err(format!("--min-size {min_size} is above --max-size {max_size}: no size to measure"))
+            }
             Bench::Incast(a) if a.senders == 0 => Err("incast needs at least one sender (-k)".into()),
             Bench::TotalExchange(a) if a.ranks < 2 => Err("a total exchange needs at least two processes".into()),
             Bench::Put(a) => put::check(a),
@@ -326,6 +332,11 @@ pub fn rank(bench: &Bench) -> Result<Option<Report>, String> {
     run().map_err(|e| e.to_string())
 }
 
+/// [`sizes`] from `min` on.
+fn sizes_from(first: usize, min: usize, max: usize) -> Vec<usize> {
+    sizes(first, max).into_iter().filter(|&s| s >= min).collect()
+}
+
 /// `first`, 8, then powers of 4 from 64 up to `max`, and `max` itself.
 fn sizes(first: usize, max: usize) -> Vec<usize> {
     let mut s = vec![first];
@@ -480,6 +491,21 @@ mod tests {
     fn sizes_run_in_powers_of_four_up_to_the_largest() {
         assert_eq!(sizes(0, 70000), [0, 8, 64, 256, 1024, 4096, 16384, 65536, 70000]);
         assert_eq!(sizes(1, 4096), [1, 8, 64, 256, 1024, 4096]);
+        assert_eq!(sizes_from(0, 1000, 70000), [1024, 4096, 16384, 65536, 70000]);
+        assert_eq!(sizes_from(1, 4096, 4096), [4096]);
+        let bw = |min_size, max_size| {
+            Bench::Bw(bw::Args {
+                iterations: 1,
+                window: 1,
+                max_size,
+                min_size,
+                no_mpi: true,
+                transport: Default::default(),
+            })
+        };
+        assert!(bw(4096, 4096).check().is_ok());
+        let why = bw(4097, 4096).check().unwrap_err();
+        assert!(why.contains("--min-size 4097 is above --max-size 4096"), "{why}");
     }
 
     #[test]
@@ -505,6 +531,7 @@ mod tests {
             iterations: 1,
             window: 1,
             max_size: 8,
+            min_size: 0,
             no_mpi: true,
             transport: transport::TransportArgs::default(),
         });

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::reference::{Sockets, UDP_MAX_PAYLOAD};
 use crate::rows::{opt, Report, Row};
 use crate::transport::{self, REQUESTED};
-use crate::{io, median_us, receive, receives_into, sizes, sizes_of};
+use crate::{io, median_us, receive, receives_into, sizes_from, sizes_of};
 
 #[derive(clap::Args, Debug, Clone, Serialize, Deserialize)]
 pub struct Args {
@@ -21,6 +21,9 @@ pub struct Args {
     /// Largest size, bytes.
     #[arg(long, default_value_t = 4 << 20)]
     pub max_size: usize,
+    /// Smallest size, bytes: the sweep's sizes below it are left out.
+    #[arg(long, default_value_t = 0)]
+    pub min_size: usize,
     /// Ranks, in pairs that ping-pong at the same time (rank 2i with 2i+1);
     /// rank 0 reports its pair. More ranks than cores shows how the job
     /// fares oversubscribed.
@@ -157,7 +160,7 @@ pub(crate) fn rank(world: &World, args: &Args) -> Result<Vec<Row>, CommError> {
     let over = transport::reached(world.runtime(), [peer]);
     let references = !args.transport.references_done;
     let mut rows = Vec::new();
-    for size in sizes(0, args.max_size) {
+    for size in sizes_from(0, args.min_size, args.max_size) {
         let data = vec![7u8; size];
         let n = rounds(args.iterations, size);
         let r = RoundTrips::measure(world, &mut sockets, peer, initiator, &data, n, references)?;
@@ -252,6 +255,6 @@ pub(crate) fn table(report: &Report) -> String {
 /// The same sweep for the Open MPI program (which adds its transport).
 pub(crate) fn mpi_args(args: &Args) -> Vec<String> {
     let iterations = args.iterations.to_string();
-    let max = args.max_size.to_string();
-    ["pingpong", "--iterations", &iterations, "--max-size", &max].map(String::from).to_vec()
+    let (min, max) = (args.min_size.to_string(), args.max_size.to_string());
+    ["pingpong", "--iterations", &iterations, "--min-size", &min, "--max-size", &max].map(String::from).to_vec()
 }
