@@ -181,8 +181,6 @@ pub struct RecvBatch {
     segments: [usize; RecvBatch::MAX],
     /// The last read was a landing read: the datagrams' lengths.
     landing: bool,
-    /// Bytes of each datagram before its slot's region ([`Landing::head`]).
-    head: usize,
     lengths: [usize; RecvBatch::MAX],
     /// Buffers the last read filled.
     read: usize,
@@ -233,7 +231,6 @@ impl RecvBatch {
             coalescing: false,
             segments: [0; Self::MAX],
             landing: false,
-            head: 0,
             lengths: [0; Self::MAX],
             read: 0,
             run_iovecs: RunIovecs(Vec::new()),
@@ -519,7 +516,6 @@ impl RecvBatch {
             self.ages[k] = age.map_or(u64::MAX, |a| a.as_nanos() as u64);
         }
         self.landing = landing.is_some();
-        self.head = landing.map_or(0, Landing::head);
         Ok(n)
     }
 
@@ -553,10 +549,8 @@ impl RecvBatch {
             (j, 0, self.lengths[j])
         };
         let room = landing.region(j).1;
-        let head = (end - start).min(landing.head());
-        let data = (end - start - head).min(room);
+        let (head, data, tail) = cut(end - start, landing, room);
         let behind = start + landing.head() + room;
-        let tail = end.saturating_sub(behind);
         let b = &self.buffers[buffer];
         // SAFETY: the read put the slot's head and tail into the buffer
         // where they lie in what it read (`run_iovecs`, or the head at the
@@ -634,10 +628,8 @@ impl RecvBatch {
     ///
     /// As [`RecvBatch::gather_from`]'s.
     unsafe fn gather(&mut self, k: usize, landing: &Landing) {
-        let (len, (place, room)) = (self.lengths[k], landing.region(k));
-        let head = len.min(self.head);
-        let data = (len - head).min(room);
-        let tail = len - head - data;
+        let (place, room) = landing.region(k);
+        let (head, data, tail) = cut(self.lengths[k], landing, room);
         let b = &mut self.buffers[k];
         // SAFETY: the region held `data` bytes the kernel wrote; they move
         // to just behind the head, within the capacity, and the tail (if
@@ -665,6 +657,15 @@ impl RecvBatch {
     pub fn segment_size(&self, i: usize) -> Option<usize> {
         Some(self.segments[i]).filter(|&s| s > 0)
     }
+}
+
+/// How a datagram of `len` bytes read as a slot's lies: its bytes before
+/// the slot's region (at most [`Landing::head`]), in the region (at most
+/// `room`), and after it.
+fn cut(len: usize, landing: &Landing, room: usize) -> (usize, usize, usize) {
+    let head = len.min(landing.head());
+    let data = (len - head).min(room);
+    (head, data, len - head - data)
 }
 
 /// The iovecs of a run's landing read.
