@@ -676,17 +676,29 @@ fn seed_of(rank: u32, tag: i32) -> u64 {
 fn a_rank_killed_before_it_reads_a_lent_message_stops_the_job() {
     if is_rank() {
         let world = World::init().unwrap();
+        // Rank 1 says it holds its engine by this file, and rank 0 sends
+        // only then: sent before, the message could be read (and rightly
+        // acknowledged) by rank 1's progress thread before its main thread
+        // took the engine, as happened once under a loaded test run.
+        let held = std::env::temp_dir().join(format!("bulkwire-held-{}", std::env::var("BULKWIRE_JOB").unwrap()));
         world.barrier().unwrap();
         if world.rank() == 1 {
             // Holding the engine, nothing reads the ring: the message stays
             // lent until this process is gone.
             let _ = world.runtime().with(|_| {
+                std::fs::write(&held, b"").unwrap();
                 std::thread::sleep(Duration::from_millis(300));
                 // SAFETY: raising a signal in our own process.
                 unsafe { libc::raise(libc::SIGKILL) };
                 Ok(())
             });
         }
+        let asked = Instant::now();
+        while !held.exists() {
+            assert!(asked.elapsed() < Duration::from_secs(5), "rank 1 never held its engine");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let _ = std::fs::remove_file(&held);
         match world.send(1, 4, &vec![7u8; 4 << 20]) {
             Ok(()) => println!("rank 0: sent"),
             Err(e) => println!("rank 0: {e}"),
