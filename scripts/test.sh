@@ -20,6 +20,10 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "tests"
 cargo test --workspace --locked
 
+step "the cycle marks compiled in (bulkwire-runtime's feature cycles)"
+cargo clippy -p bulkwire-runtime --all-targets --features cycles --locked -- -D warnings
+cargo test -p bulkwire-runtime --features cycles --locked --lib cycles
+
 step "python package: wheel and tests"
 scripts/python-test.sh
 

@@ -14,6 +14,7 @@ use bulkwire_proto::{
 };
 use bulkwire_wire::{Coverage, Header};
 
+use crate::cycles::{self, Point};
 use crate::env::JobEnv;
 use crate::loss::LossInjector;
 use crate::paths::Paths;
@@ -563,6 +564,7 @@ impl Engine {
                 // Would block, or an ICMP error for an earlier send: the
                 // protocol recovers from both.
                 let Ok(n) = read else { break };
+                cycles::mark(Point::Read);
                 let read_at = (self.rx_stamps == Stamps::On).then(|| self.now());
                 let mut first = 0;
                 if let Some(landing) = &landing {
@@ -627,11 +629,17 @@ impl Engine {
                 buffers += asked;
             }
         }
+        if moved {
+            cycles::mark(Point::Handled);
+        }
         if clock && self.endpoint.poll_timeout().is_some_and(|t| t <= now) {
             self.endpoint.handle_timeout(now);
         }
         moved |= self.flush();
         self.collect();
+        if moved {
+            cycles::mark(Point::Collected);
+        }
         moved |= self.poll_shm();
         moved
     }
@@ -1264,18 +1272,23 @@ impl Engine {
         if self.tx.is_empty() && !self.endpoint.has_transmit() {
             return false;
         }
+        cycles::mark(Point::FlushBegan);
         let now = self.now();
         let mut sent = false;
         loop {
             while !self.tx.is_full() {
                 let Some((t, shared)) = self.endpoint.poll_transmit_shared(now, self.tx.next_buffer()) else { break };
+                cycles::mark(Point::Polled);
                 let (ordinary, premium) = self.peers[t.to as usize];
                 self.tx.push(t.path, t.to, if t.path == Path::Premium { premium } else { ordinary }, t.len, shared);
+                cycles::mark(Point::Batched);
             }
             if self.tx.is_empty() {
                 return sent;
             }
-            match self.tx.send(&self.sockets) {
+            let result = self.tx.send(&self.sockets);
+            cycles::mark(Point::Sent);
+            match result {
                 Ok(_) => sent = true,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return sent,
                 // Anything else is a lost datagram, which the protocol recovers.
@@ -2025,6 +2038,7 @@ impl Runtime {
     /// the sockets is left to waits and to the progress thread: a send
     /// should cost one system call, not five.
     pub fn with<R>(&self, f: impl FnOnce(&mut Engine) -> Result<R, RuntimeError>) -> Result<R, RuntimeError> {
+        cycles::mark(Point::SendCalled);
         let mut e = self.inner.lock();
         check(&e)?;
         let result = f(&mut e);
@@ -2267,6 +2281,9 @@ impl Runtime {
     ) -> Result<Option<R>, RuntimeError> {
         e.wake_at = None;
         let result = f(e)?;
+        if result.is_some() {
+            cycles::mark(Point::Matched);
+        }
         e.flush();
         if result.is_some() {
             self.kick(e);
@@ -2298,6 +2315,14 @@ impl Runtime {
     pub fn finish(&self) -> Result<(), RuntimeError> {
         if self.finished.swap(true, Ordering::SeqCst) {
             return Ok(());
+        }
+        // Before the calls that leave the job make marks of their own.
+        if let Some(summary) = cycles::report() {
+            eprintln!(
+                "bulkwire: rank {}: {}",
+                self.inner.rank,
+                summary.replace('\n', &format!("\nbulkwire: rank {}: ", self.inner.rank))
+            );
         }
         // What peers have not acknowledged yet they are asked to now, rather
         // than at the next timeout (long on a channel whose receivers drive

@@ -22,6 +22,7 @@
 //! - [`malloc`]: the C library's allocator keeps the memory the runtime
 //!   frees, for the next burst (`BULKWIRE_MALLOC=system` leaves it alone).
 
+mod cycles;
 mod engine;
 mod env;
 mod loss;

@@ -971,6 +971,7 @@ impl SendBatch {
             messages += 1;
             i = end;
         }
+        crate::cycles::mark(crate::cycles::Point::Syscall);
         // SAFETY: the first `messages` headers are written; each names a
         // live address and iovecs (written) over live buffers of the stated
         // lengths (the shared payloads are held by `self.queued`), and a
@@ -1074,6 +1075,7 @@ impl SendBatch {
                 &self.alone
             }
         };
+        crate::cycles::mark(crate::cycles::Point::Syscall);
         // SAFETY: the datagram and the address are live for the call and
         // of the lengths given.
         let n = unsafe {
