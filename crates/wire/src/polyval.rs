@@ -155,7 +155,9 @@ impl Key {
                 // padding and `last`).
                 let more = ((within - 16 * k) / (16 * per)).min((left - k) / per - 1);
                 let bytes = 16 * (k + per * more);
-                self.fold(&mut acc, &mut portable, &piece(at.0)[at.1..at.1 + bytes], k);
+                let run = &piece(at.0)[at.1..at.1 + bytes];
+                prefetch_ahead(run);
+                self.fold(&mut acc, &mut portable, run, k);
                 at.1 += bytes;
                 left -= k + per * more;
             } else {
@@ -209,6 +211,33 @@ impl Key {
             }
         }
     }
+}
+
+/// How far past the bytes being hashed [`prefetch_ahead`] asks for the
+/// bytes to come: about the next datagram's but one. A sender hashes a
+/// large message's pieces in turn, a datagram's at a time between its
+/// other work, and the pieces come from memory the core has not read
+/// lately (a stream of 4 MiB messages between two test-bed hosts,
+/// alternating runs: making a datagram, MAC and packet, took 1,990-2,360
+/// cycles without it in seven runs, 1,530-1,830 asking 1 KiB ahead in
+/// four, 1,520-1,710 at 2 KiB in five, 1,680-1,860 at 4 KiB in two).
+const PREFETCH_AHEAD: usize = 2048;
+
+/// Asks the CPU to bring into its cache the bytes [`PREFETCH_AHEAD`] past
+/// each line of `run`: where the next pieces to be hashed most often lie.
+/// A hint only: nothing is read into the program, and an address past
+/// the end of the buffer does not fault.
+#[inline(always)]
+fn prefetch_ahead(run: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    for offset in (0..run.len()).step_by(64) {
+        let at = run.as_ptr().wrapping_add(PREFETCH_AHEAD + offset);
+        // SAFETY: PREFETCHT0 (SSE, which every x86-64 CPU has) reads
+        // nothing into registers and never faults, whatever the address.
+        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at.cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = run;
 }
 
 #[cfg(target_arch = "x86_64")]
