@@ -6,10 +6,11 @@
 //!
 //! Each thread keeps its own marks. A hop runs from [`Point::Read`], the
 //! last read that brought datagrams, to [`Point::Sent`], the end of the
-//! send that follows it (in a ping-pong, the answer leaving); its segments are the
-//! time between consecutive marks, reported as medians over hops. Every
-//! pair of consecutive marks, in or out of a hop, is also summed: where a
-//! stream's time goes per datagram. The process prints both as it
+//! send that follows it (in a ping-pong, the answer leaving); its
+//! segments are the time between consecutive marks, reported as medians
+//! (over the first 131,072 of each). Every pair of consecutive
+//! marks, in or out of a hop, is also summed: where a stream's time goes
+//! per datagram. The process prints both as it
 //! finishes ([`crate::Runtime::finish`]). An 8 B hop over loopback makes
 //! about a dozen marks, each a read of the counter and a few stores (some
 //! 40 cycles).
@@ -62,7 +63,8 @@ impl Point {
     }
 }
 
-/// Hops kept for the medians (the first this many).
+/// Hops, and times of each segment, kept for the medians (the first this
+/// many): a few MiB at most.
 const HOPS_KEPT: usize = 1 << 17;
 
 /// The marks of one thread.
@@ -101,7 +103,10 @@ impl Tally {
                     let key = (w[0].0, w[1].0);
                     let delta = w[1].1.saturating_sub(w[0].1);
                     match self.segments.iter_mut().find(|(k, _)| *k == key) {
-                        Some((_, values)) => values.push(delta),
+                        // A segment may come several times a hop (each
+                        // datagram of a batch).
+                        Some((_, values)) if values.len() < HOPS_KEPT => values.push(delta),
+                        Some(_) => {}
                         None => self.segments.push((key, vec![delta])),
                     }
                 }
