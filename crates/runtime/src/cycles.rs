@@ -12,16 +12,15 @@
 //! marks, in or out of a hop, is also summed: where a stream's time goes
 //! per datagram. The process prints both as it
 //! finishes ([`crate::Runtime::finish`]). An 8 B hop over loopback makes
-//! about a dozen marks, each a read of the counter and a few stores (some
-//! 40 cycles).
+//! ten marks, each a read of the counter and a few stores: its half
+//! round trip was 6.27-6.76 us with them and 6.68-7.18 without (three
+//! alternating pairs).
 
 // Without the feature only the tests count marks.
 #![cfg_attr(not(feature = "cycles"), allow(dead_code))]
 
-use std::collections::HashMap;
-
 /// A point on the way through the runtime.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Point {
     /// A read of a socket brought datagrams.
     Read,
@@ -45,6 +44,23 @@ pub(crate) enum Point {
     /// The batch's send returned.
     Sent,
 }
+
+/// How many points there are.
+const POINTS: usize = Point::Sent as usize + 1;
+
+/// The points by number.
+const ALL: [Point; POINTS] = [
+    Point::Read,
+    Point::Handled,
+    Point::Collected,
+    Point::Matched,
+    Point::SendCalled,
+    Point::FlushBegan,
+    Point::Polled,
+    Point::Batched,
+    Point::Syscall,
+    Point::Sent,
+];
 
 impl Point {
     fn name(self) -> &'static str {
@@ -76,8 +92,9 @@ pub(crate) struct Tally {
     segments: Vec<((Point, Point), Vec<u64>)>,
     /// Whole hops, first mark to last.
     totals: Vec<u64>,
-    /// Every pair of consecutive marks: sum and count.
-    pairs: HashMap<(Point, Point), (u64, u64)>,
+    /// Every pair of consecutive marks, by their points' numbers: sum and
+    /// count (an array, not a map: a mark hashes nothing).
+    pairs: [[(u64, u64); POINTS]; POINTS],
     last: Option<(Point, u64)>,
 }
 
@@ -85,7 +102,7 @@ impl Tally {
     /// Counts the mark `point` made at `at`.
     pub(crate) fn record(&mut self, point: Point, at: u64) {
         if let Some((from, then)) = self.last {
-            let sum = self.pairs.entry((from, point)).or_default();
+            let sum = &mut self.pairs[from as usize][point as usize];
             sum.0 += at.saturating_sub(then);
             sum.1 += 1;
         }
@@ -128,10 +145,15 @@ impl Tally {
             out += &format!(" {} -> {} {};", from.name(), to.name(), median(values));
         }
         out += &format!(" whole hop {}", median(&self.totals));
-        let mut pairs: Vec<_> = self.pairs.iter().collect();
-        pairs.sort_by_key(|(_, &(sum, _))| std::cmp::Reverse(sum));
+        let mut pairs: Vec<_> = ALL
+            .iter()
+            .flat_map(|&from| ALL.iter().map(move |&to| (from, to)))
+            .map(|(from, to)| ((from, to), self.pairs[from as usize][to as usize]))
+            .filter(|&(_, (_, count))| count > 0)
+            .collect();
+        pairs.sort_by_key(|&(_, (sum, _))| std::cmp::Reverse(sum));
         out += &format!("\nmost {unit} in all, mean a pair:");
-        for ((from, to), &(sum, count)) in pairs.into_iter().take(8) {
+        for ((from, to), (sum, count)) in pairs.into_iter().take(8) {
             out += &format!(" {} -> {} {} x {};", from.name(), to.name(), count, sum / count);
         }
         out
@@ -251,6 +273,11 @@ mod tests {
         mark(Point::Read);
         mark(Point::Sent);
         assert!(report().is_none());
+    }
+
+    #[test]
+    fn every_point_is_listed_under_its_number() {
+        assert!(ALL.iter().enumerate().all(|(i, &p)| p as usize == i));
     }
 
     #[test]
