@@ -17,6 +17,7 @@ pub mod rows;
 mod bw;
 mod collective;
 mod echo;
+mod endpoint;
 mod incast;
 mod mac;
 pub mod mpi;
@@ -91,6 +92,10 @@ pub enum Bench {
     /// SipHash-2-4-128 and keyed BLAKE3 over the same bytes, in this
     /// process (no job).
     Mac(mac::Args),
+    /// The protocol's own work per message and per datagram: two endpoints
+    /// in this process (no sockets), a stream and hops of each size,
+    /// beside the MAC and one copy of the same datagrams (no job).
+    Endpoint(endpoint::Args),
 }
 
 impl Bench {
@@ -105,7 +110,7 @@ impl Bench {
             Bench::Solver(a) => a.ranks,
             Bench::Bcast(a) | Bench::Allreduce(a) => a.ranks,
             Bench::Scale(a) => a.ranks,
-            Bench::Mac(_) => 1,
+            Bench::Mac(_) | Bench::Endpoint(_) => 1,
         }
     }
 
@@ -129,7 +134,7 @@ impl Bench {
     pub fn jobs(&self, remote: bool) -> Vec<(Bench, Option<Transport>)> {
         // Studies of the network (echo and ttcp, many to one) cross it
         // whatever the hosts: bulkwire over UDP, as its references.
-        if matches!(self, Bench::Mac(_)) {
+        if self.in_process() {
             return Vec::new();
         }
         if matches!(self, Bench::Echo(_) | Bench::Incast(_)) {
@@ -180,6 +185,21 @@ impl Bench {
         }
     }
 
+    /// Whether the benchmark runs in the launching process, no job.
+    pub fn in_process(&self) -> bool {
+        matches!(self, Bench::Mac(_) | Bench::Endpoint(_))
+    }
+
+    /// The report of a benchmark that runs in the launching process
+    /// ([`Bench::in_process`]), or `None` for one that runs a job.
+    pub fn measure_here(&self) -> Option<Result<Report, String>> {
+        match self {
+            Bench::Mac(a) => Some(Ok(mac::measure(a))),
+            Bench::Endpoint(a) => Some(endpoint::measure(a)),
+            _ => None,
+        }
+    }
+
     /// References measured by the launching process before the job
     /// (`remote`: the ranks run on these hosts, and Open MPI's with them).
     pub fn before_job(&self, remote: Option<&mpi::Hosts<'_>>) -> Report {
@@ -202,7 +222,6 @@ impl Bench {
                 mpi_reference(remote, a.ranks, &[MpiTransport::Tcp], &a.mpi_args(), "solver", "seconds")
             }
             Bench::Scale(a) => a.open_mpi(on_hosts),
-            Bench::Mac(a) => mac::measure(a),
             _ => Report::default(),
         }
     }
@@ -231,6 +250,7 @@ impl Bench {
             Bench::Allreduce(_) => collective::table(bulkwire_groups::Operation::Allreduce, report),
             Bench::Scale(_) => scale::table(report),
             Bench::Mac(_) => mac::table(report),
+            Bench::Endpoint(_) => endpoint::table(report),
         }
     }
 }
@@ -292,8 +312,8 @@ pub fn rank(bench: &Bench) -> Result<Option<Report>, String> {
     if let Bench::Scale(a) = bench {
         return scale::rank(a);
     }
-    if let Bench::Mac(_) = bench {
-        return Err("bench mac runs no job: its figures are the launching process's".into());
+    if bench.in_process() {
+        return Err("this benchmark runs no job: its figures are the launching process's".into());
     }
     // The solver runs BSP on the job's runtime beside the shared memory:
     // its world lives as long as the process.
@@ -320,7 +340,12 @@ pub fn rank(bench: &Bench) -> Result<Option<Report>, String> {
             Bench::Trace(a) => trace::rank(&world, a)?,
             Bench::Bcast(a) => collective::rank(&world, a, bulkwire_groups::Operation::Bcast)?,
             Bench::Allreduce(a) => collective::rank(&world, a, bulkwire_groups::Operation::Allreduce)?,
-            Bench::TotalExchange(_) | Bench::Put(_) | Bench::Solver(_) | Bench::Scale(_) | Bench::Mac(_) => {
+            Bench::TotalExchange(_)
+            | Bench::Put(_)
+            | Bench::Solver(_)
+            | Bench::Scale(_)
+            | Bench::Mac(_)
+            | Bench::Endpoint(_) => {
                 unreachable!("run above")
             }
         };

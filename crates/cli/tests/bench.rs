@@ -262,6 +262,37 @@ fn mac_times_every_mac_at_every_size() {
 }
 
 #[test]
+fn endpoint_times_a_stream_and_hops_beside_the_mac_and_a_copy() {
+    let args = ["endpoint", "--sizes", "8,300000", "--rounds", "1", "--bytes", "600000"];
+    let v = bench(&args);
+    let rows = rows(&v);
+    let stream = of(rows, "endpoint", "bulkwire", "stream");
+    let hop = of(rows, "endpoint", "bulkwire", "hop");
+    assert_eq!(sizes(&stream), [8, 300000]);
+    assert_eq!(sizes(&hop), [8, 300000]);
+    for row in stream.iter().chain(&hop) {
+        assert_eq!(row["procs"], 2);
+        assert!(num(row, "ns_per_message") > 0.0 && num(row, "ns_per_datagram") > 0.0, "{row}");
+    }
+    // Small messages share datagrams; a large one takes a datagram per
+    // 1,402 B of it (1,472 B less the header, the MAC and a record header):
+    // 214 for 300,000 B, a few more where a message's pieces start a datagram
+    // behind the end of the one before.
+    assert!(num(stream[0], "datagrams_per_message") < 0.2, "{}", stream[0]);
+    let large = num(stream[1], "datagrams_per_message");
+    assert!((214.0..=216.0).contains(&large), "{}", stream[1]);
+    // A hop of 8 B is one datagram, its acknowledgement riding on the next.
+    assert!((1.0..1.5).contains(&num(hop[0], "datagrams_per_message")), "{}", hop[0]);
+    for what in ["mac", "copy"] {
+        let of = of(rows, "endpoint", "reference", what);
+        assert_eq!(sizes(&of), [8, 300000], "{what}");
+        assert!(of.iter().all(|r| num(r, "ns_per_datagram") > 0.0), "{what}");
+    }
+    let table = text_of(&args);
+    assert!(table.contains("protocol") && table.lines().any(|l| l.trim_start().starts_with("300000")), "{table}");
+}
+
+#[test]
 fn csv_has_a_header_and_a_line_per_row() {
     let out = Command::new(env!("CARGO_BIN_EXE_bulkwire"))
         .args(["bench", "pingpong", "--iterations", "10", "--max-size", "8", "--no-mpi", "--csv"])
