@@ -47,6 +47,16 @@ pub struct Args {
     /// 64 KiB, as many hops as it has messages.
     #[arg(long, default_value_t = 16 << 20)]
     pub bytes: usize,
+    /// Run this loop alone (to profile it); the references go with the
+    /// stream.
+    #[arg(long, value_enum)]
+    pub only: Option<Loop>,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Loop {
+    Stream,
+    Hop,
 }
 
 /// Hops in one round at most.
@@ -242,6 +252,10 @@ pub(crate) fn measure(args: &Args) -> Result<Report, String> {
         let mut floors: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
         for _ in 0..args.rounds.max(1) {
             for (which, rounds) in rounds.iter_mut().enumerate() {
+                let this = if which == 0 { Loop::Stream } else { Loop::Hop };
+                if args.only.is_some_and(|only| only != this) {
+                    continue;
+                }
                 let (d0, b0) = (pair.datagrams, pair.wire_bytes);
                 let t = Instant::now();
                 let messages = match which {
@@ -270,7 +284,7 @@ pub(crate) fn measure(args: &Args) -> Result<Report, String> {
                 rounds.push(round);
             }
         }
-        for (which, mut rounds) in rounds.into_iter().enumerate() {
+        for (which, mut rounds) in rounds.into_iter().enumerate().filter(|(_, r)| !r.is_empty()) {
             rounds.sort_by(|a, b| (a.seconds / a.messages as f64).total_cmp(&(b.seconds / b.messages as f64)));
             let r = &rounds[rounds.len() / 2];
             let what = if which == 0 { "stream" } else { "hop" };
@@ -288,7 +302,7 @@ pub(crate) fn measure(args: &Args) -> Result<Report, String> {
             }
             rows.push(row);
         }
-        for (what, mut ns) in ["mac", "copy"].into_iter().zip(floors) {
+        for (what, mut ns) in ["mac", "copy"].into_iter().zip(floors).filter(|(_, ns)| !ns.is_empty()) {
             ns.sort_by(f64::total_cmp);
             rows.push(
                 Row::new("endpoint", "reference", what, 1)
