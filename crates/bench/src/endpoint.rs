@@ -144,19 +144,27 @@ impl Pair {
         while self.move_from(0) + self.move_from(1) > 0 {}
     }
 
-    /// Bytes of the messages `to` has received, taken off its events.
-    fn take_messages(&mut self, to: usize) -> Result<usize, String> {
-        let mut bytes = 0;
+    /// How many messages `to` has received, taken off its events, each
+    /// checked to be `sent` by its length and its first and last bytes (the
+    /// protocol's tests check every byte; here a full compare would weigh
+    /// on what is timed).
+    fn take_messages(&mut self, to: usize, sent: &[u8]) -> Result<usize, String> {
+        let mut messages = 0;
         while let Some(event) = self.ends[to].poll_event() {
-            bytes += match event {
-                Event::Message { data, start, .. } => data.len() - start,
-                Event::Placed { placed, end, .. } => placed + end.len(),
-                Event::Aimed { head, len, .. } => head.len() + len,
+            match event {
+                Event::Message { data, start, .. } => {
+                    let got = &data[start..];
+                    if got.len() != sent.len() || got.first() != sent.first() || got.last() != sent.last() {
+                        return Err(format!("a message of {} B arrived as {} B, or altered", sent.len(), got.len()));
+                    }
+                    messages += 1;
+                }
                 Event::ProtocolViolation { reason, .. } => return Err(format!("protocol violation: {reason}")),
-                Event::ModeChanged { .. } => 0,
-            };
+                Event::ModeChanged { .. } => {}
+                other => return Err(format!("an event this loop does not ask for: {other:?}")),
+            }
         }
-        Ok(bytes)
+        Ok(messages)
     }
 
     /// Queues `message` from 0 to 1, lent from [`LEND_FROM`].
@@ -175,24 +183,23 @@ impl Pair {
     /// every byte delivered.
     fn stream(&mut self, message: &Arc<Vec<u8>>, windows: usize) -> Result<(), String> {
         for _ in 0..windows {
-            let want = WINDOW * message.len();
             let (mut queued, mut got) = (0, 0);
             // Queue what the send buffer takes; move; repeat.
-            while got < want {
+            while got < WINDOW {
                 while queued < WINDOW && self.ends[0].can_send(1, 0, message.len()) {
                     self.send(message)?;
                     queued += 1;
                 }
                 let moved = self.move_from(0) + self.move_from(1);
-                got += self.take_messages(1)?;
-                if moved == 0 && got < want && !self.ends[0].can_send(1, 0, message.len()) {
+                got += self.take_messages(1, message)?;
+                if moved == 0 && got < WINDOW && !self.ends[0].can_send(1, 0, message.len()) {
                     // Waiting on a timer (an acknowledgement delayed): let
                     // time pass as a real wait would.
                     std::thread::yield_now();
                 }
             }
-            if got != want {
-                return Err(format!("the stream delivered {got} bytes of {want}"));
+            if got != WINDOW {
+                return Err(format!("the stream delivered {got} messages of {WINDOW}"));
             }
         }
         self.settle();
@@ -209,10 +216,10 @@ impl Pair {
                 if self.move_from(from) + self.move_from(to) == 0 {
                     std::thread::yield_now();
                 }
-                got = self.take_messages(to)?;
+                got = self.take_messages(to, message)?;
             }
-            if got != message.len() {
-                return Err(format!("a hop delivered {got} bytes of {}", message.len()));
+            if got != 1 {
+                return Err(format!("a hop delivered {got} messages"));
             }
         }
         self.settle();
@@ -386,4 +393,39 @@ pub(crate) fn table(report: &Report) -> String {
         ));
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_loop_delivers_every_message_at_any_size() {
+        for size in [0, 1, 1400, 3000, LEND_FROM + 1] {
+            let message = Arc::new((0..size).map(|i| i as u8).collect::<Vec<u8>>());
+            let mut pair = Pair::new(1472).unwrap();
+            pair.stream(&message, 2).unwrap();
+            pair.hops(&message, 3).unwrap();
+            // Data went one way, the acknowledgements the other, and
+            // nothing is left to send.
+            assert!(pair.datagrams[0] > 0 && pair.datagrams[1] > 0, "{size}");
+            assert!(pair.ends.iter().all(|e| !e.has_transmit()), "{size}");
+        }
+    }
+
+    #[test]
+    fn a_message_altered_on_the_way_is_an_error() {
+        let mut pair = Pair::new(1472).unwrap();
+        pair.ends[0].send(1, 0, b"not what was meant").unwrap();
+        pair.settle();
+        let why = pair.take_messages(1, b"what was meant").unwrap_err();
+        assert!(why.contains("arrived as 18 B"), "{why}");
+    }
+
+    #[test]
+    fn bad_arguments_are_refused() {
+        let args = |sizes: Vec<usize>, datagram| Args { sizes, datagram, rounds: 1, bytes: 1 << 10, only: None };
+        assert!(measure(&args(vec![17 << 20], 1472)).unwrap_err().contains("larger than the endpoint's"));
+        assert!(measure(&args(vec![8], 20)).unwrap_err().starts_with("endpoint:"));
+    }
 }
