@@ -1,7 +1,8 @@
 //! `bulkwire bench endpoint`: the protocol's own work per message and per
 //! datagram, two endpoints in this process joined by nothing but memory
-//! (no sockets, no system calls, no other process), so that what a change
-//! to the packet path saves shows through the noise of a shared machine.
+//! (no sockets, no system calls, no other process): the packet path's cost
+//! apart from the kernel's and the runtime's. The MAC covers whole
+//! datagrams, as between hosts.
 //!
 //! Two loops, each timed in rounds, the median round reported:
 //!
