@@ -85,7 +85,7 @@ impl Pair {
     fn new(datagram: usize) -> Result<Pair, String> {
         let key = JobKey::new(std::array::from_fn(|i| (i * 7 + 3) as u8));
         // The settings the runtime gives a job's endpoint between hosts
-        // (its packet buffers for a socket buffer of 1 MiB or more).
+        // (its packet buffers where a socket holds 1.5 MB or more).
         let end = |rank| {
             let mut c = Config::new(0x5eed, key.clone(), rank, 2);
             c.max_datagram = datagram;
