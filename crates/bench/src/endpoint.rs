@@ -24,7 +24,9 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Instant;
 
-use bulkwire_proto::{Config, Endpoint, Event, LentRange, Time};
+use bulkwire_proto::{Endpoint, Event, LentRange, Time};
+// From this size a blocking send lends the message, not a copy of it.
+use bulkwire_runtime::LEND_FROM;
 use bulkwire_wire::{JobKey, HEADER_LEN};
 use serde::{Deserialize, Serialize};
 
@@ -64,9 +66,6 @@ pub enum Loop {
 const ROUND_HOPS: usize = 20_000;
 /// Messages in flight, as `bench bw`'s default window.
 const WINDOW: usize = 64;
-/// From this size a message is lent to the endpoint, not copied, as the
-/// runtime's blocking send lends it.
-const LEND_FROM: usize = 256 << 10;
 
 /// The two endpoints and what moves between them.
 struct Pair {
@@ -84,17 +83,11 @@ struct Pair {
 impl Pair {
     fn new(datagram: usize) -> Result<Pair, String> {
         let key = JobKey::new(std::array::from_fn(|i| (i * 7 + 3) as u8));
-        // The settings the runtime gives a job's endpoint between hosts
-        // (its packet buffers where a socket holds 1.5 MB or more).
+        // The settings the runtime gives a job's endpoint between hosts,
+        // its sockets holding what the runtime asks of the kernel.
+        let socket_buffer = bulkwire_runtime::SocketOptions::default().buffer_bytes;
         let end = |rank| {
-            let mut c = Config::new(0x5eed, key.clone(), rank, 2);
-            c.max_datagram = datagram;
-            c.max_message_size = 16 << 20;
-            c.send_buffer_bytes = 32 << 20;
-            c.recv_buffer_bytes = 32 << 20;
-            c.packet_buffers = 1024;
-            c.initial_rtt = std::time::Duration::from_micros(50);
-            c.min_rto = std::time::Duration::from_micros(500);
+            let c = bulkwire_runtime::endpoint_config(0x5eed, key.clone(), rank, 2, datagram, socket_buffer, false);
             Endpoint::new(c).map_err(|e| format!("endpoint: {e}"))
         };
         Ok(Pair {
@@ -170,7 +163,8 @@ impl Pair {
         Ok(messages)
     }
 
-    /// Queues `message` from 0 to 1, lent from [`LEND_FROM`].
+    /// Queues `message` from 0 to 1, lent from [`LEND_FROM`] (as comm's
+    /// blocking send lends it).
     fn send(&mut self, message: &Arc<Vec<u8>>) -> Result<(), String> {
         let sent = match message.len() >= LEND_FROM {
             true => {
@@ -417,7 +411,7 @@ mod tests {
     }
 
     #[test]
-    fn a_message_altered_on_the_way_is_an_error() {
+    fn a_message_other_than_the_one_sent_is_an_error() {
         let mut pair = Pair::new(1472).unwrap();
         pair.ends[0].send(1, 0, b"not what was meant").unwrap();
         pair.settle();

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use bulkwire_proto::{
     Config, Endpoint, Event, Landed, Landing, Path, RateControl, SendError, Strategy, TailFilter, Time,
 };
-use bulkwire_wire::{Coverage, Header};
+use bulkwire_wire::{Coverage, Header, JobKey};
 
 use crate::cycles::{self, Point};
 use crate::env::JobEnv;
@@ -1613,19 +1613,16 @@ impl Runtime {
         // Every socket of the job on loopback: the job runs on this host.
         let loopback = peers.iter().all(|(o, p)| o.ip().is_loopback() && p.ip().is_loopback());
         let coverage = mac_coverage(loopback)?;
-        let mut config = Config::new(env.job, env.key.clone().covering(coverage), env.rank, env.size);
-        // 0: comm's messages, 1: comm's collectives, 2: bsp's supersteps,
-        // 3: the groups' control plane (premium), 4: the groups' data,
-        // 5: the shared memory's writes, 6: best-effort data (the groups'
-        // unreliable posts; [`BEST_EFFORT_CHANNEL`]).
-        config.channels = 7;
-        config.max_message_size = 16 << 20;
-        config.send_buffer_bytes = 32 << 20;
-        config.recv_buffer_bytes = 32 << 20;
-        config.max_datagram = max_datagram;
-        config.packet_buffers = packet_buffers(sockets.recv_buffer_bytes()?, config.max_datagram);
-        config.initial_rtt = Duration::from_micros(if ip.is_loopback() { 50 } else { 500 });
-        config.min_rto = Duration::from_micros(500);
+        let key = env.key.clone().covering(coverage);
+        let mut config = endpoint_config(
+            env.job,
+            key,
+            env.rank,
+            env.size,
+            max_datagram,
+            sockets.recv_buffer_bytes()?,
+            ip.is_loopback(),
+        );
         // The premium path is distinct where its datagrams leave the host
         // marked, or by an interface of their own.
         let distinct = !loopback
@@ -2432,6 +2429,35 @@ fn datagram_for_mtu(ip: std::net::IpAddr, mtu: usize) -> usize {
 /// would only overflow it and resend. The kernel reports twice the payload
 /// it accepts (the rest is bookkeeping), so half of that is what datagrams
 /// may fill.
+/// The settings of a job's endpoint, before its paths and rate control:
+/// rank `rank` of `size`, datagrams of up to `max_datagram` bytes, its
+/// sockets holding `socket_buffer` bytes each (as the kernel reports it),
+/// on loopback or not.
+pub fn endpoint_config(
+    job: u64,
+    key: JobKey,
+    rank: u32,
+    size: u32,
+    max_datagram: usize,
+    socket_buffer: usize,
+    loopback: bool,
+) -> Config {
+    let mut config = Config::new(job, key, rank, size);
+    // 0: comm's messages, 1: comm's collectives, 2: bsp's supersteps,
+    // 3: the groups' control plane (premium), 4: the groups' data,
+    // 5: the shared memory's writes, 6: best-effort data (the groups'
+    // unreliable posts; [`BEST_EFFORT_CHANNEL`]).
+    config.channels = 7;
+    config.max_message_size = 16 << 20;
+    config.send_buffer_bytes = 32 << 20;
+    config.recv_buffer_bytes = 32 << 20;
+    config.max_datagram = max_datagram;
+    config.packet_buffers = packet_buffers(socket_buffer, max_datagram);
+    config.initial_rtt = Duration::from_micros(if loopback { 50 } else { 500 });
+    config.min_rto = Duration::from_micros(500);
+    config
+}
+
 fn packet_buffers(recv_buffer: usize, max_datagram: usize) -> usize {
     let in_flight = (recv_buffer / 2 / max_datagram).clamp(4, 512);
     2 * in_flight

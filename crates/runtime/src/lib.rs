@@ -35,8 +35,8 @@ mod sockets;
 mod stage;
 
 pub use engine::{
-    Deferral, Engine, Inbound, LentMessage, Loan, ProgressHook, Runtime, RuntimeError, BEST_EFFORT_CHANNEL, LEND_FROM,
-    LEND_SUFFIX_MAX,
+    endpoint_config, Deferral, Engine, Inbound, LentMessage, Loan, ProgressHook, Runtime, RuntimeError,
+    BEST_EFFORT_CHANNEL, LEND_FROM, LEND_SUFFIX_MAX,
 };
 pub use env::{host_cores, kernel_cores, new_job_id, new_key, JobEnv, JobEnvError};
 pub use env::{CORES, JOB, KEY, LOCAL_SIZE, RANK, RENDEZVOUS, SIZE};
