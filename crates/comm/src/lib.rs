@@ -101,6 +101,12 @@ const PIECE_BYTES: usize = 2 << 20;
 /// against 0.29-0.34 receiving by `recv`).
 const PLACE_FROM: usize = 16 << 10;
 
+/// The shortest message a blocking send to a peer over UDP sends from the
+/// caller's slice before copying it ([`Engine::send_then_copy`]): the
+/// copy is then off the way to the receiver. (Below it the copy costs less
+/// than the bookkeeping of a lent message.)
+const SEND_THEN_COPY_FROM: usize = 4 << 10;
+
 /// Where a receive accepts messages from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {
@@ -464,7 +470,29 @@ impl World {
         if data.len() >= LEND_FROM && self.send_lent(to, tag, data)? {
             return Ok(());
         }
+        if self.send_now(to, tag, data)? {
+            return Ok(());
+        }
         self.wait(self.isend(to, tag, data)?).map(|_| ())
+    }
+
+    /// Sends `data` to `to` with `tag` at once from where it lies, where
+    /// that pays: a message of 4 KiB or more that goes whole to a peer
+    /// over UDP, whose datagrams leave from `data` before the copy kept
+    /// for resending is made ([`Engine::send_then_copy`]). Returns whether
+    /// it sent the message, never waiting: `false` for any other message,
+    /// or where the send buffer has no room now (send it otherwise then).
+    pub fn send_now(&self, to: u32, tag: i32, data: &[u8]) -> Result<bool, CommError> {
+        if to >= self.size() {
+            return Err(CommError::NoSuchRank { to, size: self.size() });
+        }
+        if data.len() < SEND_THEN_COPY_FROM || data.len() > self.small_max || tag == MARK || self.shm_peers[to as usize]
+        {
+            return Ok(false);
+        }
+        self.rt
+            .with(|e| Ok(e.send_then_copy(to, USER, data, &tag.to_le_bytes())))?
+            .map_err(|err| self.send_error(err, data.len()))
     }
 
     /// A blocking send of a message at least half as long as the ring to a peer

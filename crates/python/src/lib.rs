@@ -411,6 +411,10 @@ impl World {
         if len > job.world.largest_whole() || lends() {
             return blocking(py, job, || job.world.send(to, tag, data).map_err(|e| e.to_string()));
         }
+        // From 4 KiB to a peer over UDP: from the buffer, then copied.
+        if job.world.send_now(to, tag, data).map_err(|e| Error::new_err(e.to_string()))? {
+            return Ok(());
+        }
         // A send that finds room returns at once: only one that must wait
         // for it lets go of the interpreter.
         let mut request = job.world.isend(to, tag, data).map_err(|e| Error::new_err(e.to_string()))?;

@@ -381,6 +381,9 @@ pub struct Engine {
     udp_lend: bool,
     /// Messages lent to the endpoint so far.
     udp_loans: u64,
+    /// Messages sent from the caller's slice, then copied
+    /// ([`Engine::send_then_copy`]).
+    sent_then_copied: u64,
 }
 
 /// A layer's work for the progress thread: called with the engine locked
@@ -1063,6 +1066,47 @@ impl Engine {
         self.udp_loans += 1;
         loan.len += suffix.len();
         Ok(Some(loan))
+    }
+
+    /// Sends `data` followed by `suffix` (at most [`LEND_SUFFIX_MAX`] bytes)
+    /// to `to`, a peer over UDP, on `channel` as one message whose datagrams
+    /// leave from `data` where it lies, and only then copies what the
+    /// endpoint still holds of it (to resend it if need be): the copy a
+    /// send makes anyway is off the way to the peer, made while the peer
+    /// takes the datagrams in. `data` is the caller's again when this
+    /// returns. `false` (nothing sent) where `to` is not reached over UDP,
+    /// lending is off ([`UDP_LEND`]) or the send buffer has no room now:
+    /// send a copy instead. Errors as [`Engine::check_send`].
+    pub fn send_then_copy(&mut self, to: u32, channel: u16, data: &[u8], suffix: &[u8]) -> Result<bool, SendError> {
+        if !self.lends_over_udp(to) {
+            return Ok(false);
+        }
+        if suffix.len() > LEND_SUFFIX_MAX {
+            return Err(SendError::TooLarge { len: suffix.len(), max: LEND_SUFFIX_MAX });
+        }
+        match self.endpoint.check_send(to, channel, data.len() + suffix.len()) {
+            Err(SendError::WouldBlock) => return Ok(false),
+            checked => checked?,
+        }
+        // SAFETY: the endpoint reads `data` only under the engine's lock,
+        // which this holds until it returns, and from `keep_copy` on it
+        // reads the copy instead.
+        let Some(loan) = (unsafe { self.lend_region(to, data) }) else { unreachable!("checked above") };
+        let slice = loan.sent.expect("lent to the endpoint");
+        let body: Arc<dyn bulkwire_proto::LentBytes> = slice.clone();
+        self.endpoint.send_lent(to, channel, &[], body, suffix)?;
+        self.flush();
+        // What the window held back, and every packet until acknowledged.
+        if Arc::strong_count(&slice) > 1 {
+            slice.keep_copy();
+        }
+        self.sent_then_copied += 1;
+        Ok(true)
+    }
+
+    /// Messages [`Engine::send_then_copy`] has sent so far.
+    pub fn sent_then_copied(&self) -> u64 {
+        self.sent_then_copied
     }
 
     /// Lends `data` to the endpoint for messages to `to`, a peer over UDP,
@@ -1753,6 +1797,7 @@ impl Runtime {
             quiet_turns: 0,
             quiet_mask: if shares_cores { QUIET_TURNS_SHARED - 1 } else { QUIET_TURNS - 1 },
             udp_lend,
+            sent_then_copied: 0,
             udp_loans: 0,
             shm,
             deferral: None,
