@@ -118,10 +118,10 @@ impl Pair {
             self.wire.clear();
             match &shared {
                 Some(payload) => {
-                    let (head, rest) = payload.parts();
                     self.wire.extend_from_slice(&self.buf[..HEADER_LEN]);
-                    self.wire.extend_from_slice(head);
-                    self.wire.extend_from_slice(rest);
+                    for part in payload.parts() {
+                        self.wire.extend_from_slice(part);
+                    }
                     self.wire.extend_from_slice(&self.buf[HEADER_LEN..t.len]);
                 }
                 None => self.wire.extend_from_slice(&self.buf[..t.len]),

@@ -139,6 +139,26 @@ pub struct SharedPayload {
     /// Sent before `bytes[range]`: the record header of a piece (and, in
     /// the first packet of a lent message, the message's prefix).
     head: Option<Head>,
+    /// Sent after `bytes[range]`: the bytes of a lent message past its lent
+    /// memory (a layer's trailer), where the piece ends the message.
+    tail: Option<Tail>,
+}
+
+/// The most bytes of a lent message's own that the packet carrying the
+/// end of its lent memory carries behind it ([`SharedPayload::parts`]).
+pub const LENT_TAIL_MAX: usize = 16;
+
+/// A lent message's last bytes, past its lent memory, kept inline.
+#[derive(Clone, Copy, Debug)]
+struct Tail {
+    bytes: [u8; LENT_TAIL_MAX],
+    len: u8,
+}
+
+impl Tail {
+    fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
 }
 
 /// The most bytes a lent message may carry in front of its lent memory
@@ -231,21 +251,27 @@ impl SharedPayload {
     /// A payload of all of `bytes`.
     pub fn whole(bytes: Vec<u8>) -> SharedPayload {
         let range = 0..bytes.len();
-        SharedPayload { bytes: Held::Own(Arc::new(bytes)), range, head: None }
+        SharedPayload { bytes: Held::Own(Arc::new(bytes)), range, head: None, tail: None }
     }
 
-    fn piece(bytes: Held, range: std::ops::Range<usize>, head: Head) -> SharedPayload {
-        SharedPayload { bytes, range, head: Some(head) }
+    fn piece(bytes: Held, range: std::ops::Range<usize>, head: Head, tail: Option<Tail>) -> SharedPayload {
+        SharedPayload { bytes, range, head: Some(head), tail }
     }
 
-    /// The payload: these two, one after the other (the first empty but
-    /// for a piece of a message, whose record header it is).
-    pub fn parts(&self) -> (&[u8], &[u8]) {
-        (self.head.as_ref().map_or(&[][..], Head::as_slice), &self.bytes.as_slice()[self.range.clone()])
+    /// The payload: these three, one after the other (the first empty but
+    /// for a piece of a message, whose record header it is; the last empty
+    /// but for the piece that ends a lent message with bytes of its own
+    /// past the lent memory).
+    pub fn parts(&self) -> [&[u8]; 3] {
+        [
+            self.head.as_ref().map_or(&[][..], Head::as_slice),
+            &self.bytes.as_slice()[self.range.clone()],
+            self.tail.as_ref().map_or(&[][..], Tail::as_slice),
+        ]
     }
 
     pub fn len(&self) -> usize {
-        self.head.map_or(0, |h| h.len as usize) + self.range.len()
+        self.head.map_or(0, |h| h.len as usize) + self.range.len() + self.tail.map_or(0, |t| t.len as usize)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -262,7 +288,7 @@ impl SharedPayload {
     fn held_bytes(&self) -> usize {
         match (&self.head, &self.bytes) {
             (None, Held::Own(a)) => a.capacity(),
-            (h, _) => h.map_or(0, |h| h.len as usize) + self.range.len(),
+            (h, _) => h.map_or(0, |h| h.len as usize) + self.range.len() + self.tail.map_or(0, |t| t.len as usize),
         }
     }
 
@@ -1849,13 +1875,31 @@ impl Channel {
             let lies = msg.offset == 0 || msg.offset >= prefix;
             let least = if take == room { FULL_PIECE_MIN } else { SHARED_PIECE_MIN };
             if lies && take >= carried.len() + least && self.strategy != Strategy::BestEffort {
-                let header = record_header(msg.len() as u32, msg.offset as u32, take as u16);
+                // A piece that reaches the end of lent memory carries the
+                // message's few bytes past it behind it, where they fit,
+                // rather than leave them to a packet of their own.
+                let trailer = msg.end - n - msg.offset - take;
+                let tail = match msg.lent() {
+                    Some((_, end)) if msg.offset + take == end && (1..=LENT_TAIL_MAX).contains(&trailer) => {
+                        (take + trailer <= room).then(|| {
+                            let mut bytes = Vec::with_capacity(trailer);
+                            msg.copy_to(end..end + trailer, &mut bytes);
+                            let mut tail = Tail { bytes: [0; LENT_TAIL_MAX], len: trailer as u8 };
+                            tail.bytes[..trailer].copy_from_slice(&bytes);
+                            tail
+                        })
+                    }
+                    _ => None,
+                };
+                let carried_tail = tail.map_or(0, |t| t.len as usize);
+                let header = record_header(msg.len() as u32, msg.offset as u32, (take + carried_tail) as u16);
                 let head = Head::new(&ahead, &header, carried);
                 // Where the piece's bytes after the head start in the
                 // shared buffer (lent memory starts behind the prefix).
                 let start = msg.headroom + msg.offset + carried.len() - prefix;
                 let len = take - carried.len();
-                piece = Some(SharedPayload::piece(msg.data.share(), start..start + len, head));
+                piece = Some(SharedPayload::piece(msg.data.share(), start..start + len, head, tail));
+                let take = take + carried_tail;
                 msg.end -= n;
                 msg.offset += take;
                 *sh.pending_bytes -= n + take;
@@ -2035,8 +2079,7 @@ impl Channel {
     }
 
     fn seal_split(&self, header: &Header, payload: &SharedPayload, buf: &mut [u8], cfg: &Config) -> usize {
-        let (head, rest) = payload.parts();
-        seal_parts(header, &[head, rest], &cfg.key, buf).expect("payloads are at most max_payload")
+        seal_parts(header, &payload.parts(), &cfg.key, buf).expect("payloads are at most max_payload")
     }
 }
 

@@ -1271,10 +1271,12 @@ impl Endpoint {
         let Some(payload) = shared else { return Some(t) };
         let mut tag = [0; MAC_LEN];
         tag.copy_from_slice(&buf[HEADER_LEN..OVERHEAD]);
-        let (head, rest) = payload.parts();
         let end = HEADER_LEN + payload.len();
-        buf[HEADER_LEN..HEADER_LEN + head.len()].copy_from_slice(head);
-        buf[HEADER_LEN + head.len()..end].copy_from_slice(rest);
+        let mut at = HEADER_LEN;
+        for part in payload.parts() {
+            buf[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        }
         buf[end..end + MAC_LEN].copy_from_slice(&tag);
         Some(Transmit { len: end + MAC_LEN, ..t })
     }

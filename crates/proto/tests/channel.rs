@@ -389,13 +389,13 @@ fn a_framed_message_that_fills_its_packet_is_the_payload_itself() {
     let at = given.as_ptr();
     p.ends[0].send_framed(1, 0, given).unwrap();
     let (_, shared) = p.ends[0].poll_transmit_shared(p.now, &mut buf).unwrap();
-    assert_eq!(shared.expect("a data packet").parts().1.as_ptr(), at, "the framed buffer was copied");
+    assert_eq!(shared.expect("a data packet").parts()[1].as_ptr(), at, "the framed buffer was copied");
     // Larger than a packet, it is cut into pieces copied from it.
     let given = framed(&msg(2, 3000));
     let at = given.as_ptr();
     p.ends[0].send_framed(1, 0, given).unwrap();
     let (_, shared) = p.ends[0].poll_transmit_shared(p.now, &mut buf).unwrap();
-    assert_ne!(shared.expect("a data packet").parts().1.as_ptr(), at);
+    assert_ne!(shared.expect("a data packet").parts()[1].as_ptr(), at);
 }
 
 /// A large message goes in pieces of its own buffer: each packet's payload
@@ -414,7 +414,8 @@ fn a_large_message_goes_in_pieces_of_its_own_buffer() {
     let mut pieces = Vec::new();
     while let Some((t, shared)) = a.poll_transmit_shared(now, &mut buf) {
         let payload = shared.expect("a data packet");
-        let (head, rest) = payload.parts();
+        let [head, rest, tail] = payload.parts();
+        assert!(tail.is_empty(), "an owned message's pieces carry nothing behind them");
         assert_eq!(head.len(), bulkwire_wire::RECORD_HEADER_LEN, "a piece carries its record header apart");
         let offset = rest.as_ptr() as usize - at;
         assert!(offset + rest.len() <= message.len(), "the piece lies in the message's buffer");
@@ -453,7 +454,7 @@ fn a_large_message_goes_in_pieces_of_its_own_buffer() {
     let mut kinds = Vec::new();
     while let Some((_, shared)) = a.poll_transmit_shared(now, &mut buf) {
         let payload = shared.expect("a data packet");
-        kinds.push((payload.parts().0.len(), payload.len()));
+        kinds.push((payload.parts()[0].len(), payload.len()));
     }
     let head = bulkwire_wire::RECORD_HEADER_LEN;
     let last = head + (5_000 - 3 * room) + head + 100;
@@ -461,7 +462,7 @@ fn a_large_message_goes_in_pieces_of_its_own_buffer() {
     let (mut a, _) = in_place_pair(1_000);
     a.send_owned(1, 0, msg(10, 5_000)).unwrap();
     let (_, shared) = a.poll_transmit_shared(now, &mut buf).unwrap();
-    assert_eq!(shared.unwrap().parts().0.len(), 0, "a small piece is copied into its packet");
+    assert_eq!(shared.unwrap().parts()[0].len(), 0, "a small piece is copied into its packet");
 }
 
 #[test]
@@ -474,7 +475,8 @@ fn a_shared_payload_makes_the_same_datagram_and_may_outlive_its_packet() {
     let payload = shared.expect("a data packet shares its payload");
     assert_eq!(t.len, bulkwire_wire::OVERHEAD);
     let (head, mac) = buf[..t.len].split_at(bulkwire_wire::HEADER_LEN);
-    let datagram = [head, payload.parts().0, payload.parts().1, mac].concat();
+    let [first, second, third] = payload.parts();
+    let datagram = [head, first, second, third, mac].concat();
     // The receiver takes it like any datagram, and its acknowledgement
     // frees the packet while the payload is still held here (a datagram
     // its socket did not take yet).
@@ -1167,6 +1169,45 @@ fn a_lent_message_arrives_whole_and_is_let_go_once_acknowledged() {
     assert_eq!(pair.received[0].pop().unwrap(), [&msg(9, 70_000)[..], b"end"].concat());
 }
 
+/// A lent message's suffix (a layer's tag) rides behind the last piece of
+/// its lent memory where it fits: a message that fits one datagram takes
+/// one, not a second for its suffix; a longer one takes as many as its
+/// bytes need; a lost last piece is resent with it.
+#[test]
+fn a_lent_message_s_suffix_rides_behind_its_last_piece() {
+    let big = |rank| Config { max_datagram: 65_000, ..config(rank) };
+    let mut pair = Pair::new(big(0), big(1));
+    let data = std::rc::Rc::new(std::cell::Cell::new(0u32));
+    let seen = data.clone();
+    pair.drop = Box::new(move |s| {
+        let fresh = s.from == 0 && s.packet_type == PacketType::Data as u8 && !s.retransmission;
+        seen.set(seen.get() + fresh as u32);
+        // The last packet of the 200,000 B message, once.
+        fresh && s.sequence == 7
+    });
+    let room = Config { max_datagram: 65_000, ..config(0) }.max_payload() - bulkwire_wire::RECORD_HEADER_LEN;
+    // (length, prefix, suffix, datagrams)
+    let cases: [(usize, &[u8], &[u8], u32); 5] = [
+        (20_000, b"", b"tag!", 1),
+        (20_000, b"head", b"tag!", 1),
+        (room - 4, b"", b"tag!", 1),
+        (room - 3, b"", b"tag!", 2),
+        (200_000, b"", &[9; 16], 4),
+    ];
+    for (i, &(len, prefix, suffix, datagrams)) in cases.iter().enumerate() {
+        let before = data.get();
+        let body = std::sync::Arc::new(Lent(msg(i, len)));
+        let lent: std::sync::Arc<dyn bulkwire_proto::LentBytes> = body.clone();
+        pair.ends[0].send_lent(1, 0, prefix, lent, suffix).unwrap();
+        pair.run(Duration::from_secs(5));
+        assert_eq!(std::sync::Arc::strong_count(&body), 1, "let go once acknowledged");
+        assert_eq!(data.get() - before, datagrams, "message {i}: {len} B");
+        let got = pair.received[1].pop().expect("delivered");
+        assert_eq!(got, [prefix, &msg(i, len), suffix].concat(), "message {i}");
+    }
+    assert!(pair.violations.is_empty());
+}
+
 /// A lent message with a prefix (a layer's header): the first packet
 /// carries the prefix in front of the lent memory, whatever the sizes, and
 /// a lost packet is resent the same way.
@@ -1275,7 +1316,7 @@ fn a_message_s_end_goes_ahead_of_its_first_piece() {
     a.send_owned(1, 0, msg(2, 300_000)).unwrap();
     let (_, shared) = a.poll_transmit_shared(Time::ZERO, &mut buf).unwrap();
     let shared = shared.expect("a data packet");
-    let (head, _) = shared.parts();
+    let [head, ..] = shared.parts();
     assert_eq!(head.len(), 2 * bulkwire_wire::RECORD_HEADER_LEN + 4);
     assert_eq!(bulkwire_wire::read_record_header(head[..10].try_into().unwrap()), (300_000, 299_996, 4));
     // At most 16 bytes go ahead.

@@ -877,13 +877,13 @@ impl SendBatch {
         }
         // On the stack, and left uninitialised but for what is used: this
         // runs for every message sent (a small message's send fills one
-        // header and one iovec of 12 KiB). Up to four parts a datagram:
-        // header, a shared payload's record header and bytes, MAC.
-        let mut iovecs = [const { MaybeUninit::<libc::iovec>::uninit() }; 4 * Self::MAX];
+        // header and one iovec of 12 KiB). Up to five parts a datagram:
+        // header, a shared payload's record header, bytes and trailer, MAC.
+        let mut iovecs = [const { MaybeUninit::<libc::iovec>::uninit() }; 5 * Self::MAX];
         let mut controls = [const { MaybeUninit::<[u64; CONTROL_WORDS]>::uninit() }; Self::MAX];
         let mut headers = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; Self::MAX];
         // All writes go through these pointers, each to an element not
-        // yet written: `parts` < 4 × datagrams and `messages` ≤ datagrams,
+        // yet written: `parts` < 5 × datagrams and `messages` ≤ datagrams,
         // and a batch holds at most `MAX` datagrams.
         let iov = iovecs.as_mut_ptr().cast::<libc::iovec>();
         let ctl = controls.as_mut_ptr().cast::<[u64; CONTROL_WORDS]>();
@@ -925,7 +925,7 @@ impl SendBatch {
                         Some(payload) => {
                             iov.add(parts).write(libc::iovec { iov_base: buf.cast(), iov_len: HEADER_LEN });
                             parts += 1;
-                            for part in <[&[u8]; 2]>::from(payload.parts()) {
+                            for part in payload.parts() {
                                 if !part.is_empty() {
                                     let at = part.as_ptr() as *mut libc::c_void;
                                     iov.add(parts).write(libc::iovec { iov_base: at, iov_len: part.len() });
@@ -1066,11 +1066,11 @@ impl SendBatch {
         let datagram: &[u8] = match &q.shared {
             None => &buffer[..q.len],
             Some(payload) => {
-                let (head, rest) = payload.parts();
                 self.alone.clear();
                 self.alone.extend_from_slice(&buffer[..HEADER_LEN]);
-                self.alone.extend_from_slice(head);
-                self.alone.extend_from_slice(rest);
+                for part in payload.parts() {
+                    self.alone.extend_from_slice(part);
+                }
                 self.alone.extend_from_slice(&buffer[HEADER_LEN..OVERHEAD]);
                 &self.alone
             }
@@ -1686,7 +1686,7 @@ mod tests {
             head[..HEADER_LEN].fill(1 + i as u8);
             head[HEADER_LEN..OVERHEAD].fill(2);
             batch.push(Path::Ordinary, 1, to, OVERHEAD, Some(payload.clone()));
-            let (_, bytes) = payload.parts();
+            let [_, bytes, _] = payload.parts();
             sent.push([vec![1 + i as u8; HEADER_LEN], bytes.to_vec(), vec![2; MAC_LEN]].concat());
         }
         assert_eq!(batch.send(&sockets).unwrap(), 6);
