@@ -103,8 +103,9 @@ const PLACE_FROM: usize = 16 << 10;
 
 /// The shortest message a blocking send to a peer over UDP sends from the
 /// caller's slice before copying it ([`Engine::send_then_copy`]): the
-/// copy is then off the way to the receiver. (Below it the copy costs less
-/// than the bookkeeping of a lent message.)
+/// copy is then off the way to the receiver. The smallest size measured
+/// to gain (docs/BENCHMARKS.md, ping-pong over UDP); shorter messages,
+/// whose copy takes a few hundred nanoseconds at most, are copied first.
 const SEND_THEN_COPY_FROM: usize = 4 << 10;
 
 /// Where a receive accepts messages from.
