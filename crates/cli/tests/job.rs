@@ -693,6 +693,71 @@ fn a_send_over_udp_leaves_from_the_buffer_then_keeps_a_copy() {
     over_lossy_udp_lent_and_copied("a_send_over_udp_leaves_from_the_buffer_then_keeps_a_copy", "9", "sent first ok");
 }
 
+/// Messages from one rank to another arrive in the order they were sent
+/// (MPI's rule), whichever way each goes. With the receiver asleep, the
+/// sender sends more long messages than the path holds, so the last of
+/// them wait for room; then shorter ones that would find room, blocking
+/// sends that go from the caller's buffer (from 4 KiB over UDP, and lent
+/// from 256 KiB) or by announcement (over 16 MiB), and one whose request
+/// is dropped unwaited; it waits for its requests last to first. The
+/// receiver, awake, finds every message whole and in order. Through shared
+/// memory and over UDP.
+#[test]
+fn messages_to_one_peer_never_overtake_each_other() {
+    const LONG: usize = 6 << 20;
+    const LONGS: usize = 20;
+    // (length, sent by a blocking send); the one after the longs is dropped.
+    let plan: Vec<(usize, bool)> = std::iter::repeat_n((LONG, false), LONGS)
+        .chain([(100, false), (8 << 10, true), (300 << 10, true), (1000, false), (20 << 20, true), (10, false)])
+        .collect();
+    if is_rank() {
+        let world = World::init().unwrap();
+        if world.rank() == 1 {
+            std::thread::sleep(Duration::from_millis(1500));
+            let mut order = Vec::new();
+            for _ in 0..plan.len() {
+                let (status, got) = world.recv(Source::Rank(0), Tag::Is(5)).unwrap();
+                let k = (0..plan.len())
+                    .find(|&k| plan[k].0 == got.len() && first_difference(k as u64, got.len(), &got).is_none());
+                order.push(k.map_or(format!("a message of {} B unlike any sent", status.len), |k| k.to_string()));
+            }
+            let sent: Vec<String> = (0..plan.len()).map(|k| k.to_string()).collect();
+            assert_eq!(order, sent, "the messages in the order they came");
+        } else {
+            let mut requests = Vec::new();
+            for (k, &(len, blocking)) in plan.iter().enumerate() {
+                let data = pattern(k as u64, len);
+                if blocking {
+                    world.send(1, 5, &data).unwrap();
+                    continue;
+                }
+                let mut request = world.isend(1, 5, &data).unwrap();
+                if k == LONGS - 1 {
+                    // The path is full: this one waits (else the test tests nothing).
+                    assert!(world.test(&mut request).unwrap().is_none(), "the last long message found room");
+                }
+                if k != LONGS {
+                    requests.push(request);
+                }
+            }
+            for request in requests.into_iter().rev() {
+                assert_eq!(world.wait(request).unwrap(), Completion::Sent);
+            }
+        }
+        world.finalize().unwrap();
+        println!("in order");
+        return;
+    }
+    for shm in ["1", "0"] {
+        let (out, took) =
+            launch_with_env(2, "messages_to_one_peer_never_overtake_each_other", &[], &[("BULKWIRE_SHM", shm)]);
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "BULKWIRE_SHM={shm}\n{stdout}\n{stderr}");
+        assert_eq!(stdout.matches("in order").count(), 2, "BULKWIRE_SHM={shm}\n{stdout}\n{stderr}");
+        assert!(took < Duration::from_secs(60), "BULKWIRE_SHM={shm}: took {took:?}");
+    }
+}
+
 /// Runs `test` on 2 ranks over UDP losing 5% of the datagrams (drawn by
 /// `seed`), lending on and off: both ranks print `done` each time.
 fn over_lossy_udp_lent_and_copied(test: &str, seed: &str, done: &str) {

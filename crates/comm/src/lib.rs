@@ -191,10 +191,10 @@ pub struct Request {
 
 #[derive(Debug)]
 enum RequestState {
-    /// A send waiting for buffer space.
+    /// A send waiting for room, in its peer's backlog ([`Matching::backlog`]).
     Send {
         to: u32,
-        data: Vec<u8>,
+        id: u64,
     },
     /// A large message's send (see [`Out`]).
     Large {
@@ -230,9 +230,28 @@ struct Matching {
     next_id: u64,
     barrier_epoch: u32,
     large: Large,
-    /// Whether a large message is under way (`!large.idle()` as of the last
-    /// `advance`), for the progress hook to look at without the lock.
+    /// For each peer, the sends to it that wait for room, in the order they
+    /// were started: while any waits, every later send to that peer joins
+    /// them, so that no message overtakes one sent before it (a shorter
+    /// one could find room where a longer one did not, and a lent one
+    /// needs none). Sent from the front by every wait, test and barrier,
+    /// and by the progress hook.
+    backlog: HashMap<u32, VecDeque<Waiting>>,
+    /// Sends of the backlog that failed, until their request asks.
+    unsent: HashMap<u64, CommError>,
+    /// Whether a large message is under way or a send waits in the backlog
+    /// (as of the last change), for the progress hook and the sends to look
+    /// at without the lock.
     busy: Arc<AtomicBool>,
+}
+
+/// A send in a peer's backlog.
+#[derive(Debug)]
+enum Waiting {
+    /// A message whole, its tag behind it; `id` is its request's.
+    Whole { id: u64, data: Vec<u8> },
+    /// The announcement of the large message `id` ([`Out`]).
+    Announce { id: u64 },
 }
 
 /// Large messages under way, both ways.
@@ -266,7 +285,7 @@ struct Out {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
-    /// The announcement waits for room.
+    /// The announcement waits in its peer's backlog.
     Unannounced,
     /// Announced; no receive has cleared it yet.
     Announced,
@@ -370,6 +389,9 @@ pub struct World {
     piece: usize,
     /// By rank: reached through shared memory.
     shm_peers: Vec<bool>,
+    /// [`Matching::busy`]: while it is false no send waits in a backlog,
+    /// and a send may go at once without looking.
+    busy: Arc<AtomicBool>,
     /// The last [`World::recv_into`] left messages unread that it had
     /// deferred (the next ones of a stream, read by the receives after it).
     left_unread: AtomicBool,
@@ -404,15 +426,17 @@ impl World {
         let matching = Arc::new(Mutex::new(Matching::default()));
         let busy = matching.lock().unwrap_or_else(|e| e.into_inner()).busy.clone();
         let shared = Arc::downgrade(&matching);
+        let waiting = busy.clone();
         rt.add_progress_hook(ProgressHook(Arc::new(move |e: &mut Engine| {
-            if !busy.load(Ordering::Relaxed) {
+            if !waiting.load(Ordering::Relaxed) {
                 return true;
             }
             let Some(matching) = shared.upgrade() else { return false };
             let mut m = matching.lock().unwrap_or_else(|e| e.into_inner());
-            take_framed(&mut m, e);
-            m.large.push(e);
-            m.busy.store(!m.large.idle(), Ordering::Relaxed);
+            if !m.large.idle() {
+                take_framed(&mut m, e);
+            }
+            send_waiting(&mut m, e);
             true
         })));
         let shm_peers = rt.with(|e| {
@@ -425,6 +449,7 @@ impl World {
             small_max: max - TAG_LEN,
             piece: PIECE_BYTES.min(max - TRAILER),
             shm_peers,
+            busy,
             left_unread: AtomicBool::new(false),
         })
     }
@@ -487,7 +512,11 @@ impl World {
         if to >= self.size() {
             return Err(CommError::NoSuchRank { to, size: self.size() });
         }
-        if data.len() < SEND_THEN_COPY_FROM || data.len() > self.small_max || tag == MARK || self.shm_peers[to as usize]
+        if data.len() < SEND_THEN_COPY_FROM
+            || data.len() > self.small_max
+            || tag == MARK
+            || self.shm_peers[to as usize]
+            || self.backlogged(to)
         {
             return Ok(false);
         }
@@ -508,10 +537,13 @@ impl World {
     /// 256 KiB or more is lent to the endpoint instead, which sends its
     /// packets from `data`, and the send returns once every packet has been
     /// acknowledged. `false` where the message is not lent (sent
-    /// otherwise).
+    /// otherwise), as where sends to `to` wait for room before it.
     fn send_lent(&self, to: u32, tag: i32, data: &[u8]) -> Result<bool, CommError> {
         if to >= self.size() {
             return Err(CommError::NoSuchRank { to, size: self.size() });
+        }
+        if self.backlogged(to) {
+            return Ok(false);
         }
         let loan = self
             .rt
@@ -562,7 +594,10 @@ impl World {
         }
     }
 
-    /// Starts a send.
+    /// Starts a send. It copies `data`: the caller may change it at once.
+    /// Where the message finds no room now it waits, with any sent after it
+    /// to the same peer, until there is; dropping its request does not
+    /// take it back (as `MPI_Request_free`).
     pub fn isend(&self, to: u32, tag: i32, data: &[u8]) -> Result<Request, CommError> {
         if to >= self.size() {
             return Err(CommError::NoSuchRank { to, size: self.size() });
@@ -570,7 +605,8 @@ impl World {
         if data.len() > self.small_max || tag == MARK {
             return self.isend_large(to, tag, data);
         }
-        if self.shm_peers[to as usize] {
+        let backlogged = self.backlogged(to);
+        if self.shm_peers[to as usize] && !backlogged {
             // Written into the peer's ring straight from `data` as far as it
             // has room, the rest copied: one copy fewer than framing it first.
             let sent = self.rt.with(|e| Ok(e.send_parts(to, USER, data, &tag.to_le_bytes())))?;
@@ -583,11 +619,25 @@ impl World {
         let mut framed = Vec::with_capacity(data.len() + TAG_LEN);
         framed.extend_from_slice(data);
         framed.extend_from_slice(&tag.to_le_bytes());
-        let mut state = RequestState::Send { to, data: framed };
-        let queued = self.rt.with(|e| Ok(try_send(e, &mut state)))?.map_err(|err| self.send_error(err, data.len()))?;
-        if queued {
-            state = RequestState::Done(Some(Completion::Sent));
-        }
+        let id = self.rt.with(|e| {
+            if !backlogged {
+                match e.check_send(to, USER, framed.len()) {
+                    Ok(()) => return Ok(e.send_owned(to, USER, framed).map(|()| None)),
+                    Err(SendError::WouldBlock) => {}
+                    Err(err) => return Ok(Err(err)),
+                }
+            }
+            let mut m = self.matching();
+            let id = m.next_id;
+            m.next_id += 1;
+            m.backlog.entry(to).or_default().push_back(Waiting::Whole { id, data: framed });
+            send_waiting(&mut m, e);
+            Ok(Ok(Some(id)))
+        })?;
+        let state = match id.map_err(|err| self.send_error(err, data.len()))? {
+            Some(id) => RequestState::Send { to, id },
+            None => RequestState::Done(Some(Completion::Sent)),
+        };
         Ok(Request { state })
     }
 
@@ -604,7 +654,7 @@ impl World {
         if to >= self.size() {
             return Err(CommError::NoSuchRank { to, size: self.size() });
         }
-        if data.len() >= LEND_FROM && data.len() <= self.small_max && tag != MARK {
+        if data.len() >= LEND_FROM && data.len() <= self.small_max && tag != MARK && !self.backlogged(to) {
             let loan = self
                 .rt
                 .with(|e| Ok(e.lend(to, USER, data, &tag.to_le_bytes())))?
@@ -641,11 +691,13 @@ impl World {
     }
 
     fn send_error(&self, err: SendError, len: usize) -> CommError {
-        match err {
-            SendError::TooLarge { max, .. } => CommError::TooLarge { len, max: max - TAG_LEN },
-            SendError::NoSuchRank { to, ranks } => CommError::NoSuchRank { to, size: ranks },
-            other => CommError::Runtime(RuntimeError::Stopped(other.to_string())),
-        }
+        send_error(err, len)
+    }
+
+    /// Whether sends to `to` wait in its backlog ([`Matching::backlog`]):
+    /// a later send then joins them rather than go at once.
+    fn backlogged(&self, to: u32) -> bool {
+        self.busy.load(Ordering::Relaxed) && self.matching().backlog.contains_key(&to)
     }
 
     /// Lists a large send, to be announced at once if there is room.
@@ -667,6 +719,7 @@ impl World {
             .with(|e| {
                 let mut m = self.matching();
                 m.large.outs.push(Out { id, to, tag, total: len, phase: Phase::Unannounced, body });
+                m.backlog.entry(to).or_default().push_back(Waiting::Announce { id });
                 advance(&mut m, e);
                 Ok(id)
             })
@@ -1059,18 +1112,23 @@ impl World {
 
     fn step(&self, e: &mut Engine, state: &mut RequestState) -> Result<Option<Completion>, CommError> {
         match state {
-            RequestState::Send { .. } => match try_send(e, state).map_err(|err| self.send_error(err, 0))? {
-                true => {
+            RequestState::Send { to, id } => {
+                let (to, id) = (*to, *id);
+                // Receives and large messages move on too, which the peer
+                // may need before it makes room.
+                let mut m = self.matching();
+                advance(&mut m, e);
+                if let Some(err) = m.unsent.remove(&id) {
                     *state = RequestState::Done(None);
-                    Ok(Some(Completion::Sent))
+                    return Err(err);
                 }
-                false => {
-                    // Large messages move on meanwhile, which the peer may
-                    // need before it makes room.
-                    advance(&mut self.matching(), e);
-                    Ok(None)
+                let waits = |w: &Waiting| matches!(w, Waiting::Whole { id: w, .. } if *w == id);
+                if m.backlog.get(&to).is_some_and(|queue| queue.iter().any(waits)) {
+                    return Ok(None);
                 }
-            },
+                *state = RequestState::Done(None);
+                Ok(Some(Completion::Sent))
+            }
             RequestState::Large { id } => {
                 let id = *id;
                 let mut m = self.matching();
@@ -1193,11 +1251,16 @@ impl World {
     }
 
     /// Leaves the job: waits until every message sent has been delivered and
-    /// every rank has finished. Large messages under way are finished first
-    /// (those being received, and the pieces of sends already cleared);
-    /// large sends that no receive has matched yet are withdrawn.
+    /// every rank has finished. Sends that wait for room go first, to peers
+    /// that have not finished; large messages under way are finished (those
+    /// being received, and the pieces of sends already cleared); large
+    /// sends that no receive has matched yet are withdrawn.
     pub fn finalize(self) -> Result<(), CommError> {
-        if !self.matching().large.idle() {
+        let under_way = {
+            let m = self.matching();
+            !m.large.idle() || !m.backlog.is_empty()
+        };
+        if under_way {
             self.rt.wait(|e| {
                 let mut m = self.matching();
                 let l = &mut m.large;
@@ -1208,7 +1271,8 @@ impl World {
                 let l = &m.large;
                 let settled = l.control.is_empty()
                     && l.outs.iter().all(|o| e.finished[o.to as usize])
-                    && l.ins.iter().all(|a| e.finished[a.from as usize]);
+                    && l.ins.iter().all(|a| e.finished[a.from as usize])
+                    && m.backlog.keys().all(|&to| e.finished[to as usize]);
                 Ok(settled.then_some(()))
             })?;
         }
@@ -1218,6 +1282,17 @@ impl World {
     /// Tells the launcher this rank failed; the job stops with `reason`.
     pub fn abort(&self, reason: &str) {
         self.rt.fail(reason);
+    }
+}
+
+impl Matching {
+    /// Notes whether a large message is under way or a send waits.
+    fn note_busy(&self) {
+        let busy = !self.large.idle() || !self.backlog.is_empty();
+        // Written only when it changes: the progress thread reads it.
+        if self.busy.load(Ordering::Relaxed) != busy {
+            self.busy.store(busy, Ordering::Relaxed);
+        }
     }
 }
 
@@ -1285,9 +1360,9 @@ impl Large {
     }
 
     /// Queues what waits and what now has room: clearances and withdrawals,
-    /// announcements (to each peer in the order the sends started), and the
-    /// pieces of owned sends (to each peer one message after another). A
-    /// send to a peer that has finished fails.
+    /// and the pieces of owned sends (to each peer one message after
+    /// another; announcements go by the backlog). A send to a peer that has
+    /// finished fails.
     fn push(&mut self, e: &mut Engine) {
         while let Some((to, msg)) = self.control.front() {
             match e.check_send(*to, USER, msg.len()) {
@@ -1300,31 +1375,13 @@ impl Large {
                 Err(_) => drop(self.control.pop_front()),
             }
         }
-        let mut blocked: Vec<u32> = Vec::new();
         let mut i = 0;
         while i < self.outs.len() {
-            let out = &mut self.outs[i];
-            let (to, id) = (out.to, out.id);
+            let to = self.outs[i].to;
             if to != e.endpoint.config().rank && e.finished[to as usize] {
                 let why = format!("rank {to} finished without taking it");
                 self.fail(i, CommError::NotReceived { to, why });
                 continue;
-            }
-            if out.phase == Phase::Unannounced && !blocked.contains(&to) {
-                match e.check_send(to, USER, TRAILER) {
-                    Ok(()) => match e.send_owned(to, USER, framed(&[], id, out.total as u64, out.tag, ANNOUNCE)) {
-                        Ok(()) => out.phase = Phase::Announced,
-                        Err(err) => {
-                            self.fail(i, CommError::Runtime(RuntimeError::Stopped(err.to_string())));
-                            continue;
-                        }
-                    },
-                    Err(SendError::WouldBlock) => blocked.push(to),
-                    Err(err) => {
-                        self.fail(i, CommError::Runtime(RuntimeError::Stopped(err.to_string())));
-                        continue;
-                    }
-                }
             }
             i += 1;
         }
@@ -1378,14 +1435,55 @@ fn advance(m: &mut Matching, e: &mut Engine) {
         take_framed(m, e);
     }
     match_posted(m, e);
+    send_waiting(m, e);
+}
+
+/// Sends what waits for room: the backlogs, then what large messages have
+/// to send; notes whether anything is still under way.
+fn send_waiting(m: &mut Matching, e: &mut Engine) {
+    if !m.backlog.is_empty() {
+        send_backlog(m, e);
+    }
     if !m.large.idle() {
         m.large.push(e);
     }
-    // Written only when it changes: the progress thread reads it.
-    let busy = !m.large.idle();
-    if m.busy.load(Ordering::Relaxed) != busy {
-        m.busy.store(busy, Ordering::Relaxed);
-    }
+    m.note_busy();
+}
+
+/// Sends each peer's backlog from its front as far as there is room. A
+/// send that fails is reported to its request, and the next goes; an
+/// announcement whose message was given up meanwhile is dropped.
+fn send_backlog(m: &mut Matching, e: &mut Engine) {
+    let (large, unsent) = (&mut m.large, &mut m.unsent);
+    m.backlog.retain(|&to, queue| {
+        while let Some(front) = queue.front_mut() {
+            match front {
+                Waiting::Whole { id, data } => {
+                    let (id, len) = (*id, data.len());
+                    let sent = e.check_send(to, USER, len).and_then(|()| e.send_owned(to, USER, std::mem::take(data)));
+                    match sent {
+                        Err(SendError::WouldBlock) => break,
+                        Ok(()) => {}
+                        Err(err) => drop(unsent.insert(id, send_error(err, len - TAG_LEN))),
+                    }
+                }
+                Waiting::Announce { id } => {
+                    let id = *id;
+                    if let Some(i) = large.outs.iter().position(|o| o.id == id && o.phase == Phase::Unannounced) {
+                        let out = &large.outs[i];
+                        let announcement = framed(&[], id, out.total as u64, out.tag, ANNOUNCE);
+                        match e.check_send(to, USER, TRAILER).and_then(|()| e.send_owned(to, USER, announcement)) {
+                            Err(SendError::WouldBlock) => break,
+                            Ok(()) => large.outs[i].phase = Phase::Announced,
+                            Err(err) => large.fail(i, CommError::Runtime(RuntimeError::Stopped(err.to_string()))),
+                        }
+                    }
+                }
+            }
+            queue.pop_front();
+        }
+        !queue.is_empty()
+    });
 }
 
 /// Takes the clearances, pieces and withdrawals that came; pieces go into
@@ -1505,16 +1603,12 @@ fn make_pages(buf: &mut Vec<u8>, len: usize) {
     unsafe { libc::madvise(from as *mut libc::c_void, at + len - from, libc::MADV_POPULATE_WRITE) };
 }
 
-/// Queues a pending send if there is room; `Ok(true)` once it is queued.
-fn try_send(e: &mut Engine, state: &mut RequestState) -> Result<bool, SendError> {
-    let RequestState::Send { to, data } = state else { return Ok(false) };
-    match e.check_send(*to, USER, data.len()) {
-        Ok(()) => {
-            e.send_owned(*to, USER, std::mem::take(data))?;
-            Ok(true)
-        }
-        Err(SendError::WouldBlock) => Ok(false),
-        Err(other) => Err(other),
+/// What the failure of a send of `len` bytes of the application's is.
+fn send_error(err: SendError, len: usize) -> CommError {
+    match err {
+        SendError::TooLarge { max, .. } => CommError::TooLarge { len, max: max - TAG_LEN },
+        SendError::NoSuchRank { to, ranks } => CommError::NoSuchRank { to, size: ranks },
+        other => CommError::Runtime(RuntimeError::Stopped(other.to_string())),
     }
 }
 
