@@ -19,7 +19,8 @@
 //! copies its data and completes as soon as the data is queued; but a
 //! blocking send of a message at least half as long as the shared-memory
 //! ring (1 MiB with two processes on a host, the whole ring with
-//! `BULKWIRE_SHM_SPLIT=0`; at least 256 KiB) to a peer on
+//! `BULKWIRE_SHM_SPLIT=0`; at least 256 KiB), or of 256 KiB or more
+//! where the ring has no room for it now, to a peer on
 //! this host that can read this process's memory lends the caller's
 //! buffer instead: the peer's runtime reads it from there into the buffer
 //! its receive returns, one copy in all, and the send completes once it
@@ -525,7 +526,8 @@ impl World {
             .map_err(|err| self.send_error(err, data.len()))
     }
 
-    /// A blocking send of a message at least half as long as the ring to a peer
+    /// A blocking send of a message at least half as long as the ring (or
+    /// of 256 KiB or more where the ring has no room for it now) to a peer
     /// on this host that reads this process's memory: the peer reads it
     /// from `data` itself, into the buffer its receive returns (the one copy
     /// of the message), and the tag after it from the record. The send
@@ -644,7 +646,8 @@ impl World {
     /// Starts a send that borrows `data` until it completes (the contract
     /// of `MPI_Isend`: the caller leaves the data alone meanwhile, which
     /// the borrow enforces). A message at least half as long as the
-    /// shared-memory ring to a peer on this host that reads this process's
+    /// shared-memory ring (or of 256 KiB or more where the ring has no room
+    /// for it now) to a peer on this host that reads this process's
     /// memory is lent: the peer reads it from `data` into the buffer its
     /// receive returns, one copy in all, where [`World::isend`] copies it
     /// first; so is one of 256 KiB or more to a peer over UDP, whose packets

@@ -999,7 +999,8 @@ impl Engine {
     /// ([`Engine::lend`]) rather than copied: `to` runs on this host, reads
     /// this process's memory, and the message is at least as long as its
     /// ring (below that two copies through the ring, in the caches, are
-    /// faster than one read from another process's memory).
+    /// faster than one read from another process's memory), or of 256 KiB
+    /// or more where the ring has no room for it now.
     pub fn lends(&self, to: u32, len: usize) -> bool {
         self.shm.as_ref().is_some_and(|s| s.lends(to, len))
     }
