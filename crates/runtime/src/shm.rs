@@ -959,8 +959,8 @@ impl Shm {
     /// shared memory. Shorter ones, from [`LARGE_FROM`], where the ring has
     /// no room for them now (a stream that outruns its reader), rather than
     /// copied into the queue to wait: streaming 256 KiB messages (`bench bw
-    /// --transport shm`, three alternating pairs) 20.6-20.7 GB/s against
-    /// 7.1-8.6 through the ring and the queue. (From 64 KiB, no gain: 7.0-7.5
+    /// --transport shm`, six alternating pairs) 15.2-20.7 GB/s against
+    /// 5.9-8.6 through the ring and the queue. (From 64 KiB, no gain: 7.0-7.5
     /// against 7.7-9.8; only lent whole, through rings of 128 KiB, did
     /// 64 KiB messages go at 11.7-12.0.)
     pub fn lends(&self, to: u32, len: usize) -> bool {
