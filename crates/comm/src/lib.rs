@@ -523,7 +523,7 @@ impl World {
         }
         self.rt
             .with(|e| Ok(e.send_then_copy(to, USER, data, &tag.to_le_bytes())))?
-            .map_err(|err| self.send_error(err, data.len()))
+            .map_err(|err| send_error(err, data.len()))
     }
 
     /// A blocking send of a message at least half as long as the ring (or
@@ -550,7 +550,7 @@ impl World {
         let loan = self
             .rt
             .with(|e| Ok(e.lend(to, USER, data, &tag.to_le_bytes())))?
-            .map_err(|err| self.send_error(err, data.len()))?;
+            .map_err(|err| send_error(err, data.len()))?;
         let Some(loan) = loan else { return Ok(false) };
         self.await_loans(&[loan])?;
         Ok(true)
@@ -615,7 +615,7 @@ impl World {
             match sent {
                 Ok(()) => return Ok(Request { state: RequestState::Done(Some(Completion::Sent)) }),
                 Err(SendError::WouldBlock) => {}
-                Err(err) => return Err(self.send_error(err, data.len())),
+                Err(err) => return Err(send_error(err, data.len())),
             }
         }
         let mut framed = Vec::with_capacity(data.len() + TAG_LEN);
@@ -636,7 +636,7 @@ impl World {
             send_waiting(&mut m, e);
             Ok(Ok(Some(id)))
         })?;
-        let state = match id.map_err(|err| self.send_error(err, data.len()))? {
+        let state = match id.map_err(|err| send_error(err, data.len()))? {
             Some(id) => RequestState::Send { to, id },
             None => RequestState::Done(Some(Completion::Sent)),
         };
@@ -661,7 +661,7 @@ impl World {
             let loan = self
                 .rt
                 .with(|e| Ok(e.lend(to, USER, data, &tag.to_le_bytes())))?
-                .map_err(|err| self.send_error(err, data.len()))?;
+                .map_err(|err| send_error(err, data.len()))?;
             if let Some(loan) = loan {
                 return Ok(BorrowedSend { world: self, how: Some(Borrowed::Lent(loan)) });
             }
@@ -691,10 +691,6 @@ impl World {
             Some(err) => Err(err),
             None => lent,
         }
-    }
-
-    fn send_error(&self, err: SendError, len: usize) -> CommError {
-        send_error(err, len)
     }
 
     /// Whether sends to `to` wait in its backlog ([`Matching::backlog`]):
@@ -766,7 +762,7 @@ impl World {
                     match e.lend(to, USER, &data[*sent..end], &trailer) {
                         Ok(loan) => loans.extend(loan),
                         Err(other) => {
-                            failure = Some(self.send_error(other, data.len()));
+                            failure = Some(send_error(other, data.len()));
                             return Ok(Some(()));
                         }
                     }
@@ -777,13 +773,13 @@ impl World {
                     Ok(()) => {}
                     Err(SendError::WouldBlock) => return Ok(None),
                     Err(other) => {
-                        failure = Some(self.send_error(other, data.len()));
+                        failure = Some(send_error(other, data.len()));
                         return Ok(Some(()));
                     }
                 }
                 let piece = framed(&data[*sent..end], id, *sent as u64, tag, PIECE);
                 if let Err(other) = e.send_owned(to, USER, piece) {
-                    failure = Some(self.send_error(other, data.len()));
+                    failure = Some(send_error(other, data.len()));
                     return Ok(Some(()));
                 }
                 *sent = end;
