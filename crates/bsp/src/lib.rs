@@ -99,7 +99,7 @@ pub use schedule::Order;
 pub use stats::{PacketStats, SuperstepProfile};
 pub use sync::empty_sync_message_len;
 
-use reduction::Barrier;
+use reduction::{Barrier, Reduction};
 use registry::{Area, Registry, Slot};
 use repackaging::GetRequest;
 use stats::Profiler;
@@ -260,6 +260,17 @@ impl Outbox {
             .collect()
     }
 
+    /// Empties the outbox for another superstep, keeping the room of its
+    /// lists (a stream's buffer is not kept: it was handed off, or see
+    /// `OutStream::take_buffer`).
+    fn reset(&mut self, slack: usize) {
+        self.stream = repackaging::OutStream::new(slack);
+        self.requests.clear();
+        self.targets.clear();
+        self.lent.clear();
+        self.direct = false;
+    }
+
     /// Nothing to send or ask for, and nothing lent.
     fn is_idle(&self) -> bool {
         self.stream.is_empty() && self.requests.is_empty() && self.lent.is_empty() && !self.direct
@@ -392,6 +403,15 @@ pub struct Bsp {
     /// The last barrier on the board: every process's post, and what they
     /// merged into (see `Bsp::reduce_board`).
     board: sync::BoardMemo,
+    /// The last sync's merged reduction, which the next one writes its own
+    /// over (`Reduction::local`).
+    spare_reduction: Option<Reduction>,
+    /// The records of the last superstep's streams, by sender, emptied
+    /// as the next sync parses its streams into them.
+    records: Vec<Vec<repackaging::Record>>,
+    /// The outboxes the last superstep's sync landed, emptied: the next
+    /// one's.
+    spare_outboxes: Vec<Outbox>,
     net: sync::Net,
     packet_stats: PacketStats,
     profile: Option<Profiler>,
@@ -562,6 +582,9 @@ impl Bsp {
             eager_to_all_streak: 0,
             barrier_rounds: 0,
             board: sync::BoardMemo::default(),
+            spare_reduction: None,
+            records: Vec::new(),
+            spare_outboxes: Vec::new(),
             net: sync::Net::new(nprocs, max_payload, receiver_packets),
             packet_stats: PacketStats::default(),
             profile,

@@ -581,12 +581,21 @@ pub fn parse(stream: &[u8], start: usize) -> Result<Vec<Record>, String> {
     parse_parts(&[first], start)
 }
 
-/// Splits a stream that arrived in pieces, `parts` one after the other,
-/// into its records, without joining the pieces: a record may span
-/// several. Ranges are in the stream's coordinates, which start at `base`
-/// and run on from one part into the next.
+/// [`parse_parts_into`] a new vector.
+#[cfg(test)]
 pub fn parse_parts(parts: &[&[u8]], base: usize) -> Result<Vec<Record>, String> {
     let mut records = Vec::new();
+    parse_parts_into(parts, base, &mut records)?;
+    Ok(records)
+}
+
+/// Splits a stream that arrived in pieces, `parts` one after the other,
+/// into its records, appended to `records` (whose room a sync keeps from
+/// one superstep to the next), without joining the pieces: a record may
+/// span several. Ranges are in the stream's coordinates, which start at
+/// `base` and run on from one part into the next. After an error
+/// `records` may hold some of them.
+pub fn parse_parts_into(parts: &[&[u8]], base: usize, records: &mut Vec<Record>) -> Result<(), String> {
     let mut r = Chain::new(parts, base);
     while r.left > 0 {
         let record = match r.u8()? {
@@ -633,7 +642,7 @@ pub fn parse_parts(parts: &[&[u8]], base: usize) -> Result<Vec<Record>, String> 
         };
         records.push(record);
     }
-    Ok(records)
+    Ok(())
 }
 
 /// A reader of a stream in parts: fields are read across the parts'

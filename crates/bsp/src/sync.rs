@@ -23,6 +23,7 @@ use std::time::Instant;
 use bulkwire_proto::SendError;
 use bulkwire_runtime::{Engine, Runtime};
 use rustc_hash::FxHashMap as HashMap;
+use smallvec::SmallVec;
 
 use crate::error::{BspError, Call, Reason};
 use crate::landing::{Areas, Fed, Lander};
@@ -81,9 +82,12 @@ pub(crate) struct Stream {
     more_len: usize,
 }
 
+/// A stream's parts, inline up to a few (most streams have one).
+type Parts<'a> = SmallVec<[&'a [u8]; 4]>;
+
 /// A received stream's parts, each with the position it starts at.
 pub(crate) struct View<'a> {
-    parts: Vec<(usize, &'a [u8])>,
+    parts: SmallVec<[(usize, &'a [u8]); 4]>,
 }
 
 impl View<'_> {
@@ -173,16 +177,25 @@ impl Stream {
     }
 
     /// The stream's bytes, part by part.
-    fn parts(&self) -> Vec<&[u8]> {
+    fn parts(&self) -> Parts<'_> {
         std::iter::once(&self.bytes[self.start..]).chain(self.more.iter().map(|(b, s)| &b[*s..])).collect()
     }
 
     /// The stream's records, their ranges in the stream's positions.
+    #[cfg(test)]
     pub fn records(&self) -> Result<Vec<Record>, String> {
+        let mut records = Vec::new();
+        self.records_into(&mut records)?;
+        Ok(records)
+    }
+
+    /// [`Stream::records`] into `records`, emptied first.
+    pub fn records_into(&self, records: &mut Vec<Record>) -> Result<(), String> {
+        records.clear();
         if self.start > self.bytes.len() {
             return Err("a stream that starts past its end".into());
         }
-        repackaging::parse_parts(&self.parts(), self.start)
+        repackaging::parse_parts_into(&self.parts(), self.start, records)
     }
 
     /// The stream's parts by position, for copying out of.
@@ -240,6 +253,9 @@ pub(crate) struct Net {
     /// sync may send its next stream eagerly while this one still waits.
     next_streams: Vec<Stream>,
     next_ends: Vec<u8>,
+    /// The vector of streams the last sync landed, emptied, for the
+    /// next superstep's ([`Net::take_streams`], [`Net::give_back_streams`]).
+    spare_streams: Vec<Stream>,
     /// A malformed message: the sync fails with it.
     broken: Option<Reason>,
     /// Messages to send as soon as the runtime has room, in order: every
@@ -286,6 +302,7 @@ impl Net {
             ends: vec![0; p as usize],
             next_streams: vec![Stream::default(); p as usize],
             next_ends: vec![0; p as usize],
+            spare_streams: Vec::new(),
             broken: None,
             outgoing: VecDeque::new(),
             max_payload,
@@ -397,9 +414,20 @@ impl Net {
     /// current ones.
     fn take_streams(&mut self) -> Vec<Stream> {
         let p = self.streams.len();
-        self.ends = std::mem::replace(&mut self.next_ends, vec![0; p]);
-        let next = std::mem::replace(&mut self.next_streams, vec![Stream::default(); p]);
+        std::mem::swap(&mut self.ends, &mut self.next_ends);
+        self.next_ends.fill(0);
+        let mut spare = std::mem::take(&mut self.spare_streams);
+        spare.clear();
+        spare.resize_with(p, Stream::default);
+        let next = std::mem::replace(&mut self.next_streams, spare);
         std::mem::replace(&mut self.streams, next)
+    }
+
+    /// Keeps the vector [`Net::take_streams`] returned, once its streams
+    /// are gone, for the next superstep's.
+    fn give_back_streams(&mut self, streams: Vec<Stream>) {
+        debug_assert!(streams.is_empty());
+        self.spare_streams = streams;
     }
 
     /// Starts landing the streams of `senders` as they come, first what
@@ -650,7 +678,7 @@ pub(crate) fn shares_packet_with_stream(p: u32) -> usize {
 /// process numbers take the most bytes at process p − 1).
 pub fn empty_sync_message_len(p: u32) -> usize {
     let last = p.saturating_sub(1);
-    let reduction = Reduction::local(p.max(1), last, |_| false, 0, false, Registry::default().digest(), (0, 0))
+    let reduction = Reduction::local(None, p.max(1), last, |_| false, 0, false, Registry::default().digest(), (0, 0))
         .eager_to_all(last, false);
     HEADER + 4 + reduction.encode().len()
 }
@@ -821,6 +849,7 @@ impl Bsp {
         // bit-matrix; the same messages carry what all must agree on.
         let out_bytes: u64 = (0..p).filter(|&q| q != me).map(|q| self.outboxes[q as usize].stream.delivers()).sum();
         let local = Reduction::local(
+            self.spare_reduction.take(),
             p,
             me,
             |to| to != me && !self.outboxes[to as usize].stream.is_empty(),
@@ -991,6 +1020,7 @@ impl Bsp {
         if self.profile.is_some() {
             self.computation_started = Instant::now();
         }
+        self.keep_reduction(global);
         Ok(())
     }
 
@@ -1189,17 +1219,23 @@ impl Bsp {
         }
         let rt = self.rt.as_ref().expect("the runtime is there until end");
         let memo = &mut self.board;
+        memo.current = false;
         memo.posts.resize_with(p as usize, Vec::new);
-        let encoded = acc.encode();
+        let mut encoded = std::mem::take(&mut memo.scratch);
+        encoded.clear();
+        acc.encode_into(&mut encoded);
         let seq = rt
             .with(|e| Ok(e.post(PostKind::BspSync, &encoded)))
             .map_err(|e| Reason::Runtime(e.to_string()))?
             .map_err(|why| Reason::Runtime(format!("posting the barrier's reduction: {why}")))?;
         let mut same = memo.merged.is_some() && memo.posts[me as usize] == encoded;
-        memo.posts[me as usize] = encoded;
-        let mut heard: Vec<bool> = (0..p).map(|j| j == me).collect();
-        let mut post = Vec::new();
-        wait(rt, &mut self.net, s, |e, _| {
+        // The buffer a post is read into is the one this process's last
+        // post was in; each post read is swapped for the one it replaces.
+        let mut post = std::mem::replace(&mut memo.posts[me as usize], encoded);
+        let mut heard = std::mem::take(&mut memo.heard);
+        heard.clear();
+        heard.extend((0..p).map(|j| j == me));
+        let result = wait(rt, &mut self.net, s, |e, _| {
             let mut all = true;
             for j in 0..p {
                 if heard[j as usize] {
@@ -1219,24 +1255,41 @@ impl Bsp {
                 }
             }
             Ok(all.then_some(()))
-        })?;
-        if let (true, Some(merged)) = (same, &memo.merged) {
-            return Ok(merged.clone());
+        });
+        memo.scratch = post;
+        memo.heard = heard;
+        result?;
+        if same {
+            if let Some(merged) = memo.merged.take() {
+                memo.current = true;
+                self.spare_reduction = Some(acc);
+                return Ok(merged);
+            }
         }
         memo.merged = None;
         for (j, post) in memo.posts.iter().enumerate().filter(|&(j, _)| j != me as usize) {
             acc.merge_encoded(post).map_err(|why| Reason::Malformed { peer: j as u32, why })?;
         }
-        memo.merged = Some(acc.clone());
+        memo.current = true;
         Ok(acc)
+    }
+
+    /// Keeps the superstep's merged reduction, at the end of its sync: as
+    /// the board's last merge if it is one (see [`BoardMemo`]), else for
+    /// the next sync's own reduction to be written over.
+    fn keep_reduction(&mut self, global: Reduction) {
+        if std::mem::take(&mut self.board.current) {
+            self.board.merged = Some(global);
+        } else {
+            self.spare_reduction = Some(global);
+        }
     }
 
     /// Queues `acc` as this superstep's reduce message of `round` to `to`.
     fn tell(&mut self, round: u32, acc: &Reduction, to: impl IntoIterator<Item = u32>) {
-        let encoded = acc.encode();
-        let mut message = header(REDUCE, self.superstep, 4 + encoded.len());
+        let mut message = header(REDUCE, self.superstep, 4 + 64);
         message.extend_from_slice(&round.to_le_bytes());
-        message.extend_from_slice(&encoded);
+        acc.encode_into(&mut message);
         for to in to {
             self.net.queue(to, message.clone());
         }
@@ -1481,7 +1534,8 @@ impl Bsp {
         // superstep as they are (an empty sync; most of its own work was
         // making p new outboxes and reading p empty streams).
         if self.outboxes.iter().all(crate::Outbox::is_idle) && self.net.streams.iter().all(|s| s.len() == 0) {
-            for (j, stream) in self.net.take_streams().into_iter().enumerate() {
+            let mut streams = self.net.take_streams();
+            for (j, stream) in streams.drain(..).enumerate() {
                 let (first, parts) = stream.into_buffers();
                 self.net.landed.extend(parts);
                 if first.capacity() > 0 {
@@ -1491,6 +1545,7 @@ impl Bsp {
                     }
                 }
             }
+            self.net.give_back_streams(streams);
             let old = std::mem::take(&mut self.queue);
             self.net.landed.extend(old.into_buffers());
             return Ok(Lent { readers: Vec::new(), buffers: Vec::new(), referenced: 0 });
@@ -1498,7 +1553,11 @@ impl Bsp {
         let mut streams = self.net.take_streams();
         let (own, start) = std::mem::take(&mut self.outboxes[me].stream).into_bytes();
         streams[me] = Stream::new(own, start);
-        let mut outboxes = std::mem::replace(&mut self.outboxes, crate::Outbox::all(p as u32));
+        let fresh = match std::mem::take(&mut self.spare_outboxes) {
+            spare if spare.len() == p => spare,
+            _ => crate::Outbox::all(p as u32),
+        };
+        let mut outboxes = std::mem::replace(&mut self.outboxes, fresh);
         // A large stream's buffer serves the next superstep's to the same
         // destination (one superstep's streams at most are kept).
         for (old, new) in outboxes.iter_mut().zip(self.outboxes.iter_mut()) {
@@ -1514,11 +1573,12 @@ impl Bsp {
             buffers: outboxes.iter_mut().flat_map(|o| std::mem::take(&mut o.lent)).collect(),
             referenced: 0,
         };
-        let records: Vec<Vec<Record>> = streams
-            .iter()
-            .enumerate()
-            .map(|(j, s)| s.records().map_err(|why| Reason::Malformed { peer: j as u32, why }))
-            .collect::<Result<_, _>>()?;
+        // Each sender's records, in vectors kept from sync to sync.
+        let mut records = std::mem::take(&mut self.records);
+        records.resize_with(p, Vec::new);
+        for (j, s) in streams.iter().enumerate() {
+            s.records_into(&mut records[j]).map_err(|why| Reason::Malformed { peer: j as u32, why })?;
+        }
         let views: Vec<View<'_>> = streams.iter().map(Stream::view).collect();
 
         let mut read_from = vec![false; p];
@@ -1653,7 +1713,7 @@ impl Bsp {
             carries[e.buffer] = true;
         }
         let mut buffers = Vec::with_capacity(p);
-        for (mut stream, carries) in streams.into_iter().zip(carries) {
+        for (mut stream, carries) in streams.drain(..).zip(carries) {
             if carries {
                 stream.flatten();
             }
@@ -1661,6 +1721,8 @@ impl Bsp {
             self.net.landed.extend(parts);
             buffers.push(first);
         }
+        self.net.give_back_streams(streams);
+        self.records = records;
         let old = if entries.is_empty() {
             for (j, buffer) in buffers.into_iter().enumerate() {
                 match j == me {
@@ -1673,6 +1735,10 @@ impl Bsp {
             std::mem::replace(&mut self.queue, Queue::new(buffers, entries))
         };
         self.net.landed.extend(old.into_buffers());
+        // The old outboxes, emptied, are the next superstep's.
+        let slack = shares_packet_with_stream(p as u32);
+        outboxes.iter_mut().for_each(|o| o.reset(slack));
+        self.spare_outboxes = outboxes;
         Ok(lent)
     }
 
@@ -1818,10 +1884,18 @@ fn area_mut(owned: &mut [Option<Box<dyn crate::OwnedArea>>], area: Area, offset:
 
 /// The last barrier on the board: each process's post, by process, and
 /// the reduction they merged into (`None` until one merged without error).
+///
+/// A sync takes `merged` and gives it back at its end (`current` says the
+/// reduction it got is that merge): the reduction is not copied.
 #[derive(Default)]
 pub(crate) struct BoardMemo {
     posts: Vec<Vec<u8>>,
     merged: Option<Reduction>,
+    current: bool,
+    /// Kept for the next barrier: the buffer a post is read into, and
+    /// which processes were heard.
+    scratch: Vec<u8>,
+    heard: Vec<bool>,
 }
 
 /// What this process lent its readers in a superstep (direct puts): who
