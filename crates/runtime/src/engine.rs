@@ -1416,17 +1416,26 @@ impl Engine {
 
     /// Gives back the buffer of a message taken from the inbox once its
     /// contents are no longer needed: a later datagram is read into it
-    /// (see [`crate::sockets::RecvBatch::recycle`]; buffers of other sizes
-    /// are freed).
+    /// (see [`crate::sockets::RecvBatch::recycle`]), or a small one a later
+    /// message through shared memory; buffers of other sizes are freed.
     pub fn recycle(&mut self, buffer: Vec<u8>) {
-        self.rx.recycle(buffer);
+        let buffer = match self.shm.as_mut() {
+            Some(shm) => shm.keep_buffer(buffer),
+            None => Some(buffer),
+        };
+        if let Some(buffer) = buffer {
+            self.rx.recycle(buffer);
+        }
     }
 
     /// [`Engine::recycle`] of all the buffers of what was received at once
     /// (see [`crate::sockets::RecvBatch::recycle_many`]): kept for a next
     /// time as large.
     pub fn recycle_many(&mut self, buffers: impl Iterator<Item = Vec<u8>>) {
-        self.rx.recycle_many(buffers);
+        match self.shm.as_mut() {
+            Some(shm) => self.rx.recycle_many(buffers.filter_map(|b| shm.keep_buffer(b))),
+            None => self.rx.recycle_many(buffers),
+        }
     }
 
     /// Lets the next messages from `from` (a peer over UDP) on `channel`
