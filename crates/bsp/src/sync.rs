@@ -1817,7 +1817,7 @@ fn target_mut(owned: &mut [Option<Box<dyn crate::OwnedArea>>], target: GetTarget
 /// lie in the half that superstep `superstep` writes.
 fn read_arena(rt: &Option<crate::Held>, peer: u32, superstep: u64, at: u64, dst: &mut [u8]) -> Result<(), String> {
     let rt = rt.as_ref().ok_or("the computation has ended")?;
-    rt.with(|e| {
+    rt.with_no_send(|e| {
         Ok(in_half(e.peer_arena_len(peer), superstep, at, dst.len() as u64)
             .and_then(|()| e.read_peer_arena(peer, at, dst)))
     })
@@ -1828,7 +1828,7 @@ fn read_arena(rt: &Option<crate::Held>, peer: u32, superstep: u64, at: u64, dst:
 /// arena, which must lie in the half that superstep `superstep` writes.
 fn arena_view(rt: &Option<crate::Held>, peer: u32, superstep: u64, at: u64, len: u64) -> Result<usize, String> {
     let rt = rt.as_ref().ok_or("the computation has ended")?;
-    rt.with(|e| {
+    rt.with_no_send(|e| {
         Ok(match e.peer_arena(peer) {
             Some((base, arena)) => in_half(arena, superstep, at, len).map(|()| base as usize + at as usize),
             None => Err(format!("process {peer} is not on this host")),

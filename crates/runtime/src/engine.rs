@@ -2086,6 +2086,14 @@ impl Runtime {
         self.inner.lock().start.elapsed()
     }
 
+    /// [`Runtime::with`] for work that sends nothing (a read of a peer's
+    /// arena): no flush after it, which looks at every local peer's queue.
+    pub fn with_no_send<R>(&self, f: impl FnOnce(&mut Engine) -> Result<R, RuntimeError>) -> Result<R, RuntimeError> {
+        let mut e = self.inner.lock();
+        check(&e)?;
+        f(&mut e)
+    }
+
     /// Works on the engine once, then sends what that made ready. Reading
     /// the sockets is left to waits and to the progress thread: a send
     /// should cost one system call, not five.
