@@ -688,6 +688,18 @@ impl<'a> Chain<'a> {
         if N > self.left {
             return Err(self.truncated(N));
         }
+        // Most fields lie within one part.
+        let part = self.parts[self.part];
+        if let Some(bytes) = part.get(self.pos..self.pos + N) {
+            let out: [u8; N] = bytes.try_into().expect("N bytes");
+            self.pos += N;
+            self.at += N;
+            self.left -= N;
+            if self.pos == part.len() {
+                (self.part, self.pos) = (self.part + 1, 0);
+            }
+            return Ok(out);
+        }
         let mut out = [0; N];
         let mut filled = 0;
         while filled < N {
