@@ -1427,6 +1427,19 @@ impl Bsp {
         let loans = &self.loans;
         let (registry, owned, off_limits) = (&self.registry, &mut self.owned, &self.off_limits);
         let asked: Vec<bool> = outboxes.iter().map(|o| !o.requests.is_empty()).collect();
+        // Every stream went before the barrier, every one expected came
+        // while it ran, and nothing waits to go or to land: a total
+        // exchange of small streams has no transfer left, and no turn of
+        // the runtime is needed to see so.
+        let net = &self.net;
+        if plan.iter().all(|v| eager[v.to as usize] == outboxes[v.to as usize].stream.len())
+            && expected.iter().enumerate().all(|(j, &x)| !x || net.whole(j, asked[j]))
+            && net.outgoing.is_empty()
+            && net.early.is_empty()
+            && net.broken.is_none()
+        {
+            return Ok(());
+        }
         // Each visit starts after what went eagerly.
         let start = |visit: usize| plan.get(visit).map_or(0, |v| eager[v.to as usize]);
         let (mut visit, mut offset) = (0, start(0));
