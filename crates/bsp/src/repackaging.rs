@@ -79,6 +79,10 @@ const FLAG_ARENA: u8 = 2;
 /// superstep's ([`OutStream::take_buffer`]).
 pub const REUSE_FROM: usize = 1 << 20;
 
+/// Buffers of at least this many bytes are not offered to a stream
+/// ([`OutStream::offer`]): a datagram's buffer, which the runtime keeps.
+const OFFER_BELOW: usize = 64 << 10;
+
 /// The headers of the data message that carries a piece of a stream,
 /// which the sync writes: kind u8, superstep u64, last u8. The stream's
 /// format owns their size because a stream is built with room for them
@@ -475,6 +479,21 @@ impl OutStream {
 
     pub fn reuse_older(&mut self, older: Arc<Vec<u8>>) {
         self.older = Some(older);
+    }
+
+    /// Takes `buffer`, emptied, to build the stream in if the stream has
+    /// none yet and the buffer is smaller than a datagram's (the runtime
+    /// reads datagrams into those); else hands it back. A small stream
+    /// received from the destination serves so the next one to it: each
+    /// is otherwise a new allocation, freed once written out.
+    pub fn offer(&mut self, mut buffer: Vec<u8>) -> Option<Vec<u8>> {
+        let unbuffered = self.buf.capacity() == 0 && self.lent.is_none() && self.waiting.is_none();
+        if !unbuffered || self.handed_off > 0 || buffer.capacity() >= OFFER_BELOW {
+            return Some(buffer);
+        }
+        buffer.clear();
+        self.buf = buffer;
+        None
     }
 
     /// Builds the stream in `kept` (see [`Kept`]), whose room it keeps.

@@ -1740,7 +1740,12 @@ impl Bsp {
             for (j, buffer) in buffers.into_iter().enumerate() {
                 match j == me {
                     true => self.net.landed.push(buffer),
-                    false => self.net.keep(j, buffer),
+                    // A small one for the next stream to its sender.
+                    false => {
+                        if let Some(buffer) = self.outboxes[j].stream.offer(buffer) {
+                            self.net.keep(j, buffer);
+                        }
+                    }
                 }
             }
             std::mem::take(&mut self.queue)
