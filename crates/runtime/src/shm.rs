@@ -639,6 +639,9 @@ pub(crate) struct Shm {
     /// it. (A BSP total exchange among 8 processes sends and receives 7
     /// such messages in every process at every superstep.)
     spare: Vec<Vec<u8>>,
+    /// Something was queued for a local peer (a message, or the answer to
+    /// one lent) since a flush last found every queue empty.
+    pending: bool,
 }
 
 /// The room of the buffers [`Shm`] keeps for messages read: small ones;
@@ -784,6 +787,7 @@ impl Shm {
             posts: 0,
             awaited: None,
             spare: Vec::new(),
+            pending: false,
         })
     }
 
@@ -950,6 +954,7 @@ impl Shm {
             rest.extend_from_slice(s);
             peer.queued += rest.len();
             peer.queue.push_back(Out { channel, data: rest, start: 0, sent, base: sent, loan: None });
+            self.pending = true;
         }
         if wrote {
             self.publish(to);
@@ -965,6 +970,7 @@ impl Shm {
         let peer = self.peers[to as usize].as_mut().expect("a local peer");
         peer.queued += len;
         peer.queue.push_back(Out { channel, data, start, sent: 0, base: 0, loan: None });
+        self.pending = true;
         self.push(to);
     }
 
@@ -1012,6 +1018,7 @@ impl Shm {
         let peer = self.peers[to as usize].as_mut().expect("a local peer");
         let loan = Some(Loan { addr, len, token });
         peer.queue.push_back(Out { channel, data: suffix.to_vec(), start: 0, sent: 0, base: 0, loan });
+        self.pending = true;
         self.push(to);
         token
     }
@@ -1130,15 +1137,24 @@ impl Shm {
         }
     }
 
-    /// Writes what waits for every local peer.
+    /// Writes what waits for every local peer: none where nothing was
+    /// queued since the last flush left every queue empty (a flush comes
+    /// with every call on the engine and every turn of a wait).
     pub fn flush(&mut self) {
+        if !self.pending {
+            return;
+        }
+        let mut left = false;
         for i in 0..self.local.len() {
             let to = self.local[i];
             let peer = self.peers[to as usize].as_ref().expect("a local peer");
             if !peer.queue.is_empty() || !peer.done.is_empty() {
                 self.push(to);
+                let peer = self.peers[to as usize].as_ref().expect("a local peer");
+                left |= !peer.queue.is_empty() || !peer.done.is_empty();
             }
         }
+        self.pending = left;
     }
 
     /// Reads what the local peers wrote into `inbox` while it holds fewer
@@ -1326,6 +1342,7 @@ impl Shm {
                             *inbox_bytes += data.capacity();
                             inbox.push_back(Inbound::new(from, channel, data, 0));
                             peer.done.push_back(extra);
+                            self.pending = true;
                             acknowledge.push(from);
                         }
                     }
@@ -1434,6 +1451,7 @@ impl Shm {
         self.deferred -= 1;
         if let Some(peer) = self.peers.get_mut(from as usize).and_then(Option::as_mut) {
             peer.done.push_back(token);
+            self.pending = true;
             self.push(from);
         }
     }
