@@ -1243,6 +1243,53 @@ impl Drop for Netns {
     }
 }
 
+/// The cores in a `Cpus_allowed_list` line of /proc/PID/status ("0-3,6").
+fn allowed_cores(status_line: &str) -> Vec<u32> {
+    let list = status_line.split(':').nth(1).unwrap_or_default().trim();
+    list.split(',')
+        .filter(|r| !r.is_empty())
+        .flat_map(|r| {
+            let (a, b) = r.split_once('-').unwrap_or((r, r));
+            a.parse::<u32>().expect("a core")..=b.parse::<u32>().expect("a core")
+        })
+        .collect()
+}
+
+#[test]
+fn ranks_are_dealt_to_the_cores_in_turn_even_when_they_outnumber_them() {
+    let own = std::fs::read_to_string("/proc/self/status").expect("status");
+    let mine = allowed_cores(own.lines().find(|l| l.starts_with("Cpus_allowed_list")).expect("the line"));
+    let n = mine.len() as u32 * 2 + 1;
+    let run = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_bulkwire"))
+            .args(["run", "-n", &n.to_string()])
+            .args(extra)
+            .args(["--", "sh", "-c", "echo $BULKWIRE_RANK $(grep Cpus_allowed_list /proc/self/status)"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run bulkwire");
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{stdout}{stderr}");
+        let mut ranks: Vec<(u32, Vec<u32>)> = stdout
+            .lines()
+            .map(|l| {
+                let (rank, line) = l.split_once(' ').expect("a rank and its cores");
+                (rank.parse().expect("a rank"), allowed_cores(line))
+            })
+            .collect();
+        ranks.sort();
+        assert_eq!(ranks.len(), n as usize, "{stdout}");
+        ranks
+    };
+    // Rank r on the (r mod n)th core this command may use: as many on each.
+    for (rank, cores) in run(&[]) {
+        assert_eq!(cores, [mine[rank as usize % mine.len()]], "rank {rank}");
+    }
+    for (rank, cores) in run(&["--bind-to", "none"]) {
+        assert_eq!(cores, mine, "rank {rank} left to the scheduler");
+    }
+}
+
 #[test]
 fn a_job_across_two_network_namespaces() {
     if is_rank() {
