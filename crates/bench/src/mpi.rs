@@ -237,7 +237,10 @@ fn mpirun(procs: u32, hosts: Option<&Hosts<'_>>, btl: &str, extra: &[&str], prog
             c.args(["--bind-to", "none"]);
         }
         None => {
-            c.arg("--oversubscribe");
+            // Placed as `bulkwire run` places its ranks: a core each where
+            // they fit, dealt to the cores in turn where they outnumber
+            // them (Open MPI's own default there is unbound).
+            c.args(["--oversubscribe", "--map-by", "core", "--bind-to", "core:overload-allowed"]);
         }
     }
     // SAFETY: geteuid has no preconditions.
@@ -303,7 +306,7 @@ mod tests {
     }
 
     #[test]
-    fn ranks_on_hosts_are_left_to_the_scheduler_and_on_one_host_may_outnumber_cores() {
+    fn ranks_on_hosts_are_left_to_the_scheduler_and_on_one_host_dealt_to_the_cores() {
         let args = |c: &Command| c.get_args().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>();
         let hosts = Hosts { hosts: "bwh0,bwh1", agent: Path::new("scripts/netns-exec"), network: Some("10.90.0.0/24") };
         let on_hosts = args(&mpirun(2, Some(&hosts), "tcp", &[], Path::new("bench")));
@@ -312,7 +315,9 @@ mod tests {
         assert!(on_hosts.windows(2).any(|w| w == ["--host", "bwh0,bwh1"]), "{on_hosts:?}");
         assert!(on_hosts.windows(2).any(|w| w == ["btl_tcp_if_include", "10.90.0.0/24"]), "{on_hosts:?}");
         let here = args(&mpirun(8, None, "vader", &[], Path::new("bench")));
-        assert!(here.contains(&"--oversubscribe".to_string()) && !here.contains(&"--bind-to".to_string()), "{here:?}");
+        assert!(here.contains(&"--oversubscribe".to_string()), "{here:?}");
+        assert!(here.windows(2).any(|w| w == ["--map-by", "core"]), "{here:?}");
+        assert!(here.windows(2).any(|w| w == ["--bind-to", "core:overload-allowed"]), "{here:?}");
     }
 
     #[test]
