@@ -214,7 +214,7 @@ impl Stream {
 
     /// Joins the parts into the first buffer: the stream's positions then
     /// index [`Stream::bytes`] (the emptied parts' buffers are kept for
-    /// [`Stream::into_buffers`]).
+    /// [`Stream::into_first`]).
     pub fn flatten(&mut self) {
         self.bytes.reserve(self.more_len);
         for (part, start) in &mut self.more {
@@ -233,8 +233,17 @@ impl Stream {
     }
 
     /// The buffers: the first, then the parts'.
+    #[cfg(test)]
     pub fn into_buffers(self) -> (Vec<u8>, Vec<Vec<u8>>) {
-        (self.bytes, self.more.into_iter().map(|(b, _)| b).collect())
+        let mut parts = Vec::new();
+        let first = self.into_first(&mut parts);
+        (first, parts)
+    }
+
+    /// The first buffer; the parts' are appended to `parts`.
+    pub fn into_first(self, parts: &mut Vec<Vec<u8>>) -> Vec<u8> {
+        parts.extend(self.more.into_iter().map(|(b, _)| b));
+        self.bytes
     }
 }
 
@@ -454,11 +463,10 @@ impl Net {
                 }
             }
             // Given back one by one, as landed pieces' are (see `pump`).
-            let (first, parts) = stream.into_buffers();
+            let first = stream.into_first(&mut self.spare);
             if first.capacity() > 0 {
                 self.spare.push(first);
             }
-            self.spare.extend(parts);
             match rest {
                 Some(rest) => {
                     self.landed_early += lander.landed;
@@ -1549,8 +1557,7 @@ impl Bsp {
         if self.outboxes.iter().all(crate::Outbox::is_idle) && self.net.streams.iter().all(|s| s.len() == 0) {
             let mut streams = self.net.take_streams();
             for (j, stream) in streams.drain(..).enumerate() {
-                let (first, parts) = stream.into_buffers();
-                self.net.landed.extend(parts);
+                let first = stream.into_first(&mut self.net.landed);
                 if first.capacity() > 0 {
                     match j == me {
                         true => self.net.landed.push(first),
@@ -1730,9 +1737,7 @@ impl Bsp {
             if carries {
                 stream.flatten();
             }
-            let (first, parts) = stream.into_buffers();
-            self.net.landed.extend(parts);
-            buffers.push(first);
+            buffers.push(stream.into_first(&mut self.net.landed));
         }
         self.net.give_back_streams(streams);
         self.records = records;
