@@ -172,6 +172,22 @@ impl Reduction {
         r
     }
 
+    /// Makes this reduction a copy of `other`, in the room of its own
+    /// vectors (a clone would allocate new ones).
+    pub fn copy_from(&mut self, other: &Reduction) {
+        let Reduction { p, words, asks, out_bytes, ending, registrations, registrations_all, tagsize, eager_to_all } =
+            other;
+        self.p = *p;
+        self.words.clone_from(words);
+        self.asks.clone_from(asks);
+        self.out_bytes.clone_from(out_bytes);
+        self.ending = *ending;
+        self.registrations = *registrations;
+        self.registrations_all = *registrations_all;
+        self.tagsize = *tagsize;
+        self.eager_to_all = *eager_to_all;
+    }
+
     /// Process `pid`'s row of the second matrix: whom it asks gets of.
     pub fn asking(mut self, pid: u32, asks_of: impl Fn(u32) -> bool) -> Reduction {
         for to in (0..self.p).filter(|&to| asks_of(to)) {
@@ -960,6 +976,9 @@ mod tests {
         let small = Reduction::local(None, 3, 0, |_| true, 1, false, (0, 0, 0), (0, 0));
         let over = Reduction::local(Some(small), p, 5, |j| j % 3 == 0, 7, false, (5, 1, 2), (4, 1));
         assert_eq!(over.asking(5, |j| j == 1), fresh(5));
+        let mut copy = Reduction::local(None, 3, 0, |_| true, 1, false, (0, 0, 0), (0, 0));
+        copy.copy_from(&fresh(5));
+        assert_eq!(copy, fresh(5));
         let mut appended = vec![1, 2];
         fresh(5).encode_into(&mut appended);
         assert_eq!(appended, [vec![1, 2], fresh(5).encode()].concat());

@@ -1229,17 +1229,26 @@ impl Bsp {
         let memo = &mut self.board;
         memo.current = false;
         memo.posts.resize_with(p as usize, Vec::new);
-        let mut encoded = std::mem::take(&mut memo.scratch);
-        encoded.clear();
-        acc.encode_into(&mut encoded);
+        // The buffer a post is read into is the one this process's last
+        // post but one was in; each post read is swapped for the one it
+        // replaces. This process's post is encoded anew only where its
+        // reduction changed since the last barrier.
+        let mut post = std::mem::take(&mut memo.scratch);
+        let unchanged = memo.own.as_ref() == Some(&acc);
+        if !unchanged {
+            post.clear();
+            acc.encode_into(&mut post);
+            post = std::mem::replace(&mut memo.posts[me as usize], post);
+            match &mut memo.own {
+                Some(own) => own.copy_from(&acc),
+                None => memo.own = Some(acc.clone()),
+            }
+        }
         let seq = rt
-            .with(|e| Ok(e.post(PostKind::BspSync, &encoded)))
+            .with(|e| Ok(e.post(PostKind::BspSync, &memo.posts[me as usize])))
             .map_err(|e| Reason::Runtime(e.to_string()))?
             .map_err(|why| Reason::Runtime(format!("posting the barrier's reduction: {why}")))?;
-        let mut same = memo.merged.is_some() && memo.posts[me as usize] == encoded;
-        // The buffer a post is read into is the one this process's last
-        // post was in; each post read is swapped for the one it replaces.
-        let mut post = std::mem::replace(&mut memo.posts[me as usize], encoded);
+        let mut same = memo.merged.is_some() && unchanged;
         let mut heard = std::mem::take(&mut memo.heard);
         heard.clear();
         heard.extend((0..p).map(|j| j == me));
@@ -1915,6 +1924,8 @@ pub(crate) struct BoardMemo {
     posts: Vec<Vec<u8>>,
     merged: Option<Reduction>,
     current: bool,
+    /// This process's own reduction as it posted it last.
+    own: Option<Reduction>,
     /// Kept for the next barrier: the buffer a post is read into, and
     /// which processes were heard.
     scratch: Vec<u8>,
