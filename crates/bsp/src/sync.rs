@@ -1229,9 +1229,8 @@ impl Bsp {
         let memo = &mut self.board;
         memo.current = false;
         memo.posts.resize_with(p as usize, Vec::new);
-        // The buffer a post is read into is the one this process's last
-        // post but one was in; each post read is swapped for the one it
-        // replaces. This process's post is encoded anew only where its
+        // Posts are read into a kept buffer, each swapped for the one it
+        // replaces. This process's own is encoded anew only where its
         // reduction changed since the last barrier.
         let mut post = std::mem::take(&mut memo.scratch);
         let unchanged = memo.own.as_ref() == Some(&acc);

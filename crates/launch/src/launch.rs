@@ -83,10 +83,10 @@ pub struct Args {
     /// every message by a context switch: 8 B half round trip through
     /// shared memory about 3.6 us so, 0.8 us on cores of their own); where
     /// they outnumber those cores, rank r on the (r mod n)th, as many on
-    /// each (the scheduler, left to itself, often put more on one core
-    /// than another: a BSP total exchange of 1 KiB a pair among 8 ranks on
-    /// 2 cores, eight alternating pairs, median 38.2 us bound against 55.8
-    /// unbound, whose runs fell into modes of about 40, 55 and 75 us).
+    /// each (a BSP total exchange of 1 KiB a pair among 8 ranks on 2
+    /// cores, eight alternating pairs: median 38.2 us bound, every run
+    /// near 40; 55.8 left to the scheduler, the runs in modes of about 40,
+    /// 55 and 75 us).
     #[arg(long = "bind-to", value_enum)]
     pub bind_to: Option<BindChoice>,
     /// Say which paths the job's data takes, and when a pair's data changes
