@@ -405,7 +405,7 @@ pub struct Bsp {
     board: sync::BoardMemo,
     /// The last sync's merged reduction, which the next one writes its own
     /// over (`Reduction::local`).
-    spare_reduction: Option<Reduction>,
+    spare_reduction: Option<Box<Reduction>>,
     /// The records of the last superstep's streams, by sender, emptied
     /// as the next sync parses its streams into them.
     records: Vec<Vec<repackaging::Record>>,

@@ -118,9 +118,8 @@ pub struct Reduction {
 
 impl Reduction {
     /// Process `pid`'s contribution: its row and its checks. Written over
-    /// `spare`, an earlier reduction of as many processes, whose vectors it
-    /// keeps, where there is one: a sync that reuses the last one's
-    /// allocates none.
+    /// `spare`, an earlier reduction, whose vectors it keeps, where there
+    /// is one: a sync that reuses the last one's allocates none.
     #[allow(clippy::too_many_arguments)]
     pub fn local(
         spare: Option<Reduction>,
@@ -132,44 +131,56 @@ impl Reduction {
         registrations: (u64, u32, u32),
         tagsize: (u64, u32),
     ) -> Reduction {
-        let (words, asks, counts) = match spare {
-            Some(Reduction { p: q, mut words, mut asks, out_bytes: mut counts, .. }) if q == p => {
-                words.fill(0);
-                asks.fill(0);
-                counts.fill(0);
-                (words, asks, counts)
-            }
-            _ => (vec![0; matrix_words(p)], vec![0; matrix_words(p)], vec![0; p as usize]),
-        };
-        let mut r = Reduction {
+        let mut r = spare.unwrap_or_else(|| Reduction {
             p,
-            words,
-            asks,
-            out_bytes: counts,
-            ending: Extremes::of(u64::from(ending), pid, 0),
-            registrations: Extremes::of(
-                registrations.0,
-                pid,
-                u64::from(registrations.1) << 32 | u64::from(registrations.2),
-            ),
-            registrations_all: Extremes::of(
-                registrations.0,
-                pid,
-                u64::from(registrations.1) << 32 | u64::from(registrations.2),
-            ),
-            tagsize: Extremes::of(
-                u64::from(tagsize.1.min(0xffff)) << TAGSIZE_CALLS_SHIFT | tagsize.0.min(TAGSIZE_MAX),
-                pid,
-                0,
-            ),
-            eager_to_all: Extremes::of(0, pid, 0),
-        };
-        for to in (0..p).filter(|&to| sends_to(to)) {
-            let bit = r.bit(pid, to);
-            r.words[bit / 64] |= 1 << (bit % 64);
-        }
-        r.out_bytes[pid as usize] = out_bytes;
+            words: Vec::new(),
+            asks: Vec::new(),
+            out_bytes: Vec::new(),
+            ending: Extremes::none(),
+            registrations: Extremes::none(),
+            registrations_all: Extremes::none(),
+            tagsize: Extremes::none(),
+            eager_to_all: Extremes::none(),
+        });
+        r.rewrite(p, pid, sends_to, out_bytes, ending, registrations, tagsize);
         r
+    }
+
+    /// [`Reduction::local`] in place: this reduction becomes process
+    /// `pid`'s contribution, in the room of its own vectors. (The sync
+    /// keeps its reduction boxed and writes it over: a reduction moved by
+    /// value is a copy of some 300 bytes, and a sync moved it about 15
+    /// times.)
+    #[allow(clippy::too_many_arguments)]
+    pub fn rewrite(
+        &mut self,
+        p: u32,
+        pid: u32,
+        sends_to: impl Fn(u32) -> bool,
+        out_bytes: u64,
+        ending: bool,
+        registrations: (u64, u32, u32),
+        tagsize: (u64, u32),
+    ) {
+        for v in [&mut self.words, &mut self.asks] {
+            v.clear();
+            v.resize(matrix_words(p), 0);
+        }
+        self.out_bytes.clear();
+        self.out_bytes.resize(p as usize, 0);
+        self.p = p;
+        self.ending = Extremes::of(u64::from(ending), pid, 0);
+        self.registrations =
+            Extremes::of(registrations.0, pid, u64::from(registrations.1) << 32 | u64::from(registrations.2));
+        self.registrations_all = self.registrations;
+        self.tagsize =
+            Extremes::of(u64::from(tagsize.1.min(0xffff)) << TAGSIZE_CALLS_SHIFT | tagsize.0.min(TAGSIZE_MAX), pid, 0);
+        self.eager_to_all = Extremes::of(0, pid, 0);
+        for to in (0..p).filter(|&to| sends_to(to)) {
+            let bit = self.bit(pid, to);
+            self.words[bit / 64] |= 1 << (bit % 64);
+        }
+        self.out_bytes[pid as usize] = out_bytes;
     }
 
     /// Makes this reduction a copy of `other`, in the room of its own
@@ -188,27 +199,37 @@ impl Reduction {
         self.eager_to_all = *eager_to_all;
     }
 
-    /// Process `pid`'s row of the second matrix: whom it asks gets of.
+    /// [`Reduction::ask`], by value.
+    #[cfg(test)]
     pub fn asking(mut self, pid: u32, asks_of: impl Fn(u32) -> bool) -> Reduction {
+        self.ask(pid, asks_of);
+        self
+    }
+
+    /// Process `pid`'s row of the second matrix: whom it asks gets of.
+    pub fn ask(&mut self, pid: u32, asks_of: impl Fn(u32) -> bool) {
         for to in (0..self.p).filter(|&to| asks_of(to)) {
             let bit = self.bit(pid, to);
             self.asks[bit / 64] |= 1 << (bit % 64);
         }
-        self
     }
 
     /// This process popped NULL while several registrations of NULL could be
     /// meant: it leaves the digest to the processes that know.
-    pub fn undecided_registrations(mut self) -> Reduction {
+    pub fn set_undecided_registrations(&mut self) {
         self.registrations = Extremes::none();
-        self
     }
 
     /// Records whether process `pid` sent a stream to every other process
     /// before the barrier.
     pub fn eager_to_all(mut self, pid: u32, all: bool) -> Reduction {
-        self.eager_to_all = Extremes::of(u64::from(all), pid, 0);
+        self.set_eager_to_all(pid, all);
         self
+    }
+
+    /// [`Reduction::eager_to_all`] in place.
+    pub fn set_eager_to_all(&mut self, pid: u32, all: bool) {
+        self.eager_to_all = Extremes::of(u64::from(all), pid, 0);
     }
 
     /// Whether every process sent a stream to every other one before the
@@ -1152,12 +1173,11 @@ mod tests {
         let merged = |undecided: &[u32], digests: [u64; 3]| {
             let parts: Vec<Reduction> = (0..p)
                 .map(|i| {
-                    let r = Reduction::local(None, p, i, |_| false, 0, false, (digests[i as usize], 2, 1), (0, 0));
+                    let mut r = Reduction::local(None, p, i, |_| false, 0, false, (digests[i as usize], 2, 1), (0, 0));
                     if undecided.contains(&i) {
-                        r.undecided_registrations()
-                    } else {
-                        r
+                        r.set_undecided_registrations();
                     }
+                    r
                 })
                 .collect();
             let mut all = parts[0].clone();

@@ -10,6 +10,12 @@ use std::str::FromStr;
 
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use smallvec::SmallVec;
+
+/// One entry per process, held inline up to 16 processes: a sync builds
+/// several such lists, and on a host of a few processes they then cost no
+/// allocation.
+pub type PerProcess<T> = SmallVec<[T; 16]>;
 
 /// The order in which a process visits its destinations.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -58,12 +64,12 @@ impl FromStr for Order {
 
 /// Process `pid`'s destinations in round order: entry r is the process it
 /// sends to in round r (itself included, where its local share goes).
-pub fn rounds(order: Order, pid: u32, p: u32, superstep: u64) -> Vec<u32> {
+pub fn rounds(order: Order, pid: u32, p: u32, superstep: u64) -> PerProcess<u32> {
     match order {
         Order::Latin => (0..p).map(|r| (pid + r) % p).collect(),
         Order::Pid => (0..p).collect(),
         Order::Random => {
-            let mut perm: Vec<u32> = (0..p).collect();
+            let mut perm: PerProcess<u32> = (0..p).collect();
             // Every process computes every other's permutation (see
             // `schedule`), so it depends on nothing but (superstep, pid):
             // the superstep seeds ChaCha, which is portable, and each
@@ -90,8 +96,8 @@ pub struct Visit {
 
 /// `pid`'s schedule for this superstep: the destinations it sends to
 /// (`talks(from, to)`, itself excluded), in order, each with its contention.
-pub fn schedule(order: Order, pid: u32, p: u32, superstep: u64, talks: impl Fn(u32, u32) -> bool) -> Vec<Visit> {
-    let all: Vec<Vec<u32>> = match order {
+pub fn schedule(order: Order, pid: u32, p: u32, superstep: u64, talks: impl Fn(u32, u32) -> bool) -> PerProcess<Visit> {
+    let all: Vec<PerProcess<u32>> = match order {
         // Only the random order needs everyone's permutation; the others
         // are closed forms.
         Order::Random => (0..p).map(|j| rounds(order, j, p, superstep)).collect(),
@@ -126,7 +132,7 @@ mod tests {
     #[test]
     fn latin_square_gives_each_receiver_one_sender_per_round() {
         for p in 1..=16 {
-            let table: Vec<Vec<u32>> = (0..p).map(|i| rounds(Order::Latin, i, p, 0)).collect();
+            let table: Vec<Vec<u32>> = (0..p).map(|i| rounds(Order::Latin, i, p, 0).to_vec()).collect();
             for r in 0..p as usize {
                 let mut column: Vec<u32> = table.iter().map(|row| row[r]).collect();
                 column.sort();
@@ -171,7 +177,7 @@ mod tests {
         // Everyone sends to 0 only: contention is the in-degree in pid order.
         let to_zero = |a: u32, b: u32| b == 0 && a != 0;
         let s = schedule(Order::Pid, 3, 4, 0, to_zero);
-        assert_eq!(s, vec![Visit { to: 0, contention: 3 }]);
+        assert_eq!(s.as_slice(), [Visit { to: 0, contention: 3 }]);
         assert!(schedule(Order::Latin, 0, 4, 0, to_zero).is_empty());
         assert_eq!("random".parse::<Order>(), Ok(Order::Random));
         assert!("zigzag".parse::<Order>().is_err());

@@ -32,6 +32,7 @@ use crate::reduction::{Barrier, Dissemination, Reduction};
 use crate::registry::{Area, Registry};
 use crate::repackaging::{self, Counts, OutStream, Record, DATA_HEADER};
 use crate::schedule;
+use crate::schedule::PerProcess;
 use crate::stats::SuperstepProfile;
 use crate::{pacing, Bsp, GetTarget, Queue};
 use bulkwire_runtime::PostKind;
@@ -856,21 +857,24 @@ impl Bsp {
         // Phase 1: the barrier is the OR reduction of the communication
         // bit-matrix; the same messages carry what all must agree on.
         let out_bytes: u64 = (0..p).filter(|&q| q != me).map(|q| self.outboxes[q as usize].stream.delivers()).sum();
-        let local = Reduction::local(
-            self.spare_reduction.take(),
-            p,
-            me,
-            |to| to != me && !self.outboxes[to as usize].stream.is_empty(),
-            out_bytes,
-            call == Call::End,
-            self.registry.digest(),
-            (self.next_tagsize as u64, self.tagsize_calls),
-        )
-        .asking(me, |to| to != me && !self.outboxes[to as usize].requests.is_empty());
-        let local = if self.registry.undecided() { local.undecided_registrations() } else { local };
+        let sends_to = |to| to != me && !self.outboxes[to as usize].stream.is_empty();
+        let (ending, digest) = (call == Call::End, self.registry.digest());
+        let tagsize = (self.next_tagsize as u64, self.tagsize_calls);
+        let mut local = match self.spare_reduction.take() {
+            Some(mut spare) => {
+                spare.rewrite(p, me, sends_to, out_bytes, ending, digest, tagsize);
+                spare
+            }
+            None => Box::new(Reduction::local(None, p, me, sends_to, out_bytes, ending, digest, tagsize)),
+        };
+        local.ask(me, |to| to != me && !self.outboxes[to as usize].requests.is_empty());
+        if self.registry.undecided() {
+            local.set_undecided_registrations();
+        }
         let eager = self.eager_streams(call);
         let eager_to_all = p > 1 && (0..p).all(|q| q == me || eager[q as usize] > 0);
-        let global = self.reduce(local.eager_to_all(me, eager_to_all), &eager).map_err(fail)?;
+        local.set_eager_to_all(me, eager_to_all);
+        let global = self.reduce(local, &eager).map_err(fail)?;
         if !marks.is_empty() {
             rt_with(&self.rt, |e| {
                 let now = e.now();
@@ -919,8 +923,12 @@ impl Bsp {
             // the get requests, between the processes that ask and those
             // asked. They are served at once, so they read the values of
             // the end of the computation, before any put lands.
-            let counts = self.exchange_counts(&global).map_err(fail)?;
-            self.serve_gets(&counts).map_err(fail)?;
+            let asked =
+                (0..p).any(|j| j != me && global.asks(j, me)) || !self.outboxes[me as usize].requests.is_empty();
+            if asked || !self.net.outgoing.is_empty() {
+                let counts = self.exchange_counts(&global).map_err(fail)?;
+                self.serve_gets(&counts).map_err(fail)?;
+            }
 
             // Phase 3: repackaging. The streams were built as the calls were
             // made; here they are cut into pieces of one full datagram each.
@@ -941,7 +949,7 @@ impl Bsp {
             // share of the receiver's port, its share being 1 / (senders at it
             // at once).
             let receiver_packets = self.net.receiver_packets;
-            let plan: Vec<Visit> = visits
+            let plan: PerProcess<Visit> = visits
                 .iter()
                 .map(|v| Visit {
                     to: v.to,
@@ -958,7 +966,7 @@ impl Bsp {
             // Only in the last superstep, which no barrier follows, does it ask.
             // The first sender's puts land as they come, where that keeps
             // the standard's order (see `landing`).
-            let expected: Vec<bool> = (0..p).map(|j| j != me && global.streams(j, me)).collect();
+            let expected: PerProcess<bool> = (0..p).map(|j| j != me && global.streams(j, me)).collect();
             self.keep_early_puts_off();
             let early = self.early_senders(&global);
             let areas = &mut Owned { registry: &self.registry, owned: &mut self.owned, off_limits: &self.off_limits };
@@ -1040,16 +1048,16 @@ impl Bsp {
     /// ([`Owned::resolve`]), and that put and the rest land after the
     /// transfer as before. (The sources of other direct puts and of get
     /// replies are copies.)
-    fn early_senders(&self, global: &Reduction) -> Vec<usize> {
+    fn early_senders(&self, global: &Reduction) -> PerProcess<usize> {
         let me = self.pid;
         if !self.land_early {
-            return Vec::new();
+            return PerProcess::new();
         }
         let own = !self.outboxes[me as usize].stream.is_empty();
         (0..self.nprocs)
             .find(|&j| if j == me { own } else { global.streams(j, me) })
             .filter(|&j| j != me)
-            .map(|j| vec![j as usize])
+            .map(|j| smallvec::smallvec![j as usize])
             .unwrap_or_default()
     }
 
@@ -1122,7 +1130,7 @@ impl Bsp {
     /// no more than the receiver's buffer can take from every other
     /// process at once; none in the last superstep (whose last pieces ask
     /// for acknowledgements), nor when pacing keeps to a link rate.
-    fn eager_streams(&self, call: Call) -> Vec<usize> {
+    fn eager_streams(&self, call: Call) -> PerProcess<usize> {
         let room = self.net.receiver_packets * self.net.max_payload / (self.nprocs as usize).saturating_sub(1).max(1);
         let limit = match call {
             Call::End => 0,
@@ -1155,13 +1163,14 @@ impl Bsp {
     /// against 349-370 us without this, five alternating runs; without
     /// eager streams one round was no faster, and an empty sync in one
     /// round took three times as long, hence the prediction.)
-    fn reduce(&mut self, mut acc: Reduction, eager: &[usize]) -> Result<Reduction, Reason> {
+    fn reduce(&mut self, mut acc: Box<Reduction>, eager: &[usize]) -> Result<Box<Reduction>, Reason> {
         let (me, p, s) = (self.pid, self.nprocs, self.superstep);
         // The eager streams go first: a stream in one piece then starts its
         // packet, as it must to travel in its own buffer, and the barrier's
         // message to the same process rides behind it.
         let packet = self.net.max_payload - bulkwire_wire::RECORD_HEADER_LEN - DATA_HEADER;
-        let order = if eager.iter().any(|&e| e > 0) { schedule::rounds(self.order, me, p, s) } else { Vec::new() };
+        let order =
+            if eager.iter().any(|&e| e > 0) { schedule::rounds(self.order, me, p, s) } else { PerProcess::new() };
         for to in order.into_iter().filter(|&to| eager[to as usize] > 0) {
             let stream = &mut self.outboxes[to as usize].stream;
             let mut offset = 0;
@@ -1193,7 +1202,7 @@ impl Bsp {
     /// The reduction as a star ([`Barrier::Star`]): every process sends
     /// its reduction to process 0, which merges them and sends the result,
     /// everyone's, back.
-    fn reduce_star(&mut self, mut acc: Reduction) -> Result<Reduction, Reason> {
+    fn reduce_star(&mut self, mut acc: Box<Reduction>) -> Result<Box<Reduction>, Reason> {
         const UP: u32 = 0;
         const DOWN: u32 = 1;
         let (me, p) = (self.pid, self.nprocs);
@@ -1202,7 +1211,7 @@ impl Bsp {
             self.tell(UP, &acc, [0]);
             let mut global = None;
             self.hear(DOWN, &[0], |bytes| {
-                global = Some(Reduction::decode(bytes, p)?);
+                global = Some(Box::new(Reduction::decode(bytes, p)?));
                 Ok(())
             })?;
             return Ok(global.expect("process 0 was heard"));
@@ -1219,7 +1228,7 @@ impl Bsp {
     /// was at the last barrier (a program repeating its pattern of
     /// communication, empty syncs), the merged reduction is the last one;
     /// else the posts are merged.
-    fn reduce_board(&mut self, mut acc: Reduction) -> Result<Reduction, Reason> {
+    fn reduce_board(&mut self, mut acc: Box<Reduction>) -> Result<Box<Reduction>, Reason> {
         let (me, p, s) = (self.pid, self.nprocs, self.superstep);
         self.barrier_rounds = u32::from(p > 1);
         if p == 1 {
@@ -1293,7 +1302,7 @@ impl Bsp {
     /// Keeps the superstep's merged reduction, at the end of its sync: as
     /// the board's last merge if it is one (see [`BoardMemo`]), else for
     /// the next sync's own reduction to be written over.
-    fn keep_reduction(&mut self, global: Reduction) {
+    fn keep_reduction(&mut self, global: Box<Reduction>) {
         if std::mem::take(&mut self.board.current) {
             self.board.merged = Some(global);
         } else {
@@ -1342,12 +1351,12 @@ impl Bsp {
 
     /// Phase 2: collects what every process that sends to this one
     /// announced (sent before the barrier) and finishes sending ours.
-    fn exchange_counts(&mut self, global: &Reduction) -> Result<Vec<Option<Counts>>, Reason> {
+    fn exchange_counts(&mut self, global: &Reduction) -> Result<PerProcess<Option<Counts>>, Reason> {
         let (me, p, s) = (self.pid, self.nprocs, self.superstep);
-        let mut got: Vec<Option<Counts>> = vec![None; p as usize];
+        let mut got: PerProcess<Option<Counts>> = smallvec::smallvec![None; p as usize];
         let mine = &self.outboxes[me as usize];
         got[me as usize] = Some(Counts { requests: mine.requests.clone() });
-        let senders: Vec<u32> = (0..p).filter(|&j| j != me && global.asks(j, me)).collect();
+        let senders: PerProcess<u32> = (0..p).filter(|&j| j != me && global.asks(j, me)).collect();
         if senders.is_empty() && self.net.outgoing.is_empty() {
             return Ok(got);
         }
@@ -1442,7 +1451,7 @@ impl Bsp {
         let outboxes = &mut self.outboxes;
         let loans = &self.loans;
         let (registry, owned, off_limits) = (&self.registry, &mut self.owned, &self.off_limits);
-        let asked: Vec<bool> = outboxes.iter().map(|o| !o.requests.is_empty()).collect();
+        let asked: PerProcess<bool> = outboxes.iter().map(|o| !o.requests.is_empty()).collect();
         // Every stream went before the barrier, every one expected came
         // while it ran, and nothing waits to go or to land: a total
         // exchange of small streams has no transfer left, and no turn of
@@ -1607,9 +1616,11 @@ impl Bsp {
         for (j, s) in streams.iter().enumerate() {
             s.records_into(&mut records[j]).map_err(|why| Reason::Malformed { peer: j as u32, why })?;
         }
-        let views: Vec<View<'_>> = streams.iter().map(Stream::view).collect();
+        // Each sender's view of its stream, made where a record needs it
+        // (a stream of arena records alone needs none).
+        let mut views: Vec<Option<View<'_>>> = Vec::new();
 
-        let mut read_from = vec![false; p];
+        let mut read_from: PerProcess<bool> = smallvec::smallvec![false; p];
         for (j, recs) in records.iter().enumerate() {
             let mut replies = recs
                 .iter()
@@ -1627,7 +1638,9 @@ impl Bsp {
                     return Err(Reason::Malformed { peer: j as u32, why: "a get reply of the wrong length".into() });
                 }
                 match reply {
-                    Record::Reply { data } => self.write_target(*target, &views[j], data.clone()),
+                    Record::Reply { data } => {
+                        self.write_target(*target, view_of(&mut views, &streams, j), data.clone())
+                    }
                     &Record::ReplyAt { len, at } => {
                         let dst = target_mut(&mut self.owned, *target, len as usize);
                         read_arena(&self.rt, j as u32, self.superstep, at, dst).map_err(|why| Reason::DirectRead {
@@ -1667,7 +1680,13 @@ impl Bsp {
                         let (at, len) = self.check_access(area, *slot, *offset, data.len() as u64, || {
                             format!("{} from process {j}", if *hp { "bsp_hpput" } else { "bsp_put" })
                         })?;
-                        write_area(&mut self.owned, area, at, &views[j], data.start..data.start + len);
+                        write_area(
+                            &mut self.owned,
+                            area,
+                            at,
+                            view_of(&mut views, &streams, j),
+                            data.start..data.start + len,
+                        );
                     }
                     Record::Send { tag, payload } => entries.push(crate::queue::Entry {
                         buffer: j,
@@ -1736,7 +1755,7 @@ impl Bsp {
         // parts that carries messages is joined); with none, they are
         // given back to the runtime now, and the old queue's are given
         // back in any case.
-        let mut carries = vec![false; p];
+        let mut carries: PerProcess<bool> = smallvec::smallvec![false; p];
         for e in &entries {
             carries[e.buffer] = true;
         }
@@ -1921,10 +1940,10 @@ fn area_mut(owned: &mut [Option<Box<dyn crate::OwnedArea>>], area: Area, offset:
 #[derive(Default)]
 pub(crate) struct BoardMemo {
     posts: Vec<Vec<u8>>,
-    merged: Option<Reduction>,
+    merged: Option<Box<Reduction>>,
     current: bool,
     /// This process's own reduction as it posted it last.
-    own: Option<Reduction>,
+    own: Option<Box<Reduction>>,
     /// Kept for the next barrier: the buffer a post is read into, and
     /// which processes were heard.
     scratch: Vec<u8>,
@@ -2004,6 +2023,15 @@ fn merged(mut ranges: Vec<Range<usize>>) -> Vec<Range<usize>> {
         }
     }
     out
+}
+
+/// Sender `j`'s view of its stream in `streams`, made the first time it is
+/// asked for.
+fn view_of<'v, 's>(views: &'v mut Vec<Option<View<'s>>>, streams: &'s [Stream], j: usize) -> &'v View<'s> {
+    if views.len() < streams.len() {
+        views.resize_with(streams.len(), || None);
+    }
+    views[j].get_or_insert_with(|| streams[j].view())
 }
 
 /// Writes the stream's bytes at `data` into `area` from `offset` on.
