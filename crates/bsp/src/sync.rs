@@ -445,23 +445,36 @@ impl Net {
     fn start_landing(&mut self, senders: &[usize], areas: &mut impl Areas) {
         self.landed_early = 0;
         for &j in senders {
-            let stream = std::mem::take(&mut self.streams[j]);
+            let mut stream = std::mem::take(&mut self.streams[j]);
             let mut lander = Lander::default();
-            // The rest of the stream after where the lander stopped, if
-            // it did (copied: a stream that came in part before the
-            // transfer and carries more than puts).
+            // Where the lander stopped, if it did: at a record's start in
+            // the stream's first part, from where the stream goes on as it
+            // is; else the rest of the stream, copied (a stream that came
+            // in parts before the transfer and carries more than puts).
+            let mut at_first: Option<usize> = None;
             let mut rest: Option<Vec<u8>> = None;
-            for part in stream.parts() {
+            for (i, part) in stream.parts().into_iter().enumerate() {
                 match &mut rest {
                     Some(rest) => rest.extend_from_slice(part),
-                    None => {
-                        if let Fed::Stopped { header, at } = lander.feed(part, areas) {
+                    None => match lander.feed(part, areas) {
+                        Fed::All => {}
+                        Fed::Stopped { header, at } if i == 0 && header.is_empty() => {
+                            at_first = Some(at);
+                            break;
+                        }
+                        Fed::Stopped { header, at } => {
                             let mut r = header;
                             r.extend_from_slice(&part[at..]);
                             rest = Some(r);
                         }
-                    }
+                    },
                 }
+            }
+            if let Some(at) = at_first {
+                self.landed_early += lander.landed;
+                stream.start += at;
+                self.streams[j] = stream;
+                continue;
             }
             // Given back one by one, as landed pieces' are (see `pump`).
             let first = stream.into_first(&mut self.spare);
@@ -1770,14 +1783,12 @@ impl Bsp {
         self.records = records;
         let old = if entries.is_empty() {
             for (j, buffer) in buffers.into_iter().enumerate() {
-                match j == me {
-                    true => self.net.landed.push(buffer),
-                    // A small one for the next stream to its sender.
-                    false => {
-                        if let Some(buffer) = self.outboxes[j].stream.offer(buffer) {
-                            self.net.keep(j, buffer);
-                        }
-                    }
+                // A small one for the next stream to its sender (this
+                // process's own puts: to itself).
+                match (self.outboxes[j].stream.offer(buffer), j == me) {
+                    (None, _) => {}
+                    (Some(buffer), true) => self.net.landed.push(buffer),
+                    (Some(buffer), false) => self.net.keep(j, buffer),
                 }
             }
             std::mem::take(&mut self.queue)
