@@ -71,6 +71,10 @@
 //!   its pieces arrive, up to the first put that would land on the
 //!   source of one of this process's hpputs or the target of one of its
 //!   gets: the standard's order is then kept);
+//! - `BULKWIRE_BSP_BOARD_STREAMS=0`: every stream that leaves before the
+//!   barrier goes as messages (by default, where the barrier is on the
+//!   board, the streams that fit ride in the process's post behind its
+//!   reduction, and each reader takes the one to it from there);
 //! - `BULKWIRE_BSP_STATS=1`: packet statistics (Table 5) on stderr at `end`;
 //! - `BULKWIRE_PROFILE=FILE`: a JSON line per superstep in `FILE.<pid>`.
 
@@ -118,6 +122,10 @@ pub const PACING_ENV: &str = "BULKWIRE_BSP_PACING";
 /// instead of landing a stream's puts as its pieces arrive where that
 /// keeps the standard's order (for comparison).
 pub const LAND_EARLY_ENV: &str = "BULKWIRE_BSP_LAND_EARLY";
+/// Environment variable sending every stream that leaves before the
+/// barrier as messages (`0`), instead of in the board's posts where the
+/// barrier is on the board (for comparison).
+pub const BOARD_STREAMS_ENV: &str = "BULKWIRE_BSP_BOARD_STREAMS";
 /// Environment variable giving the link rate that pacing keeps under.
 pub const RATE_ENV: &str = "BULKWIRE_BSP_RATE";
 /// Environment variable giving the largest stream to one destination
@@ -380,6 +388,9 @@ pub struct Bsp {
     /// bytes landed so.
     land_early: bool,
     landed_early: u64,
+    /// Whether streams that leave before a barrier on the board ride in the
+    /// posts ([`BOARD_STREAMS_ENV`]).
+    board_streams: bool,
     queue: Queue,
     tagsize: usize,
     next_tagsize: usize,
@@ -502,6 +513,7 @@ impl Bsp {
         };
         let pacing = std::env::var(PACING_ENV).map_or(true, |v| v.trim() != "0");
         let land_early = std::env::var(LAND_EARLY_ENV).map_or(true, |v| v.trim() != "0");
+        let board_streams = std::env::var(BOARD_STREAMS_ENV).map_or(true, |v| v.trim() != "0");
         let rate = match std::env::var(RATE_ENV) {
             Ok(v) if !v.trim().is_empty() => {
                 Some(pacing::parse_rate(&v).map_err(|e| fail(Reason::Invalid(format!("{RATE_ENV}: {e}"))))?)
@@ -569,6 +581,7 @@ impl Bsp {
             arena_readers,
             arena_reads: 0,
             land_early,
+            board_streams,
             landed_early: 0,
             queue: Queue::default(),
             tagsize: 0,

@@ -420,6 +420,39 @@ impl Net {
         self.ends[from] == LAST || (self.ends[from] == EAGER_LAST && !asked)
     }
 
+    /// Files `bytes`, the stream that `from` posted on the board to this
+    /// process, as the start of its stream of this superstep: all of it,
+    /// sent before the barrier (get replies, after it, come behind it as
+    /// messages, which may already have come).
+    fn file_board_stream(&mut self, from: usize, bytes: &[u8]) -> Result<(), String> {
+        if from >= self.streams.len() {
+            return Err("a stream from a process outside the job".into());
+        }
+        if self.ends[from] == EAGER_LAST {
+            return Err("a stream both on the board and sent before the barrier".into());
+        }
+        let mut buffer = match self.landed.pop() {
+            Some(b) if b.capacity() >= bytes.len() => b,
+            other => {
+                self.landed.extend(other);
+                Vec::with_capacity(bytes.len())
+            }
+        };
+        buffer.clear();
+        buffer.extend_from_slice(bytes);
+        let after = std::mem::replace(&mut self.streams[from], Stream::new(buffer, 0));
+        let Stream { bytes: first, start, more, .. } = after;
+        for (part, at) in std::iter::once((first, start)).chain(more).filter(|(b, at)| b.len() > *at) {
+            if let Some(copied) = self.streams[from].push(part, at) {
+                self.spare.push(copied);
+            }
+        }
+        if self.ends[from] == 0 {
+            self.ends[from] = EAGER_LAST;
+        }
+        Ok(())
+    }
+
     /// Takes this superstep's streams, making the next superstep's the
     /// current ones.
     fn take_streams(&mut self) -> Vec<Stream> {
@@ -728,6 +761,41 @@ fn piece_message(stream: &mut OutStream, piece: Range<usize>, superstep: u64, la
     let mut message = data_message(superstep, mark, piece.len());
     stream.copy_range(piece, &mut message);
     (message, false)
+}
+
+/// Bytes of a stream's entry in a board post besides the stream: its
+/// destination and its length, u32 each.
+const STREAM_ENTRY: usize = 8;
+
+/// Room for streams in a board post of `p` processes: what the largest
+/// reduction leaves of a post.
+fn board_stream_room(p: u32) -> usize {
+    bulkwire_runtime::POST_MAX.saturating_sub(4 + Reduction::max_encoded_len(p))
+}
+
+/// A board post's parts: the reduction, then the streams that ride in it.
+/// The post is the reduction's length (u32), the reduction, then for each
+/// stream its destination (u32), its length (u32) and its bytes.
+fn split_post(post: &[u8]) -> Result<(&[u8], &[u8]), String> {
+    let len = post.get(..4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize);
+    match len {
+        Some(len) if post.len() - 4 >= len => Ok((&post[4..4 + len], &post[4 + len..])),
+        _ => Err(format!("a board post of {} bytes shorter than its reduction", post.len())),
+    }
+}
+
+/// The first stream of a board post's streams: its destination, its bytes,
+/// and the streams after it.
+fn next_board_stream(streams: &[u8]) -> Result<(u32, &[u8], &[u8]), String> {
+    let field = |at: usize| streams.get(at..at + 4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
+    let (Some(to), Some(len)) = (field(0), field(4)) else {
+        return Err("a stream's entry in a board post cut short".into());
+    };
+    let rest = &streams[STREAM_ENTRY..];
+    match rest.len() >= len as usize {
+        true => Ok((to, &rest[..len as usize], &rest[len as usize..])),
+        false => Err(format!("a stream of {len} bytes in a board post of {} left", rest.len())),
+    }
 }
 
 /// Waits in the runtime until `step` returns `Some`, sorting what arrives
@@ -1184,8 +1252,18 @@ impl Bsp {
         let packet = self.net.max_payload - bulkwire_wire::RECORD_HEADER_LEN - DATA_HEADER;
         let order =
             if eager.iter().any(|&e| e > 0) { schedule::rounds(self.order, me, p, s) } else { PerProcess::new() };
+        // On the board, the eager streams that fit ride in this process's
+        // post instead (see `reduce_board`).
+        let board = self.barrier == Barrier::Board && p > 1 && self.board_streams;
+        let mut room = if board { board_stream_room(p) } else { 0 };
+        let mut on_board = PerProcess::<u32>::new();
         for to in order.into_iter().filter(|&to| eager[to as usize] > 0) {
             let stream = &mut self.outboxes[to as usize].stream;
+            if board && STREAM_ENTRY + stream.len() <= room {
+                room -= STREAM_ENTRY + stream.len();
+                on_board.push(to);
+                continue;
+            }
             let mut offset = 0;
             while offset < stream.len() {
                 let piece = repackaging::piece(offset, stream.len(), packet);
@@ -1196,7 +1274,7 @@ impl Bsp {
             }
         }
         let fanout = match self.barrier {
-            Barrier::Board => return self.reduce_board(acc),
+            Barrier::Board => return self.reduce_board(acc, &on_board),
             _ if self.eager_to_all_streak >= ONE_ROUND_AFTER => p.saturating_sub(1),
             Barrier::Star => return self.reduce_star(acc),
             Barrier::Dissemination(k) => k,
@@ -1237,11 +1315,13 @@ impl Bsp {
 
     /// The reduction on the board ([`Barrier::Board`]): every process
     /// posts its reduction in shared memory and reads everyone else's
-    /// post, in one step, without a message. Where every post is what it
-    /// was at the last barrier (a program repeating its pattern of
-    /// communication, empty syncs), the merged reduction is the last one;
-    /// else the posts are merged.
-    fn reduce_board(&mut self, mut acc: Box<Reduction>) -> Result<Box<Reduction>, Reason> {
+    /// post, in one step, without a message. Where every post's reduction
+    /// is what it was at the last barrier (a program repeating its pattern
+    /// of communication, empty syncs), the merged reduction is the last
+    /// one; else the posts are merged. The streams to `on_board` ride in
+    /// the post behind the reduction ([`split_post`]): each reader takes
+    /// the one to it, and no message carries them.
+    fn reduce_board(&mut self, mut acc: Box<Reduction>, on_board: &[u32]) -> Result<Box<Reduction>, Reason> {
         let (me, p, s) = (self.pid, self.nprocs, self.superstep);
         self.barrier_rounds = u32::from(p > 1);
         if p == 1 {
@@ -1251,24 +1331,38 @@ impl Bsp {
         let memo = &mut self.board;
         memo.current = false;
         memo.posts.resize_with(p as usize, Vec::new);
-        // Posts are read into a kept buffer, each swapped for the one it
-        // replaces. This process's own is encoded anew only where its
-        // reduction changed since the last barrier.
-        let mut post = std::mem::take(&mut memo.scratch);
+        // This process's own reduction is encoded anew only where it
+        // changed since the last barrier; the streams behind it are
+        // written anew each time.
         let unchanged = memo.own.as_ref() == Some(&acc);
-        if !unchanged {
-            post.clear();
-            acc.encode_into(&mut post);
-            post = std::mem::replace(&mut memo.posts[me as usize], post);
-            match &mut memo.own {
-                Some(own) => own.copy_from(&acc),
-                None => memo.own = Some(acc.clone()),
+        let own = &mut memo.posts[me as usize];
+        match split_post(own) {
+            Ok((reduction, _)) if unchanged => own.truncate(4 + reduction.len()),
+            _ => {
+                own.clear();
+                own.extend_from_slice(&[0; 4]);
+                acc.encode_into(own);
+                let len = (own.len() - 4) as u32;
+                own[..4].copy_from_slice(&len.to_le_bytes());
+                match &mut memo.own {
+                    Some(kept) => kept.copy_from(&acc),
+                    None => memo.own = Some(acc.clone()),
+                }
             }
+        }
+        for &to in on_board {
+            let stream = &self.outboxes[to as usize].stream;
+            own.extend_from_slice(&to.to_le_bytes());
+            own.extend_from_slice(&(stream.len() as u32).to_le_bytes());
+            stream.copy_range(0..stream.len(), own);
         }
         let seq = rt
             .with(|e| Ok(e.post(PostKind::BspSync, &memo.posts[me as usize])))
             .map_err(|e| Reason::Runtime(e.to_string()))?
             .map_err(|why| Reason::Runtime(format!("posting the barrier's reduction: {why}")))?;
+        // Posts are read into a kept buffer, each swapped for the one it
+        // replaces.
+        let mut post = std::mem::take(&mut memo.scratch);
         let mut same = memo.merged.is_some() && unchanged;
         let mut heard = std::mem::take(&mut memo.heard);
         heard.clear();
@@ -1281,7 +1375,10 @@ impl Bsp {
                 }
                 match e.read_post(j, seq, PostKind::BspSync, &mut post) {
                     Ok(true) => {
-                        same &= memo.posts[j as usize] == post;
+                        same &= matches!(
+                            (split_post(&memo.posts[j as usize]), split_post(&post)),
+                            (Ok((old, _)), Ok((new, _))) if old == new
+                        );
                         std::mem::swap(&mut memo.posts[j as usize], &mut post);
                         heard[j as usize] = true;
                     }
@@ -1297,6 +1394,18 @@ impl Bsp {
         memo.scratch = post;
         memo.heard = heard;
         result?;
+        // The streams to this process that rode in the posts.
+        for (j, post) in memo.posts.iter().enumerate().filter(|&(j, _)| j != me as usize) {
+            let malformed = |why: String| Reason::Malformed { peer: j as u32, why };
+            let (_, mut streams) = split_post(post).map_err(malformed)?;
+            while !streams.is_empty() {
+                let (to, stream, rest) = next_board_stream(streams).map_err(malformed)?;
+                streams = rest;
+                if to == me {
+                    self.net.file_board_stream(j, stream).map_err(malformed)?;
+                }
+            }
+        }
         if same {
             if let Some(merged) = memo.merged.take() {
                 memo.current = true;
@@ -1306,7 +1415,8 @@ impl Bsp {
         }
         memo.merged = None;
         for (j, post) in memo.posts.iter().enumerate().filter(|&(j, _)| j != me as usize) {
-            acc.merge_encoded(post).map_err(|why| Reason::Malformed { peer: j as u32, why })?;
+            let (reduction, _) = split_post(post).map_err(|why| Reason::Malformed { peer: j as u32, why })?;
+            acc.merge_encoded(reduction).map_err(|why| Reason::Malformed { peer: j as u32, why })?;
         }
         memo.current = true;
         Ok(acc)
@@ -2110,6 +2220,58 @@ mod tests {
         net.sort(1, piece(4, LAST, b"gh"), 0, 4).unwrap();
         assert!(net.whole(1, true));
         assert_eq!(net.take_streams()[1].content(), b"abcdefgh");
+    }
+
+    #[test]
+    fn a_stream_on_the_board_goes_before_the_replies_that_came_first() {
+        let mut net = Net::new(3, 1000, 8);
+        // The replies to this process's gets, sent after the barrier, were
+        // sorted while it still waited there.
+        net.sort(1, piece(4, LAST, b"replies"), 0, 4).unwrap();
+        net.file_board_stream(1, b"puts ").unwrap();
+        assert!(net.whole(1, true), "the last piece came");
+        net.file_board_stream(2, b"only").unwrap();
+        assert!(net.whole(2, false) && !net.whole(2, true), "as an eager stream: whole unless gets were asked");
+        assert!(net.file_board_stream(2, b"again").is_err(), "a second stream from the same sender");
+        assert!(net.file_board_stream(3, b"x").is_err(), "a sender outside the job");
+        let streams = net.take_streams();
+        assert_eq!(streams[1].content(), b"puts replies");
+        assert_eq!(streams[2].content(), b"only");
+    }
+
+    #[test]
+    fn a_board_post_is_its_reduction_then_its_streams() {
+        let mut post = 3u32.to_le_bytes().to_vec();
+        post.extend_from_slice(b"red");
+        for (to, stream) in [(1u32, &b"ab"[..]), (2, b"")] {
+            post.extend_from_slice(&to.to_le_bytes());
+            post.extend_from_slice(&(stream.len() as u32).to_le_bytes());
+            post.extend_from_slice(stream);
+        }
+        let (reduction, streams) = split_post(&post).unwrap();
+        assert_eq!(reduction, b"red");
+        let (to, stream, rest) = next_board_stream(streams).unwrap();
+        assert_eq!((to, stream), (1, &b"ab"[..]));
+        let (to, stream, rest) = next_board_stream(rest).unwrap();
+        assert_eq!((to, stream, rest), (2, &b""[..], &b""[..]));
+        // Cut anywhere, a post is refused, never read past its end.
+        for cut in [0, 2, 6] {
+            assert!(split_post(&post[..cut]).is_err(), "{cut}");
+        }
+        for cut in 1..streams.len() {
+            let mut rest = &streams[..cut];
+            let mut failed = false;
+            while !rest.is_empty() {
+                match next_board_stream(rest) {
+                    Ok((_, _, after)) => rest = after,
+                    Err(_) => {
+                        failed = true;
+                        break;
+                    }
+                }
+            }
+            assert!(failed || cut == 10, "cut at {cut}");
+        }
     }
 
     #[test]

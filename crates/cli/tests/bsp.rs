@@ -172,7 +172,11 @@ fn semantics_for_every_order_and_under_loss() {
     let udp = [("BULKWIRE_SHM", "0")];
     type Env<'a> = &'a [(&'a str, &'a str)];
     let late = [udp[0], ("BULKWIRE_BSP_LAND_EARLY", "0")];
-    let runs: [(&[u32], Env, &str); 8] = [
+    // Through shared memory the streams that go before the barrier ride in
+    // the board's posts by default; sent as messages instead:
+    let messages = [("BULKWIRE_BSP_BOARD_STREAMS", "0")];
+    let runs: [(&[u32], Env, &str); 9] = [
+        (&[2, 8], &messages, "streams before the barrier as messages"),
         (&[2, 8], &udp, "over UDP"),
         (&[3], &late, "over UDP, landing after the transfer"),
         (&[3, 8], &lossy[..2], "5% loss"),
@@ -1147,4 +1151,66 @@ fn a_profiled_job_is_summarised_and_plotted() {
     let out = Command::new(env!("CARGO_BIN_EXE_bulkwire")).arg("profile").arg(&prefix).output().unwrap();
     assert!(!out.status.success() && text(&out).contains("lu.1:1: not a superstep record"), "{}", text(&out));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A total exchange of 1 KiB puts (through the arenas) and a small put
+/// each (in the streams), for `steps` supersteps, every byte checked.
+/// Returns the messages this process sent through shared memory in them.
+fn small_exchange(bsp: &mut Bsp, steps: u32) -> Result<u64, BspError> {
+    let (me, p) = (bsp.pid(), bsp.nprocs());
+    const N: usize = 256;
+    let value = |from: u32, step: u32, i: usize| (i as u32) ^ (from << 20) ^ (step << 8);
+    let area = bsp.register::<u32>((N + 1) * p as usize)?;
+    bsp.sync()?;
+    let before = bsp.runtime().shm_stats().messages_sent;
+    for step in 0..steps {
+        let data: Vec<u32> = (0..N).map(|i| value(me, step, i)).collect();
+        for q in 0..p {
+            bsp.put(q, &data, &area, me as usize * N)?;
+            bsp.put(q, &[!step], &area, p as usize * N + me as usize)?;
+        }
+        bsp.sync()?;
+        let got = bsp.area(&area);
+        for from in 0..p {
+            for (i, &v) in got[from as usize * N..][..N].iter().enumerate() {
+                assert_eq!(v, value(from, step, i), "step {step}: element {i} from {from} at {me}");
+            }
+            assert_eq!(got[p as usize * N + from as usize], !step, "step {step}: the small put from {from} at {me}");
+        }
+    }
+    Ok(bsp.runtime().shm_stats().messages_sent - before)
+}
+
+#[test]
+fn streams_before_a_barrier_on_the_board_ride_in_its_posts() {
+    const STEPS: u32 = 200;
+    if is_rank() {
+        let mut bsp = Bsp::begin().unwrap();
+        let sent = small_exchange(&mut bsp, STEPS).unwrap_or_else(|e| panic!("{e}"));
+        let pid = bsp.pid();
+        bsp.end().unwrap();
+        println!("sent {sent} pid {pid}");
+        println!("ok pid {pid}");
+        return;
+    }
+    let test = "streams_before_a_barrier_on_the_board_ride_in_its_posts";
+    for n in [2, 3, 8] {
+        for (env, on_board) in [(&[][..], true), (&[("BULKWIRE_BSP_BOARD_STREAMS", "0")][..], false)] {
+            let out = launch(n, test, env);
+            expect_ok(&out, n, &format!("{env:?}"));
+            let all = text(&out);
+            for pid in 0..n {
+                let sent: u64 = all
+                    .lines()
+                    .find_map(|l| l.strip_suffix(&format!(" pid {pid}"))?.rsplit_once("sent ")?.1.parse().ok())
+                    .unwrap_or_else(|| panic!("n={n} {env:?}: no count from {pid}\n{all}"));
+                // On the board no stream goes as a message; else one to
+                // every other process each superstep.
+                match on_board {
+                    true => assert_eq!(sent, 0, "n={n} pid {pid}\n{all}"),
+                    false => assert!(sent >= u64::from(STEPS * (n - 1)), "n={n} pid {pid}: {sent}\n{all}"),
+                }
+            }
+        }
+    }
 }

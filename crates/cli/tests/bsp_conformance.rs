@@ -351,6 +351,10 @@ const DEFAULT: Variant = Variant { name: "default", env: &[], every_case: true }
 const UDP: Variant = Variant { name: "udp", env: &[("BULKWIRE_SHM", "0")], every_case: true };
 /// Shared memory with every large message through the rings (no single copy).
 const RINGS_ONLY: Variant = Variant { name: "rings only", env: &[("BULKWIRE_SHM_CMA", "0")], every_case: false };
+/// Shared memory with the streams that go before the barrier sent as
+/// messages, not in the board's posts.
+const STREAMS_AS_MESSAGES: Variant =
+    Variant { name: "streams as messages", env: &[("BULKWIRE_BSP_BOARD_STREAMS", "0")], every_case: false };
 /// Injected receive loss (over UDP: loss turns shared memory off): every
 /// case must give the same result.
 const LOSSY: Variant = Variant {
@@ -514,7 +518,7 @@ fn bsplib_conformance_suite() {
     run_suite(
         "BSPlib conformance",
         Path::new("tests/bsp-conformance"),
-        &[DEFAULT, UDP, LOSSY, PID_ORDER, RANDOM_ORDER, RINGS_ONLY],
+        &[DEFAULT, UDP, LOSSY, PID_ORDER, RANDOM_ORDER, RINGS_ONLY, STREAMS_AS_MESSAGES],
     );
 }
 
