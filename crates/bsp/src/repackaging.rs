@@ -451,15 +451,23 @@ impl OutStream {
     }
 
     /// The buffer of a stream of at least [`REUSE_FROM`] bytes that went
-    /// as copies or lent (never handed off), emptied, for the next
+    /// as copies or lent (never handed off), or a buffer smaller than
+    /// [`OFFER_BELOW`] that a stream stayed in, emptied, for the next
     /// superstep's stream to the same destination ([`OutStream::reuse`]):
     /// a buffer that large is otherwise new pages every superstep, each
-    /// one faulted in and cleared by the kernel. A buffer so kept and not
-    /// used (no stream this superstep) is kept again; one that held a
-    /// smaller stream goes.
+    /// one faulted in and cleared by the kernel. A large buffer so kept and
+    /// not used (no stream this superstep) is kept again; a smaller one
+    /// goes.
     pub fn take_buffer(&mut self) -> Option<Kept> {
         let unused = self.is_empty() && (self.buf.capacity() >= REUSE_FROM || self.waiting.is_some());
-        if self.handed_off > 0 || (self.len() < REUSE_FROM && !unused) {
+        // A small stream's own buffer, never handed off or lent (one that
+        // rode in a board post), serves the next one too, if small itself.
+        let small_kept = self.handed_off == 0
+            && self.lent.is_none()
+            && self.waiting.is_none()
+            && !self.is_empty()
+            && self.buf.capacity() < OFFER_BELOW;
+        if self.handed_off > 0 || (self.len() < REUSE_FROM && !unused && !small_kept) {
             return None;
         }
         if let Some(lent) = self.lent.take().or_else(|| self.waiting.take()) {
@@ -936,7 +944,13 @@ mod tests {
         let mut small = OutStream::new(0);
         small.reuse(buf);
         small.put(1, 0, b"ab");
-        assert!(small.take_buffer().is_none(), "a small stream's buffer goes");
+        assert!(small.take_buffer().is_none(), "a small stream's large buffer goes");
+        // A small buffer that a stream stayed in (one that rode in a board
+        // post) is kept.
+        let mut posted = OutStream::new(0);
+        posted.put(1, 0, b"ab");
+        let Some(Kept::Own(buf)) = posted.take_buffer() else { panic!("a small stream's own small buffer") };
+        assert!(buf.is_empty() && buf.capacity() > 0);
         // One handed off is the runtime's.
         let mut sent = OutStream::new(0);
         sent.put(1, 0, &vec![7; REUSE_FROM]);

@@ -297,6 +297,12 @@ pub(crate) struct Net {
     /// how many there were.
     landers: Vec<Option<Lander>>,
     early: Vec<Early>,
+    /// Small buffers of landed streams, for streams that ride in board
+    /// posts: at most one per process.
+    board_buffers: Vec<Vec<u8>>,
+    /// Whether the runtime was last told to read into an area
+    /// ([`Net::aim`]): the transfer then ends by telling it to stop.
+    aimed: bool,
     /// Bytes of puts landed so in this superstep.
     landed_early: u64,
     /// The most buffers given back at once so far (see `Net::pump`).
@@ -323,6 +329,8 @@ impl Net {
             kept: vec![None; p as usize],
             landers: (0..p).map(|_| None).collect(),
             early: Vec::new(),
+            aimed: false,
+            board_buffers: Vec::new(),
             landed_early: 0,
             most_given: 0,
         }
@@ -398,8 +406,12 @@ impl Net {
             // aim ends when the transfer does (`Engine::unaim` after it).
             Some((from, addr, len)) => unsafe {
                 e.aim(from, CHANNEL, DATA_HEADER, addr as *mut u8, len);
+                self.aimed = true;
             },
-            None => e.unaim(),
+            None => {
+                e.unaim();
+                self.aimed = false;
+            }
         }
     }
 
@@ -409,6 +421,9 @@ impl Net {
         if buffer.capacity() >= repackaging::REUSE_FROM && from < self.kept.len() {
             buffer.clear();
             self.kept[from] = Some(buffer);
+        } else if buffer.capacity() <= BOARD_BUFFER_MAX && self.board_buffers.len() < self.streams.len() {
+            // For a stream that rides in a board post (`file_board_stream`).
+            self.board_buffers.push(buffer);
         } else {
             self.landed.push(buffer);
         }
@@ -431,7 +446,7 @@ impl Net {
         if self.ends[from] == EAGER_LAST {
             return Err("a stream both on the board and sent before the barrier".into());
         }
-        let mut buffer = match self.landed.pop() {
+        let mut buffer = match self.board_buffers.pop() {
             Some(b) if b.capacity() >= bytes.len() => b,
             other => {
                 self.landed.extend(other);
@@ -763,6 +778,10 @@ fn piece_message(stream: &mut OutStream, piece: Range<usize>, superstep: u64, la
     (message, false)
 }
 
+/// The largest buffer kept for a stream that rides in a board post (a
+/// post is smaller).
+const BOARD_BUFFER_MAX: usize = 4096;
+
 /// Bytes of a stream's entry in a board post besides the stream: its
 /// destination and its length, u32 each.
 const STREAM_ENTRY: usize = 8;
@@ -1055,7 +1074,7 @@ impl Bsp {
             let moved = self.transfer(&plan, packet, &expected, &eager, call == Call::End);
             // Nothing is read into an area after the transfer, whatever
             // became of it or of the job (see `Net::aim`).
-            if let Some(rt) = &self.rt {
+            if let (Some(rt), true) = (&self.rt, std::mem::take(&mut self.net.aimed)) {
                 rt.unaim();
             }
             let landed_early = self.net.finish_landing();
@@ -1867,11 +1886,13 @@ impl Bsp {
             self.net.queue(j as u32, header(READ_DONE, self.superstep, 0));
         }
         let net = &mut self.net;
-        rt_with(&self.rt, |e| {
-            if let Err(reason) = net.push_outgoing(e) {
-                net.broken.get_or_insert(reason);
-            }
-        })?;
+        if !net.outgoing.is_empty() {
+            rt_with(&self.rt, |e| {
+                if let Err(reason) = net.push_outgoing(e) {
+                    net.broken.get_or_insert(reason);
+                }
+            })?;
+        }
         drop(views);
         // The streams' buffers (most were read from the network in place)
         // hold the new queue's messages, each stream's in one (a stream in
