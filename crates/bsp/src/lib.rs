@@ -391,6 +391,9 @@ pub struct Bsp {
     /// Whether streams that leave before a barrier on the board ride in the
     /// posts ([`BOARD_STREAMS_ENV`]).
     board_streams: bool,
+    /// The processes this one reaches over UDP, once the first sync has
+    /// asked the runtime.
+    udp_peers: Option<Vec<u32>>,
     queue: Queue,
     tagsize: usize,
     next_tagsize: usize,
@@ -582,6 +585,7 @@ impl Bsp {
             arena_reads: 0,
             land_early,
             board_streams,
+            udp_peers: None,
             landed_early: 0,
             queue: Queue::default(),
             tagsize: 0,

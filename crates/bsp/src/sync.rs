@@ -939,20 +939,28 @@ impl Bsp {
         let net = &mut self.net;
         let rt = self.rt.as_ref().expect("the runtime is there until end");
         // (Peers through shared memory have neither: their messages never
-        // touch the protocol's channels.)
-        let marks = rt
-            .with(|e| {
-                let udp: Vec<u32> =
-                    (0..p).filter(|&q| q != me && e.transport(q) == bulkwire_runtime::Transport::Udp).collect();
+        // touch the protocol's channels. How each peer is reached is fixed
+        // when the runtime starts.)
+        let udp = self.udp_peers.get_or_insert_with(|| {
+            rt.with_no_send(|e| {
+                Ok((0..p).filter(|&q| q != me && e.transport(q) == bulkwire_runtime::Transport::Udp).collect())
+            })
+            .unwrap_or_default()
+        });
+        let marks: Vec<(u32, u64)> = if udp.is_empty() && net.outgoing.is_empty() {
+            Vec::new()
+        } else {
+            rt.with(|e| {
                 let marks: Vec<(u32, u64)> =
                     udp.iter().map(|&q| (q, e.endpoint.next_sequence(q, CHANNEL).unwrap_or(0))).collect();
-                for &peer in &udp {
+                for &peer in udp.iter() {
                     e.endpoint.set_colour(peer, CHANNEL, (s & 1) as u8);
                 }
                 Ok(net.push_outgoing(e).map(|()| marks))
             })
             .map_err(|e| fail(Reason::Runtime(e.to_string())))?
-            .map_err(fail)?;
+            .map_err(fail)?
+        };
 
         // Phase 1: the barrier is the OR reduction of the communication
         // bit-matrix; the same messages carry what all must agree on.
@@ -1375,8 +1383,10 @@ impl Bsp {
             own.extend_from_slice(&(stream.len() as u32).to_le_bytes());
             stream.copy_range(0..stream.len(), own);
         }
+        // (A post sends nothing: it is written where the peers read it,
+        // and those asleep are woken at once.)
         let seq = rt
-            .with(|e| Ok(e.post(PostKind::BspSync, &memo.posts[me as usize])))
+            .with_no_send(|e| Ok(e.post(PostKind::BspSync, &memo.posts[me as usize])))
             .map_err(|e| Reason::Runtime(e.to_string()))?
             .map_err(|why| Reason::Runtime(format!("posting the barrier's reduction: {why}")))?;
         // Posts are read into a kept buffer, each swapped for the one it
