@@ -418,7 +418,7 @@ pub struct Bsp {
     /// merged into (see `Bsp::reduce_board`).
     board: sync::BoardMemo,
     /// The last sync's merged reduction, which the next one writes its own
-    /// over (`Reduction::local`).
+    /// over (`Reduction::rewrite`).
     spare_reduction: Option<Box<Reduction>>,
     /// The records of the last superstep's streams, by sender, emptied
     /// as the next sync parses its streams into them.

@@ -117,12 +117,10 @@ pub struct Reduction {
 }
 
 impl Reduction {
-    /// Process `pid`'s contribution: its row and its checks. Written over
-    /// `spare`, an earlier reduction, whose vectors it keeps, where there
-    /// is one: a sync that reuses the last one's allocates none.
+    /// Process `pid`'s contribution: its row and its checks (a sync writes
+    /// its last one over instead, [`Reduction::rewrite`]).
     #[allow(clippy::too_many_arguments)]
     pub fn local(
-        spare: Option<Reduction>,
         p: u32,
         pid: u32,
         sends_to: impl Fn(u32) -> bool,
@@ -131,8 +129,16 @@ impl Reduction {
         registrations: (u64, u32, u32),
         tagsize: (u64, u32),
     ) -> Reduction {
-        let mut r = spare.unwrap_or_else(|| Reduction {
-            p,
+        let mut r = Reduction::empty();
+        r.rewrite(p, pid, sends_to, out_bytes, ending, registrations, tagsize);
+        r
+    }
+
+    /// A reduction of no process, to be written over
+    /// ([`Reduction::rewrite`]).
+    pub fn empty() -> Reduction {
+        Reduction {
+            p: 0,
             words: Vec::new(),
             asks: Vec::new(),
             out_bytes: Vec::new(),
@@ -141,9 +147,7 @@ impl Reduction {
             registrations_all: Extremes::none(),
             tagsize: Extremes::none(),
             eager_to_all: Extremes::none(),
-        });
-        r.rewrite(p, pid, sends_to, out_bytes, ending, registrations, tagsize);
-        r
+        }
     }
 
     /// [`Reduction::local`] in place: this reduction becomes process
@@ -844,18 +848,10 @@ mod tests {
     fn a_process_s_own_reduction_fits_a_post() {
         for p in [BOARD_DEFAULT_MAX, 4096] {
             let me = p - 1;
-            let local = Reduction::local(
-                None,
-                p,
-                me,
-                |_| true,
-                u64::MAX,
-                true,
-                (u64::MAX, u32::MAX, u32::MAX),
-                (u64::MAX, u32::MAX),
-            )
-            .asking(me, |_| true)
-            .eager_to_all(me, true);
+            let local =
+                Reduction::local(p, me, |_| true, u64::MAX, true, (u64::MAX, u32::MAX, u32::MAX), (u64::MAX, u32::MAX))
+                    .asking(me, |_| true)
+                    .eager_to_all(me, true);
             let len = local.encode().len();
             assert!(len <= bulkwire_runtime::POST_MAX, "{p} processes: {len} bytes");
         }
@@ -870,7 +866,7 @@ mod tests {
     fn a_superstep_is_quiet_only_without_a_bit_in_either_matrix() {
         let p = 70;
         let local = |me: u32, to: Option<u32>, ask: Option<u32>| {
-            Reduction::local(None, p, me, |q| Some(q) == to, 5, true, (1, 2, 3), (4, 5)).asking(me, |q| Some(q) == ask)
+            Reduction::local(p, me, |q| Some(q) == to, 5, true, (1, 2, 3), (4, 5)).asking(me, |q| Some(q) == ask)
         };
         let mut all = local(0, None, None);
         for me in 1..p {
@@ -905,7 +901,7 @@ mod tests {
             let sends = |i: u32, j: u32| j == (i + 1) % p || j == (i * i) % p;
             let local: Vec<Reduction> = (0..p)
                 .map(|i| {
-                    Reduction::local(None, p, i, |j| sends(i, j), u64::from(i) * 10, false, (5, 1, 0), (4, 1))
+                    Reduction::local(p, i, |j| sends(i, j), u64::from(i) * 10, false, (5, 1, 0), (4, 1))
                         .asking(i, |j| j == (i + 2) % p)
                 })
                 .collect();
@@ -929,30 +925,27 @@ mod tests {
     fn disagreements_are_seen_by_all_and_named() {
         let p = 5;
         let local: Vec<Reduction> = (0..p)
-            .map(|i| Reduction::local(None, p, i, |_| false, 0, i == 3, (if i == 1 { 9 } else { 5 }, 1, 0), (0, 0)))
+            .map(|i| Reduction::local(p, i, |_| false, 0, i == 3, (if i == 1 { 9 } else { 5 }, 1, 0), (0, 0)))
             .collect();
         for r in disseminate(local, 2) {
             assert_eq!(r.disagreement(7), Some(Reason::SyncMismatch { ended: 3, synced: 0, superstep: 7 }));
         }
         let local: Vec<Reduction> = (0..p)
-            .map(|i| Reduction::local(None, p, i, |_| false, 0, false, (5, 1, 0), (if i == 2 { 8 } else { 4 }, 1)))
+            .map(|i| Reduction::local(p, i, |_| false, 0, false, (5, 1, 0), (if i == 2 { 8 } else { 4 }, 1)))
             .collect();
         for r in disseminate(local, 2) {
             assert_eq!(r.disagreement(0), Some(Reason::TagSizesDiffer { a: 0, a_size: 4, b: 2, b_size: 8 }));
         }
         // The same size, but process 3 did not call bsp_set_tagsize.
-        let local: Vec<Reduction> = (0..p)
-            .map(|i| Reduction::local(None, p, i, |_| false, 0, false, (5, 1, 0), (0, u32::from(i != 3))))
-            .collect();
+        let local: Vec<Reduction> =
+            (0..p).map(|i| Reduction::local(p, i, |_| false, 0, false, (5, 1, 0), (0, u32::from(i != 3)))).collect();
         for r in disseminate(local, 2) {
             let Some(Reason::TagSizeCallsDiffer { a: 3, a_calls: 0, b_calls: 1, .. }) = r.disagreement(0) else {
                 panic!("{:?}", r.disagreement(0))
             };
         }
         let local: Vec<Reduction> = (0..p)
-            .map(|i| {
-                Reduction::local(None, p, i, |_| false, 0, false, (u64::from(i == 4), 2 - u32::from(i == 4), 0), (0, 0))
-            })
+            .map(|i| Reduction::local(p, i, |_| false, 0, false, (u64::from(i == 4), 2 - u32::from(i == 4), 0), (0, 0)))
             .collect();
         for r in disseminate(local, 2) {
             let Some(Reason::RegistrationsDiffer { detail }) = r.disagreement(2) else { panic!() };
@@ -966,8 +959,7 @@ mod tests {
         for holdout in [None, Some(0), Some(5)] {
             let local: Vec<Reduction> = (0..p)
                 .map(|i| {
-                    Reduction::local(None, p, i, |j| j != i, 1, false, (5, 1, 0), (0, 0))
-                        .eager_to_all(i, Some(i) != holdout)
+                    Reduction::local(p, i, |j| j != i, 1, false, (5, 1, 0), (0, 0)).eager_to_all(i, Some(i) != holdout)
                 })
                 .collect();
             for fanout in [1, 2, 5] {
@@ -978,26 +970,25 @@ mod tests {
             }
         }
         // Unsaid, a process did not send eagerly to all.
-        let quiet = Reduction::local(None, 2, 0, |_| true, 1, false, (0, 0, 0), (0, 0));
+        let quiet = Reduction::local(2, 0, |_| true, 1, false, (0, 0, 0), (0, 0));
         assert!(!quiet.all_eager_to_all());
     }
 
     #[test]
     fn a_reduction_written_over_an_old_one_is_a_new_one() {
         let p = 70;
-        let fresh = |pid: u32| {
-            Reduction::local(None, p, pid, |j| j % 3 == 0, 7, false, (5, 1, 2), (4, 1)).asking(pid, |j| j == 1)
-        };
+        let fresh =
+            |pid: u32| Reduction::local(p, pid, |j| j % 3 == 0, 7, false, (5, 1, 2), (4, 1)).asking(pid, |j| j == 1);
         // The old one: merged from others, every matrix bit and check set.
-        let mut old = Reduction::local(None, p, 2, |_| true, u64::MAX, true, (9, 9, 9), (8, 8)).asking(2, |_| true);
+        let mut old = Reduction::local(p, 2, |_| true, u64::MAX, true, (9, 9, 9), (8, 8)).asking(2, |_| true);
         old.merge_encoded(&fresh(69).encode()).unwrap();
-        let over = Reduction::local(Some(old), p, 5, |j| j % 3 == 0, 7, false, (5, 1, 2), (4, 1));
-        assert_eq!(over.asking(5, |j| j == 1), fresh(5));
-        // One of another size is not written over.
-        let small = Reduction::local(None, 3, 0, |_| true, 1, false, (0, 0, 0), (0, 0));
-        let over = Reduction::local(Some(small), p, 5, |j| j % 3 == 0, 7, false, (5, 1, 2), (4, 1));
-        assert_eq!(over.asking(5, |j| j == 1), fresh(5));
-        let mut copy = Reduction::local(None, 3, 0, |_| true, 1, false, (0, 0, 0), (0, 0));
+        old.rewrite(p, 5, |j| j % 3 == 0, 7, false, (5, 1, 2), (4, 1));
+        assert_eq!(old.asking(5, |j| j == 1), fresh(5));
+        // One of another size too.
+        let mut small = Reduction::local(3, 0, |_| true, 1, false, (0, 0, 0), (0, 0));
+        small.rewrite(p, 5, |j| j % 3 == 0, 7, false, (5, 1, 2), (4, 1));
+        assert_eq!(small.asking(5, |j| j == 1), fresh(5));
+        let mut copy = Reduction::local(3, 0, |_| true, 1, false, (0, 0, 0), (0, 0));
         copy.copy_from(&fresh(5));
         assert_eq!(copy, fresh(5));
         let mut appended = vec![1, 2];
@@ -1007,14 +998,14 @@ mod tests {
 
     #[test]
     fn malformed_reductions_are_errors() {
-        let r = Reduction::local(None, 3, 0, |_| true, 1, false, (0, 0, 0), (4, 2)).eager_to_all(0, true);
+        let r = Reduction::local(3, 0, |_| true, 1, false, (0, 0, 0), (4, 2)).eager_to_all(0, true);
         let bytes = r.encode();
         assert!(Reduction::decode(&bytes, 4).is_err());
         assert!(Reduction::decode(&bytes[..bytes.len() - 1], 3).is_err());
         assert_eq!(Reduction::decode(&bytes, 3).unwrap(), r);
-        let mut other = Reduction::local(None, 4, 1, |_| true, 1, false, (0, 0, 0), (4, 2));
+        let mut other = Reduction::local(4, 1, |_| true, 1, false, (0, 0, 0), (4, 2));
         assert!(other.merge_encoded(&bytes).is_err(), "another number of processes");
-        let mut same = Reduction::local(None, 3, 1, |_| false, 9, false, (0, 0, 0), (4, 2));
+        let mut same = Reduction::local(3, 1, |_| false, 9, false, (0, 0, 0), (4, 2));
         assert!(same.merge_encoded(&bytes[..bytes.len() - 1]).is_err());
         assert!(same.merge_encoded(&[bytes.clone(), vec![0]].concat()).is_err(), "trailing bytes");
     }
@@ -1033,7 +1024,7 @@ mod tests {
     #[test]
     fn a_message_is_as_long_as_what_it_says() {
         // An empty sync: a few bytes of matrices whatever p.
-        let empty = |p: u32| Reduction::local(None, p, p - 1, |_| false, 0, false, (u64::MAX / 3, 0, 0), (0, 0));
+        let empty = |p: u32| Reduction::local(p, p - 1, |_| false, 0, false, (u64::MAX / 3, 0, 0), (0, 0));
         let small = empty(2).encode().len();
         assert!(small < 80, "{small}");
         for p in [64, 256, 1024, 5000] {
@@ -1043,26 +1034,24 @@ mod tests {
         }
         // A ring at 1,024 processes: the set bits, two bytes each.
         let p = 1024;
-        let mut ring = Reduction::local(None, p, 0, |j| j == 1, 5, false, (0, 0, 0), (0, 0));
+        let mut ring = Reduction::local(p, 0, |j| j == 1, 5, false, (0, 0, 0), (0, 0));
         for i in 1..p {
-            ring.merge_encoded(
-                &Reduction::local(None, p, i, |j| j == (i + 1) % p, 5, false, (0, 0, 0), (0, 0)).encode(),
-            )
-            .unwrap();
+            ring.merge_encoded(&Reduction::local(p, i, |j| j == (i + 1) % p, 5, false, (0, 0, 0), (0, 0)).encode())
+                .unwrap();
         }
         let bytes = ring.encode();
         assert_eq!(first_tag(&bytes), BITS);
         assert!(bytes.len() < 2 * 1024 + 2 * 1024 + 300, "{}", bytes.len());
         // Blocks of 64 processes that all talk among themselves: words.
         let p = 256;
-        let block = Reduction::local(None, p, 70, |j| j / 64 == 1, 1, false, (0, 0, 0), (0, 0));
+        let block = Reduction::local(p, 70, |j| j / 64 == 1, 1, false, (0, 0, 0), (0, 0));
         let bytes = block.encode();
         assert_eq!(first_tag(&bytes), WORDS);
         // A total exchange: the dense matrix, no longer than before.
         for p in [1, 2, 3, 64, 100, 300] {
-            let mut all = Reduction::local(None, p, 0, |j| j != 0, 1 << 20, false, (u64::MAX, 9, 0), (1 << 30, 3));
+            let mut all = Reduction::local(p, 0, |j| j != 0, 1 << 20, false, (u64::MAX, 9, 0), (1 << 30, 3));
             for i in 1..p {
-                let r = Reduction::local(None, p, i, |j| j != i, 1 << 20, false, (u64::MAX, 9, 0), (1 << 30, 3));
+                let r = Reduction::local(p, i, |j| j != i, 1 << 20, false, (u64::MAX, 9, 0), (1 << 30, 3));
                 all.merge_encoded(&r.asking(i, |j| j != i).eager_to_all(i, true).encode()).unwrap();
             }
             let bytes = all.encode();
@@ -1138,7 +1127,7 @@ mod tests {
         for (what, bytes, error) in cases {
             let e = Reduction::decode(bytes, 3).expect_err(what);
             assert!(e.contains(error), "{what}: {e}");
-            let mut r = Reduction::local(None, 3, 0, |_| true, 1, false, (0, 0, 0), (0, 0));
+            let mut r = Reduction::local(3, 0, |_| true, 1, false, (0, 0, 0), (0, 0));
             assert!(r.merge_encoded(bytes).is_err(), "{what}");
         }
         // A process of more than 32 bits in a check (behind its mark).
@@ -1154,9 +1143,9 @@ mod tests {
         // Every truncation of a well-formed reduction of each kind.
         let p = 70;
         let kinds = [
-            Reduction::local(None, p, 3, |_| false, 0, false, (1, 2, 3), (4, 5)),
-            Reduction::local(None, p, 3, |j| j % 9 == 0, 1 << 40, true, (1, 2, 3), (4, 5)).asking(3, |j| j < 40),
-            Reduction::local(None, p, 3, |_| true, 1, false, (1, 2, 3), (4, 5)).asking(3, |_| true),
+            Reduction::local(p, 3, |_| false, 0, false, (1, 2, 3), (4, 5)),
+            Reduction::local(p, 3, |j| j % 9 == 0, 1 << 40, true, (1, 2, 3), (4, 5)).asking(3, |j| j < 40),
+            Reduction::local(p, 3, |_| true, 1, false, (1, 2, 3), (4, 5)).asking(3, |_| true),
         ];
         for r in kinds {
             let bytes = r.encode();
@@ -1173,7 +1162,7 @@ mod tests {
         let merged = |undecided: &[u32], digests: [u64; 3]| {
             let parts: Vec<Reduction> = (0..p)
                 .map(|i| {
-                    let mut r = Reduction::local(None, p, i, |_| false, 0, false, (digests[i as usize], 2, 1), (0, 0));
+                    let mut r = Reduction::local(p, i, |_| false, 0, false, (digests[i as usize], 2, 1), (0, 0));
                     if undecided.contains(&i) {
                         r.set_undecided_registrations();
                     }

@@ -748,7 +748,7 @@ pub(crate) fn shares_packet_with_stream(p: u32) -> usize {
 /// process numbers take the most bytes at process p − 1).
 pub fn empty_sync_message_len(p: u32) -> usize {
     let last = p.saturating_sub(1);
-    let reduction = Reduction::local(None, p.max(1), last, |_| false, 0, false, Registry::default().digest(), (0, 0))
+    let reduction = Reduction::local(p.max(1), last, |_| false, 0, false, Registry::default().digest(), (0, 0))
         .eager_to_all(last, false);
     HEADER + 4 + reduction.encode().len()
 }
@@ -968,13 +968,8 @@ impl Bsp {
         let sends_to = |to| to != me && !self.outboxes[to as usize].stream.is_empty();
         let (ending, digest) = (call == Call::End, self.registry.digest());
         let tagsize = (self.next_tagsize as u64, self.tagsize_calls);
-        let mut local = match self.spare_reduction.take() {
-            Some(mut spare) => {
-                spare.rewrite(p, me, sends_to, out_bytes, ending, digest, tagsize);
-                spare
-            }
-            None => Box::new(Reduction::local(None, p, me, sends_to, out_bytes, ending, digest, tagsize)),
-        };
+        let mut local = self.spare_reduction.take().unwrap_or_else(|| Box::new(Reduction::empty()));
+        local.rewrite(p, me, sends_to, out_bytes, ending, digest, tagsize);
         local.ask(me, |to| to != me && !self.outboxes[to as usize].requests.is_empty());
         if self.registry.undecided() {
             local.set_undecided_registrations();
