@@ -942,8 +942,12 @@ impl World {
             };
             // Set before the wait where a message lent may come (the wait's
             // first turn would read one as it came, before the wait could
-            // say otherwise; so too what the last receive left unread).
-            if len >= LEND_FROM || over_udp || self.left_unread.load(Ordering::Relaxed) {
+            // say otherwise; so too what the last receive left unread), and
+            // where one source may write into `buf` (that first turn would
+            // move its next message out of the ring into a buffer of its
+            // own, and the rest of a stream behind it).
+            let one_source = matches!(source, Source::Rank(_));
+            if len >= LEND_FROM || one_source || self.left_unread.load(Ordering::Relaxed) {
                 if let Some(deferral) = deferral.take() {
                     deferring.set(self.rt.with(|e| Ok(defer(e, deferral)))?);
                 }

@@ -1210,6 +1210,7 @@ impl Shm {
             }
             let tail = region.u64(ring.base + C_TAIL).load(Ordering::Acquire);
             let start_head = peer.head;
+            let mut held = false;
             while peer.head != tail {
                 if *inbox_bytes >= limit {
                     self.rescan = true;
@@ -1301,6 +1302,7 @@ impl Shm {
                                 Some(d) if p.placed > 0 => {
                                     if defer.is_some_and(|x| x.covers(from, channel, &p.data)) {
                                         d.state = DestState::Holding;
+                                        held = true;
                                         self.stats[from as usize].read_in_place += 1;
                                         let lent = LentMessage { len: p.placed, remote: None };
                                         Inbound { from, channel, data: p.data, start: 0, lent: Some(lent), aimed: 0 }
@@ -1363,6 +1365,15 @@ impl Shm {
                     _ => return bad("a record of an unknown kind"),
                 }
                 peer.head = peer.head.wrapping_add(size as u64);
+                if held {
+                    // The receive has its message in its own buffer: what
+                    // follows stays in the ring for the next receive to
+                    // take there the same way, not copied into a buffer of
+                    // its own first (a stream of 64 KiB messages into
+                    // `recv_into`: one copy on each side, not two here).
+                    self.rescan = true;
+                    break;
+                }
             }
             if peer.head != start_head {
                 region.u64(ring.base + C_HEAD).store(peer.head, Ordering::SeqCst);
