@@ -54,6 +54,7 @@ use std::sync::{Arc, Mutex};
 use bulkwire_proto::{SendError, TailFilter};
 use bulkwire_runtime::{
     Deferral, Engine, Inbound, Loan, PostKind, ProgressHook, Runtime, RuntimeError, Transport, LEND_FROM,
+    STREAM_LEND_FROM,
 };
 
 /// Channel of application messages.
@@ -647,20 +648,21 @@ impl World {
     /// of `MPI_Isend`: the caller leaves the data alone meanwhile, which
     /// the borrow enforces). A message at least half as long as the
     /// shared-memory ring (or of 256 KiB or more where the ring has no room
-    /// for it now) to a peer on this host that reads this process's
-    /// memory is lent: the peer reads it from `data` into the buffer its
-    /// receive returns, one copy in all, where [`World::isend`] copies it
-    /// first; so is one of 256 KiB or more to a peer over UDP, whose packets
+    /// for it now, or of 64 KiB or more where the peer has yet to read what
+    /// went before it: a stream) to a peer on this host that reads this
+    /// process's memory is lent: the peer reads it from `data` into the
+    /// buffer its receive returns, one copy in all, where [`World::isend`]
+    /// copies it first; so is one of 256 KiB or more to a peer over UDP, whose packets
     /// the endpoint sends from `data` until every one is acknowledged. Any
     /// other message goes as [`World::isend`] sends it.
     pub fn isend_borrowed<'a>(&'a self, to: u32, tag: i32, data: &'a [u8]) -> Result<BorrowedSend<'a>, CommError> {
         if to >= self.size() {
             return Err(CommError::NoSuchRank { to, size: self.size() });
         }
-        if data.len() >= LEND_FROM && data.len() <= self.small_max && tag != MARK && !self.backlogged(to) {
+        if data.len() >= STREAM_LEND_FROM && data.len() <= self.small_max && tag != MARK && !self.backlogged(to) {
             let loan = self
                 .rt
-                .with(|e| Ok(e.lend(to, USER, data, &tag.to_le_bytes())))?
+                .with(|e| Ok(e.lend_borrowed(to, USER, data, &tag.to_le_bytes())))?
                 .map_err(|err| send_error(err, data.len()))?;
             if let Some(loan) = loan {
                 return Ok(BorrowedSend { world: self, how: Some(Borrowed::Lent(loan)) });

@@ -229,6 +229,8 @@ pub const LEND_SUFFIX_MAX: usize = crate::shm::SUFFIX_MAX;
 /// The shortest message [`Engine::lend`] lends, with any ring: a layer
 /// need not ask about shorter ones.
 pub const LEND_FROM: usize = crate::shm::LARGE_FROM;
+/// The shortest message [`Engine::lend_borrowed`] lends.
+pub const STREAM_LEND_FROM: usize = crate::shm::STREAM_LEND_FROM;
 /// `BULKWIRE_UDP_LEND=0` copies every message to a peer over UDP into the
 /// endpoint, rather than lending it the caller's slice ([`Engine::lend`]).
 pub const UDP_LEND: &str = "BULKWIRE_UDP_LEND";
@@ -1018,7 +1020,36 @@ impl Engine {
     /// is and unchanged until [`Engine::loan_returned`] says so, keeping the
     /// engine's progress going meanwhile (the answer comes through it).
     pub fn lend(&mut self, to: u32, channel: u16, data: &[u8], suffix: &[u8]) -> Result<Option<Loan>, SendError> {
-        if !self.lends(to, data.len()) {
+        let lends = self.lends(to, data.len());
+        self.lend_if(lends, to, channel, data, suffix)
+    }
+
+    /// [`Engine::lend`] for a send whose caller waits for it later, with
+    /// others (a borrowed send, as `MPI_Isend`'s): to a peer on this host
+    /// also from [`STREAM_LEND_FROM`] bytes where it has yet to read what
+    /// went before ([`Shm::lends_in_stream`]).
+    pub fn lend_borrowed(
+        &mut self,
+        to: u32,
+        channel: u16,
+        data: &[u8],
+        suffix: &[u8],
+    ) -> Result<Option<Loan>, SendError> {
+        let lends = self.shm.as_ref().is_some_and(|s| s.lends_in_stream(to, data.len()));
+        self.lend_if(lends, to, channel, data, suffix)
+    }
+
+    /// [`Engine::lend`] through shared memory where `lends`, else to the
+    /// endpoint.
+    fn lend_if(
+        &mut self,
+        lends: bool,
+        to: u32,
+        channel: u16,
+        data: &[u8],
+        suffix: &[u8],
+    ) -> Result<Option<Loan>, SendError> {
+        if !lends {
             return self.lend_to_endpoint(to, channel, data, suffix);
         }
         let cfg = self.endpoint.config();

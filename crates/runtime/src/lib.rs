@@ -36,7 +36,7 @@ mod stage;
 
 pub use engine::{
     endpoint_config, Deferral, Engine, Inbound, LentMessage, Loan, ProgressHook, Runtime, RuntimeError,
-    BEST_EFFORT_CHANNEL, LEND_FROM, LEND_SUFFIX_MAX,
+    BEST_EFFORT_CHANNEL, LEND_FROM, LEND_SUFFIX_MAX, STREAM_LEND_FROM,
 };
 pub use env::{host_cores, kernel_cores, new_job_id, new_key, JobEnv, JobEnvError};
 pub use env::{CORES, JOB, KEY, LOCAL_SIZE, RANK, RENDEZVOUS, SIZE};

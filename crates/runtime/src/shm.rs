@@ -206,13 +206,25 @@ const PROBE: u64 = 0x6277_7072_6f62_6521;
 /// same run: 64 KiB 5.9 against 18.9 us, 1 MiB 78 against 125 us; 4 MiB
 /// 770 against 620 us).
 pub(crate) const LARGE_FROM: usize = 256 << 10;
+/// A message whose sender waits for it later, with others (a window of
+/// borrowed sends, as `MPI_Isend`'s), is lent from this size where its
+/// reader has yet to read what went before it ([`Shm::lends_in_stream`]):
+/// the reader then reads it once, from the caller's buffer, where through
+/// the ring both processes would copy it. Streaming (`bench bw --transport
+/// shm --no-mpi`, two runs each, messages lent from 16, 32 and 64 KiB):
+/// from 64 KiB 12.3-13.3 GB/s at 64 KiB against 10.8-11.1 through the
+/// ring, 23.8-25.1 at 256 KiB against 13.7-18.2; lent from 16 or 32 KiB,
+/// 5.4-8.3 at 16 KiB against 10.1-10.3.
+pub(crate) const STREAM_LEND_FROM: usize = 64 << 10;
 /// A lent message from this size up is copied by both processes at once,
 /// where the lender is awake: its reader reads the first half while the
 /// lender writes the second into the reader's buffer. One process copies
 /// at 8-9 GB/s here, two at about twice that (4 MiB in one
 /// `process_vm_readv`: 318-383 us; half read, half written by another
-/// thread at the same time: 176-187 us).
-const SPLIT_FROM: usize = 256 << 10;
+/// thread at the same time: 176-187 us). From the size a stream lends:
+/// 64 KiB messages streamed (`bench bw --transport shm --no-mpi`, five
+/// alternating pairs) 12.8-15.5 GB/s shared against 9.5-13.8 read alone.
+const SPLIT_FROM: usize = STREAM_LEND_FROM;
 /// Bytes a large-message record may carry after the address and length:
 /// the end of the message, inline. A layer that frames its messages with a
 /// trailer (a tag) lends the caller's data as it is and sends the trailer
@@ -441,6 +453,9 @@ struct Peer {
     /// send budget.
     queued: usize,
     lent: usize,
+    /// Messages the peer is to read from this process's memory, not yet
+    /// acknowledged.
+    reading: usize,
     /// Tokens of this peer's large messages read, to acknowledge.
     done: VecDeque<u64>,
     partial: Option<Partial>,
@@ -860,6 +875,7 @@ impl Shm {
             queue: VecDeque::new(),
             queued: 0,
             lent: 0,
+            reading: 0,
             done: VecDeque::new(),
             partial: None,
             tail: None,
@@ -1001,6 +1017,17 @@ impl Shm {
         len >= LARGE_FROM.max(ring) || !peer.queue.is_empty() || !peer.w.has_room(len)
     }
 
+    /// [`Shm::lends`], and more, for a message whose sender waits for it
+    /// later ([`STREAM_LEND_FROM`]): from that size where `to` has yet to
+    /// read what went before it (a stream), not where it has read all (a
+    /// message and its answer: two copies through the ring, made in turn,
+    /// are then the faster).
+    pub fn lends_in_stream(&self, to: u32, len: usize) -> bool {
+        let Some(peer) = self.peers.get(to as usize).and_then(Option::as_ref) else { return false };
+        let behind = peer.reading > 0 || !peer.queue.is_empty() || peer.w.unread();
+        self.lends(to, len) || (len >= STREAM_LEND_FROM && behind && self.single_copy_to(to))
+    }
+
     /// Queues for `to` a message of the `len` bytes at `addr` in this
     /// process's memory followed by `suffix` (at most [`SUFFIX_MAX`] bytes),
     /// without copying them: `to` reads them from there
@@ -1062,6 +1089,7 @@ impl Shm {
                 self.stats[to as usize].lent += 1;
                 peer.queue.pop_front();
                 self.lent.insert(loan.token, Lent { to, len: 0, at: loan.addr, size: loan.len, _data: Vec::new() });
+                peer.reading += 1;
                 wrote = true;
                 continue;
             }
@@ -1087,6 +1115,7 @@ impl Shm {
                 let out = peer.queue.pop_front().expect("the front");
                 peer.queued -= len;
                 peer.lent += len;
+                peer.reading += 1;
                 self.lent.insert(token, Lent { to, len, at, size, _data: out.data });
                 wrote = true;
                 continue;
@@ -1357,6 +1386,7 @@ impl Shm {
                     DONE => match self.lent.get(&extra) {
                         Some(lent) if lent.to == from => {
                             peer.lent -= lent.len;
+                            peer.reading -= 1;
                             self.lent.remove(&extra);
                             self.loans.remove(&extra);
                         }
@@ -1760,6 +1790,11 @@ impl Writer {
     /// its records (of at most a quarter of the ring, and the record of its
     /// end), and room to spare for padding at the ring's end, fit beside
     /// what the reader has not taken yet.
+    /// Whether the reader has yet to read some of what was written.
+    fn unread(&self) -> bool {
+        self.theirs.u64(self.out.base + C_HEAD).load(Ordering::Acquire) != self.tail
+    }
+
     fn has_room(&self, len: usize) -> bool {
         let head = self.theirs.u64(self.out.base + C_HEAD).load(Ordering::Acquire);
         let used = self.tail.wrapping_sub(head) as usize;
@@ -2177,6 +2212,27 @@ mod tests {
         a.send(1, 0, vec![1; 10], 0);
         let got = drain(&mut b);
         assert_eq!((got[0].data.as_ptr(), &got[0].data[..]), (at, &[1u8; 10][..]));
+    }
+
+    /// A message of a stream (its reader yet to read what went before) is
+    /// lent from [`STREAM_LEND_FROM`], a message alone only as
+    /// [`Shm::lends`] says.
+    #[test]
+    fn a_stream_lends_from_64_kib_where_its_reader_is_behind() {
+        let (mut a, mut b) = pair(2 << 20);
+        let len = STREAM_LEND_FROM;
+        assert!(!a.lends_in_stream(1, len) && !a.lends(1, len), "alone: through the ring");
+        a.send(1, 0, vec![1; 100], 0);
+        assert!(a.lends_in_stream(1, len) && !a.lends_in_stream(1, len - 1) && !a.lends(1, len));
+        assert_eq!(drain(&mut b).len(), 1);
+        assert!(!a.lends_in_stream(1, len), "read out");
+        let data = vec![3u8; len];
+        let token = a.lend(1, 0, data.as_ptr() as u64, len, b"");
+        assert_eq!(drain(&mut b)[0].data, data);
+        // Read, the answer not yet seen: still behind.
+        assert!(a.lends_in_stream(1, len) && !a.returned(token));
+        drain(&mut a);
+        assert!(a.returned(token) && !a.lends_in_stream(1, len));
     }
 
     #[test]
