@@ -2145,6 +2145,42 @@ mod tests {
         }
     }
 
+    /// Behind the message written into a receive's buffer the ring is
+    /// left as it is: the next messages stay there for the receives that
+    /// follow, each written into its own buffer the same way, rather than
+    /// read out into buffers of their own at once.
+    #[test]
+    fn the_messages_behind_a_receive_s_stay_in_the_ring() {
+        let (mut a, mut b) = pair(256 << 10);
+        let sent: Vec<Vec<u8>> = (0..3u8).map(|k| [vec![k; 20 << 10], vec![7; 4]].concat()).collect();
+        for m in &sent {
+            a.send(1, 3, m.clone(), 0);
+        }
+        let deferral = Deferral {
+            channel: 3,
+            from: Some(0),
+            tail: 4,
+            filter: TailFilter { ends_with: Some(vec![7; 4]), not_ending_with: None },
+        };
+        for m in &sent {
+            let mut buf = vec![0u8; 24 << 10];
+            let mut dest = Dest { ptr: buf.as_mut_ptr(), cap: buf.len(), from: 0, state: DestState::Free };
+            let mut inbox = VecDeque::new();
+            b.poll(&mut inbox, &mut 0, usize::MAX, 1 << 30, Some(&deferral), Some(&mut dest)).unwrap();
+            assert_eq!(inbox.len(), 1, "one message, the rest left in the ring");
+            assert_eq!(dest.state, DestState::Holding);
+            let msg = inbox.pop_front().unwrap();
+            let placed = msg.lent.as_ref().map(|l| l.len).expect("in the receive's buffer");
+            assert_eq!(&dest.take(placed, &msg.data), m);
+        }
+        assert!(drain(&mut b).is_empty());
+        // Without a receive's buffer, everything is read out.
+        for m in &sent {
+            a.send(1, 3, m.clone(), 0);
+        }
+        assert_eq!(drain(&mut b).len(), 3);
+    }
+
     #[test]
     fn processes_of_one_host_find_each_other_and_unlink_their_files() {
         let (mut a, mut b) = pair(64 << 10);
