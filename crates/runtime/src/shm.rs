@@ -211,7 +211,8 @@ pub(crate) const LARGE_FROM: usize = 256 << 10;
 /// reader has yet to read what went before it ([`Shm::lends_in_stream`]):
 /// the reader then reads it once, from the caller's buffer, where through
 /// the ring both processes would copy it. Streaming (`bench bw --transport
-/// shm --no-mpi`, two runs each, messages lent from 16, 32 and 64 KiB):
+/// shm --no-mpi`, two runs each of a scratch build that lent every message
+/// from 16, 32 or 64 KiB, behind or not, without shared copies):
 /// from 64 KiB 12.3-13.3 GB/s at 64 KiB against 10.8-11.1 through the
 /// ring, 23.8-25.1 at 256 KiB against 13.7-18.2; lent from 16 or 32 KiB,
 /// 5.4-8.3 at 16 KiB against 10.1-10.3.
