@@ -20,7 +20,7 @@ use crate::loss::LossInjector;
 use crate::paths::Paths;
 use crate::rate;
 use crate::rendezvous::{Control, PeerReport, ToLauncher, ToRank};
-use crate::shm::{Dest, DestState, Kind, Shm, ShmOptions, POST_MAX};
+use crate::shm::{Dest, DestState, Kind, Shm, ShmOptions, Sleeper, POST_MAX};
 use crate::sockets::{PathSockets, RecvBatch, SendBatch, SocketOptions};
 
 /// A peer that acknowledges nothing for this long is declared unreachable.
@@ -1323,16 +1323,16 @@ impl Engine {
         self.endpoint.is_idle() && self.shm.as_ref().is_none_or(Shm::is_idle)
     }
 
-    /// Before this thread sleeps in poll(2) on the sockets: whether it may
-    /// (nothing came by shared memory meanwhile); a sender that writes
-    /// after this wakes it with a datagram.
-    fn may_sleep(&mut self) -> bool {
-        self.shm.as_mut().is_none_or(Shm::may_sleep)
+    /// Before `who` (this thread) sleeps in poll(2) on the sockets: whether
+    /// it may (nothing came by shared memory meanwhile); a sender that
+    /// writes after this wakes it with a datagram.
+    fn may_sleep(&mut self, who: Sleeper) -> bool {
+        self.shm.as_mut().is_none_or(|shm| shm.may_sleep(who))
     }
 
-    fn awake(&self) {
+    fn awake(&self, who: Sleeper) {
         if let Some(shm) = &self.shm {
-            shm.awake();
+            shm.awake(who);
         }
     }
 
@@ -2329,7 +2329,7 @@ impl Runtime {
                 let timeout = e.wake_at.map_or(timeout, |t| timeout.min(t.since(now)));
                 (e.fds(), timeout)
             };
-            if !self.inner.lock().may_sleep() {
+            if !self.inner.lock().may_sleep(Sleeper::Poller) {
                 continue;
             }
             let mut polls = [
@@ -2341,7 +2341,7 @@ impl Runtime {
                 self.inner.polls_to_limit.fetch_add(1, Ordering::Relaxed);
             }
             drain(&self.inner.poller_wake, polls[2].revents);
-            self.inner.lock().awake();
+            self.inner.lock().awake(Sleeper::Poller);
         }
     }
 
@@ -2666,7 +2666,7 @@ fn progress_thread(inner: &Inner) {
         }
         // Something came by shared memory since the engine was read: look
         // again at once rather than sleep.
-        let wait = if inner.lock().may_sleep() { timeout.min(IDLE_WAKE) } else { Duration::ZERO };
+        let wait = if inner.lock().may_sleep(Sleeper::Progress) { timeout.min(IDLE_WAKE) } else { Duration::ZERO };
         let mut polls = [
             libc::pollfd { fd: fds[0], events: libc::POLLIN, revents: 0 },
             libc::pollfd { fd: fds[1], events: libc::POLLIN, revents: 0 },
@@ -2674,7 +2674,7 @@ fn progress_thread(inner: &Inner) {
             libc::pollfd { fd: control_fd, events: libc::POLLIN, revents: 0 },
         ];
         poll_fds(&mut polls, wait);
-        inner.lock().awake();
+        inner.lock().awake(Sleeper::Progress);
         drain(&inner.wake, polls[2].revents);
         if polls[3].revents != 0 {
             read_control(inner);

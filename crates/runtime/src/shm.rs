@@ -114,7 +114,7 @@ pub const SHM_STAGE: &str = "BULKWIRE_SHM_STAGE";
 pub const ARENA_DEFAULT: usize = 2 << 20;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"bwshm\0\0\x01");
-const VERSION: u32 = 6;
+const VERSION: u32 = 7;
 /// The file's header: fixed fields, the doorbell and the sleep flag on
 /// lines of their own, the host identity.
 const HEADER: usize = 4096;
@@ -134,6 +134,9 @@ const H_STAGE_FD: usize = 52;
 const H_STAGE_BASE: usize = 56;
 const H_STAGE_LEN: usize = 64;
 const H_DOORBELL: usize = 128;
+/// Sleep flags, one a thread that may sleep in poll(2) on the sockets
+/// ([`Sleeper`]): raised before it sleeps, lowered when it wakes or by the
+/// peer that wakes it.
 const H_SLEEPING: usize = 256;
 const H_HOST: usize = 512;
 const HOST_MAX: usize = 1024;
@@ -692,6 +695,45 @@ fn board_slot(seq: u64) -> usize {
     BOARD + (seq % 2) as usize * BOARD_SLOT
 }
 
+/// A thread that may sleep in poll(2) on the sockets, each with a sleep
+/// flag of its own ([`H_SLEEPING`]): with one flag for both, the progress
+/// thread, waking from its own poll, lowered the flag the application
+/// thread was asleep on, and a post then woke nobody (ranks in a barrier
+/// slept to their poll's limit, 20 ms, several times in 100 barriers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sleeper {
+    /// The application thread that waits in poll(2) on the sockets.
+    Poller,
+    /// The progress thread.
+    Progress,
+}
+
+impl Sleeper {
+    const ALL: [Sleeper; 2] = [Sleeper::Poller, Sleeper::Progress];
+
+    fn flag(self) -> usize {
+        H_SLEEPING + 4 * self as usize
+    }
+}
+
+/// Lowers the sleep flags raised in `theirs` (a peer's region); whether any
+/// was (the peer then needs a wake-up datagram: one wakes every thread of
+/// it that sleeps, all polling the same sockets). Each flag is read first,
+/// then swapped, so that a flag already lowered costs no write.
+fn lower_sleep_flags(theirs: &Region) -> bool {
+    let mut raised = false;
+    for who in Sleeper::ALL {
+        let sleeping = theirs.u32(who.flag());
+        raised |= sleeping.load(Ordering::SeqCst) != 0 && sleeping.swap(0, Ordering::SeqCst) != 0;
+    }
+    raised
+}
+
+/// Whether a thread of the peer whose region is `theirs` sleeps in poll(2).
+fn asleep(theirs: &Region) -> bool {
+    Sleeper::ALL.iter().any(|who| theirs.u32(who.flag()).load(Ordering::Acquire) != 0)
+}
+
 fn peer_of(peers: &[Option<Peer>], rank: u32) -> &Peer {
     peers[rank as usize].as_ref().expect("a local peer")
 }
@@ -1160,8 +1202,7 @@ impl Shm {
         // The doorbell, then the sleep flag: sequentially consistent with
         // the reader's flag, then doorbell (see `may_sleep`).
         peer.w.theirs.u64(H_DOORBELL).fetch_add(1, Ordering::SeqCst);
-        let sleeping = peer.w.theirs.u32(H_SLEEPING);
-        if sleeping.load(Ordering::SeqCst) != 0 && sleeping.swap(0, Ordering::SeqCst) != 0 {
+        if lower_sleep_flags(&peer.w.theirs) {
             self.stats[to as usize].wakeups_sent += 1;
             self.wake.push(peer.wake_to);
         }
@@ -1414,8 +1455,7 @@ impl Shm {
                 let full = region.u32(ring.base + C_FULL);
                 if full.load(Ordering::SeqCst) != 0 && full.swap(0, Ordering::SeqCst) != 0 {
                     peer.w.theirs.u64(H_DOORBELL).fetch_add(1, Ordering::SeqCst);
-                    let sleeping = peer.w.theirs.u32(H_SLEEPING);
-                    if sleeping.load(Ordering::SeqCst) != 0 && sleeping.swap(0, Ordering::SeqCst) != 0 {
+                    if lower_sleep_flags(&peer.w.theirs) {
                         self.stats[from as usize].wakeups_sent += 1;
                         self.wake.push(peer.wake_to);
                     }
@@ -1503,11 +1543,11 @@ impl Shm {
         self.deferred
     }
 
-    /// Before sleeping in poll(2) on the sockets: raises the flag that makes
-    /// senders wake this process, and says whether it may sleep (nothing
-    /// came meanwhile).
-    pub fn may_sleep(&mut self) -> bool {
-        self.own.region.u32(H_SLEEPING).store(1, Ordering::SeqCst);
+    /// Before `who` sleeps in poll(2) on the sockets: raises its flag, which
+    /// makes senders wake this process, and says whether it may sleep
+    /// (nothing came meanwhile).
+    pub fn may_sleep(&mut self, who: Sleeper) -> bool {
+        self.own.region.u32(who.flag()).store(1, Ordering::SeqCst);
         // Every peer's counterpart of the last post there: the wait for
         // them ends at its next look. Else a peer that posts after this
         // finds the flag raised (see `post`).
@@ -1549,8 +1589,7 @@ impl Shm {
         for i in 0..self.local.len() {
             let to = self.local[i];
             let peer = peer_of(&self.peers, to);
-            let sleeping = peer.w.theirs.u32(H_SLEEPING);
-            if sleeping.load(Ordering::SeqCst) != 0 && sleeping.swap(0, Ordering::SeqCst) != 0 {
+            if lower_sleep_flags(&peer.w.theirs) {
                 self.stats[to as usize].wakeups_sent += 1;
                 self.wake.push(peer.wake_to);
             }
@@ -1593,8 +1632,10 @@ impl Shm {
         Ok(true)
     }
 
-    pub fn awake(&self) {
-        self.own.region.u32(H_SLEEPING).store(0, Ordering::Relaxed);
+    /// `who` woke from its sleep: lowers its flag (the other thread's, if
+    /// it sleeps on, stays raised).
+    pub fn awake(&self, who: Sleeper) {
+        self.own.region.u32(who.flag()).store(0, Ordering::Relaxed);
     }
 
     /// Nothing waits to be written and no buffer is lent.
@@ -1909,7 +1950,7 @@ unsafe fn read_shared(
     let asks = split
         && len >= SPLIT_FROM
         && w.theirs.u32(w.out.base + C_CMA).load(Ordering::Acquire) == 1
-        && w.theirs.u32(H_SLEEPING).load(Ordering::Acquire) == 0;
+        && !asleep(&w.theirs);
     if !asks {
         return read_remote_raw(peer.pid, addr, dst, len).map(|()| false);
     }
@@ -2444,11 +2485,11 @@ mod tests {
         }
         assert!(!a.is_idle());
         drain(&mut a);
-        assert!(a.may_sleep(), "nothing came for the writer yet");
+        assert!(a.may_sleep(Sleeper::Poller), "nothing came for the writer yet");
         let got = drain(&mut b).len();
         assert!(got > 0 && got < 40);
         assert_eq!(b.wake.len(), 1, "the sleeping writer is woken once room is free");
-        assert!(!a.may_sleep(), "its doorbell rang");
+        assert!(!a.may_sleep(Sleeper::Poller), "its doorbell rang");
         let mut total = got;
         while total < 40 {
             a.flush();
@@ -2475,14 +2516,37 @@ mod tests {
     fn a_sleeping_reader_is_woken_once() {
         let (mut a, mut b) = pair(64 << 10);
         drain(&mut b);
-        assert!(b.may_sleep());
+        assert!(b.may_sleep(Sleeper::Poller));
         a.send(1, 0, vec![9], 0);
         assert_eq!(a.wake.len(), 1);
         a.send(1, 0, vec![9], 0);
         assert_eq!(a.wake.len(), 1, "a reader already woken is not woken again");
-        assert!(!b.may_sleep(), "what came meanwhile keeps the reader up");
+        assert!(!b.may_sleep(Sleeper::Poller), "what came meanwhile keeps the reader up");
         assert_eq!(drain(&mut b).len(), 2);
-        assert!(b.may_sleep());
+        assert!(b.may_sleep(Sleeper::Poller));
+    }
+
+    /// Two threads of a process may sleep in poll(2) at once, the
+    /// application's and the progress thread: one waking lowers its own
+    /// flag, not the other's, and a post still wakes the one asleep.
+    #[test]
+    fn a_thread_that_wakes_leaves_the_other_s_sleep_flag_raised() {
+        let (mut a, mut b) = pair(64 << 10);
+        assert_eq!(b.post(Kind::Barrier, b"b"), Some(1));
+        drain(&mut b);
+        assert!(b.may_sleep(Sleeper::Poller));
+        assert!(b.may_sleep(Sleeper::Progress));
+        b.awake(Sleeper::Progress);
+        assert_eq!(a.post(Kind::Barrier, b"a"), Some(1));
+        assert_eq!(a.wake.len(), 1, "the poller, still asleep, is woken");
+        // Woken once: both flags are down, and a flag raised again is
+        // seen by the next post.
+        assert!(!asleep(&a.peers[1].as_ref().unwrap().w.theirs));
+        b.awake(Sleeper::Poller);
+        assert!(!b.may_sleep(Sleeper::Poller), "a's post is there");
+        assert!(b.may_sleep(Sleeper::Progress));
+        assert_eq!(a.post(Kind::Barrier, b"a2"), Some(2));
+        assert_eq!(a.wake.len(), 2);
     }
 
     /// A small shared-memory file system takes smaller rings, then no
@@ -2599,11 +2663,11 @@ mod tests {
         // b waits for a's counterpart of its own first post, asleep.
         assert_eq!(b.post(Kind::BspSync, b"from b"), Some(1));
         drain(&mut b);
-        assert!(b.may_sleep());
+        assert!(b.may_sleep(Sleeper::Poller));
         assert_eq!(a.post(Kind::BspSync, b"first"), Some(1));
         assert_eq!(a.wake.len(), 1, "a sleeper is woken by a post");
-        assert!(!b.may_sleep(), "every counterpart is there: no sleep");
-        assert!(b.may_sleep(), "the wait for them ended");
+        assert!(!b.may_sleep(Sleeper::Poller), "every counterpart is there: no sleep");
+        assert!(b.may_sleep(Sleeper::Poller), "the wait for them ended");
         assert_eq!(b.read_post(0, 1, Kind::BspSync, &mut got), Ok(true));
         assert_eq!(got, b"first");
         assert_eq!(a.read_post(1, 1, Kind::BspSync, &mut got), Ok(true));
