@@ -225,14 +225,16 @@ fn a_barrier_holds_every_rank_until_the_last_enters() {
 /// run out sleep in poll(2) on their sockets; the last to enter sends each
 /// an empty datagram. Where a rank's progress thread reads that datagram
 /// before its application thread, it must wake that thread: once it did
-/// not, and the thread slept to its poll's limit (20 ms): this test then
-/// counted 5 to 15 such sleeps (`World::barrier` among 64 processes on 2
+/// not, and the thread slept to its poll's limit (20 ms) with every post
+/// it waited for on the board (`World::barrier` among 64 processes on 2
 /// cores took 22-27 ms). Rank 0 comes 3 ms late to each of 100 barriers,
-/// so the others wait and are woken: none of their application threads
-/// may sleep to the limit, but for a rare descheduled writer (two in
-/// all). Rank 0 waits only where another rank was descheduled longer
-/// than its 3 ms (three times in one run under `.ci/run`'s load): not
-/// counted.
+/// so the others wait and are woken: no rank may miss a wake-up
+/// (`Runtime::wakeups_missed`), but for a rare writer descheduled between
+/// its post and the datagram it sends (two in all). Sleeps to the limit
+/// alone are printed, not counted: a rank kept from running longer than 20
+/// ms by the rest of the machine (the other tests of this file, two ranks
+/// of four at once on 2 cores, in most runs of the file with their
+/// release build) makes the others sleep that long, woken or not.
 #[test]
 fn a_rank_asleep_in_a_barrier_on_the_board_is_woken() {
     let test = "a_rank_asleep_in_a_barrier_on_the_board_is_woken";
@@ -245,7 +247,13 @@ fn a_rank_asleep_in_a_barrier_on_the_board_is_woken() {
             }
             world.barrier().unwrap();
         }
-        println!("rank {} slept to the limit {} times", world.rank(), world.runtime().polls_to_limit());
+        let runtime = world.runtime();
+        println!(
+            "rank {} slept to the limit {} times, {} of them past its wake-up",
+            world.rank(),
+            runtime.polls_to_limit(),
+            runtime.wakeups_missed()
+        );
         world.finalize().unwrap();
         return;
     }
@@ -258,13 +266,13 @@ fn a_rank_asleep_in_a_barrier_on_the_board_is_woken() {
         .map(|rest| rest.split(' ').next().unwrap().parse().unwrap())
         .collect();
     assert_eq!(sleeps.len(), 4, "{stdout}\n{stderr}");
-    let woken: u64 = stdout
+    let missed: u64 = stdout
         .lines()
-        .filter(|l| !l.contains("rank 0 slept"))
-        .filter_map(|l| l.split("slept to the limit ").nth(1))
-        .map(|rest| rest.split(' ').next().unwrap().parse::<u64>().unwrap())
+        .filter_map(|l| l.strip_suffix(" of them past its wake-up")?.rsplit(' ').next())
+        .map(|n| n.parse::<u64>().unwrap())
         .sum();
-    assert!(woken <= 2, "wake-ups lost: {sleeps:?}\n{stdout}");
+    println!("sleeps to the limit {sleeps:?}; wake-ups missed {missed}");
+    assert!(missed <= 2, "wake-ups lost: {missed} (sleeps to the limit {sleeps:?})\n{stdout}");
 }
 
 /// The files of a job's shared-memory path, by its id (BULKWIRE_JOB).

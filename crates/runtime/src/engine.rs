@@ -1539,6 +1539,9 @@ struct Inner {
     /// Polls of an application thread that slept to [`POLL_AT_MOST`]
     /// with nothing ready ([`Runtime::polls_to_limit`]).
     polls_to_limit: AtomicU64,
+    /// Of those, polls that came to their limit though something had come
+    /// by shared memory meanwhile ([`Runtime::wakeups_missed`]).
+    wakeups_missed: AtomicU64,
     /// Application threads blocked until the progress thread finds what
     /// they wait for.
     blocked: AtomicU32,
@@ -1858,6 +1861,7 @@ impl Runtime {
             collective: AtomicBool::new(false),
             app_polls: AtomicBool::new(false),
             polls_to_limit: AtomicU64::new(0),
+            wakeups_missed: AtomicU64::new(0),
             blocked: AtomicU32::new(0),
             spin,
             calls_left: AtomicU64::new(0),
@@ -1934,6 +1938,16 @@ impl Runtime {
     /// sleep to the limit.
     pub fn polls_to_limit(&self) -> u64 {
         self.inner.polls_to_limit.load(Ordering::Relaxed)
+    }
+
+    /// Of [`Runtime::polls_to_limit`], those that slept on though a peer on
+    /// this host had written to this process or posted on the board what
+    /// it waited for ([`Shm::missed_wakeup`]): a wake-up lost. A peer kept
+    /// from running (the machine's cores busy elsewhere) makes a sleep to
+    /// the limit, not a missed wake-up, unless it is kept between its post
+    /// and the wake-up it sends.
+    pub fn wakeups_missed(&self) -> u64 {
+        self.inner.wakeups_missed.load(Ordering::Relaxed)
     }
 
     /// Buffers this process took fresh from the allocator to read
@@ -2337,11 +2351,16 @@ impl Runtime {
                 libc::pollfd { fd: fds[1], events: libc::POLLIN, revents: 0 },
                 libc::pollfd { fd: self.inner.poller_wake.as_raw_fd(), events: libc::POLLIN, revents: 0 },
             ];
-            if poll_fds(&mut polls, timeout) == 0 && timeout == POLL_AT_MOST {
-                self.inner.polls_to_limit.fetch_add(1, Ordering::Relaxed);
-            }
+            let to_limit = poll_fds(&mut polls, timeout) == 0 && timeout == POLL_AT_MOST;
             drain(&self.inner.poller_wake, polls[2].revents);
-            self.inner.lock().awake(Sleeper::Poller);
+            let e = self.inner.lock();
+            if to_limit {
+                self.inner.polls_to_limit.fetch_add(1, Ordering::Relaxed);
+                if e.shm.as_ref().is_some_and(Shm::missed_wakeup) {
+                    self.inner.wakeups_missed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            e.awake(Sleeper::Poller);
         }
     }
 

@@ -1563,6 +1563,18 @@ impl Shm {
         doorbell == self.last_doorbell && !self.rescan
     }
 
+    /// After a sleep in poll(2) that lasted to its limit: whether it should
+    /// have been woken, what it waited for having come meanwhile (every
+    /// peer's counterpart of this process's last post is on the board, or
+    /// a peer rang the doorbell since this process last read its rings).
+    pub fn missed_wakeup(&self) -> bool {
+        let posted = self.awaited.is_some_and(|seq| {
+            let at = board_slot(seq) + B_SEQ;
+            self.local.iter().all(|&r| peer_of(&self.peers, r).w.theirs.u64(at).load(Ordering::SeqCst) >= seq)
+        });
+        posted || self.own.region.u64(H_DOORBELL).load(Ordering::SeqCst) != self.last_doorbell
+    }
+
     /// Posts `bytes` on the board as this process's next contribution to a
     /// collective that every process of the job makes in the same order,
     /// and returns its number, by which the peers on this host read it
