@@ -622,12 +622,14 @@ fn receives_into_the_caller_s_buffer() {
 /// send returns once every packet has been acknowledged, so the caller may
 /// change the buffer at once. Each message goes from one buffer rewritten
 /// right after its send returns, over a network that loses 5% of the
-/// datagrams; a window of borrowed sends likewise. Every byte arrives as
-/// it was when sent; with `BULKWIRE_UDP_LEND=0` nothing is lent.
+/// datagrams; windows of borrowed sends likewise, from 64 KiB (counted:
+/// one of 64 KiB less a byte is copied). Every byte arrives as it was
+/// when sent; with `BULKWIRE_UDP_LEND=0` nothing is lent.
 #[test]
 fn a_send_over_udp_lends_its_buffer_until_acknowledged() {
     const MESSAGES: u64 = 12;
     const LEN: usize = (1 << 20) + 37;
+    const SHORT: usize = (64 << 10) + 37;
     if is_rank() {
         let world = World::init().unwrap();
         if world.rank() == 0 {
@@ -637,19 +639,25 @@ fn a_send_over_udp_lends_its_buffer_until_acknowledged() {
                 world.send(1, 3, &buf).unwrap();
                 buf.fill(0xEE);
             }
-            let mut window: Vec<Vec<u8>> = (0..3).map(|k| pattern(100 + k, LEN)).collect();
-            let sends: Vec<_> = window.iter().map(|b| world.isend_borrowed(1, 4, b).unwrap()).collect();
-            world.wait_borrowed(sends).unwrap();
-            window.iter_mut().for_each(|b| b.fill(0xEE));
+            // Windows of borrowed sends: lent from 64 KiB.
+            for (tag, len) in [(4, LEN), (5, SHORT), (6, SHORT - 38)] {
+                let seed = 100 * tag as u64;
+                let mut window: Vec<Vec<u8>> = (0..3).map(|k| pattern(seed + k, len)).collect();
+                let sends: Vec<_> = window.iter().map(|b| world.isend_borrowed(1, tag, b).unwrap()).collect();
+                world.wait_borrowed(sends).unwrap();
+                window.iter_mut().for_each(|b| b.fill(0xEE));
+            }
             let lent = world.runtime().with(|e| Ok(e.udp_loans())).unwrap();
             let lending = std::env::var("BULKWIRE_UDP_LEND").as_deref() != Ok("0");
-            assert_eq!(lent, if lending { MESSAGES + 3 } else { 0 });
+            assert_eq!(lent, if lending { MESSAGES + 6 } else { 0 });
         } else {
-            for (tag, seeds) in [(3, 0..MESSAGES), (4, 100..103)] {
-                for seed in seeds {
+            let windows = [(4, LEN), (5, SHORT), (6, SHORT - 38)].map(|(tag, len)| (tag, 100 * tag as u64, len));
+            for (tag, first, len) in [(3, 0, LEN)].into_iter().chain(windows) {
+                let count = if tag == 3 { MESSAGES } else { 3 };
+                for seed in first..first + count {
                     let (_, got) = world.recv(Source::Rank(0), Tag::Is(tag)).unwrap();
-                    assert_eq!(got.len(), LEN);
-                    assert_eq!(first_difference(seed, LEN, &got), None, "message {seed}");
+                    assert_eq!(got.len(), len);
+                    assert_eq!(first_difference(seed, len, &got), None, "message {seed}");
                 }
             }
         }

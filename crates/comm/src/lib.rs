@@ -652,7 +652,7 @@ impl World {
     /// went before it: a stream) to a peer on this host that reads this
     /// process's memory is lent: the peer reads it from `data` into the
     /// buffer its receive returns, one copy in all, where [`World::isend`]
-    /// copies it first; so is one of 256 KiB or more to a peer over UDP,
+    /// copies it first; so is one of 64 KiB or more to a peer over UDP,
     /// whose packets the endpoint sends from `data` until every one is
     /// acknowledged. Any other message goes as [`World::isend`] sends it.
     pub fn isend_borrowed<'a>(&'a self, to: u32, tag: i32, data: &'a [u8]) -> Result<BorrowedSend<'a>, CommError> {
