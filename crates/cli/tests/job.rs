@@ -232,9 +232,9 @@ fn a_barrier_holds_every_rank_until_the_last_enters() {
 /// (`Runtime::wakeups_missed`), but for a rare writer descheduled between
 /// its post and the datagram it sends (two in all). Sleeps to the limit
 /// alone are printed, not counted: a rank kept from running longer than 20
-/// ms by the rest of the machine (the other tests of this file, two ranks
-/// of four at once on 2 cores, in most runs of the file with their
-/// release build) makes the others sleep that long, woken or not.
+/// ms by the rest of the machine (the other tests of this file: two ranks
+/// of four at once, on 2 cores, in most runs of the whole file) makes the
+/// others sleep that long, woken or not.
 #[test]
 fn a_rank_asleep_in_a_barrier_on_the_board_is_woken() {
     let test = "a_rank_asleep_in_a_barrier_on_the_board_is_woken";

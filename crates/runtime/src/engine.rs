@@ -2622,8 +2622,8 @@ fn progress_thread(inner: &Inner) {
         // condition variable or in poll(2)), a turn is only a helper's:
         // where the application holds the engine it is in a call, so busy
         // with the engine itself, and this thread naps again rather than
-        // sleep on the lock, to be woken by a system call of the
-        // application's as it leaves. Streaming 16 KiB messages between two
+        // sleep on the lock (a system call of the application's to wake it
+        // as it leaves, and on busy cores a context switch). Streaming 16 KiB messages between two
         // test-bed hosts on 2 cores (`bench bw`, eight alternating pairs):
         // 1,062-1,153 MB/s napping, 1,000-1,141 waiting on the lock
         // (0.94-1.03x TCP against 0.84-0.97x); 4 KiB and 64 KiB alike.

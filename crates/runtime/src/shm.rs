@@ -115,7 +115,7 @@ pub const ARENA_DEFAULT: usize = 2 << 20;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"bwshm\0\0\x01");
 const VERSION: u32 = 7;
-/// The file's header: fixed fields, the doorbell and the sleep flag on
+/// The file's header: fixed fields, the doorbell and the sleep flags on
 /// lines of their own, the host identity.
 const HEADER: usize = 4096;
 const H_MAGIC: usize = 0;
@@ -697,9 +697,10 @@ fn board_slot(seq: u64) -> usize {
 
 /// A thread that may sleep in poll(2) on the sockets, each with a sleep
 /// flag of its own ([`H_SLEEPING`]): with one flag for both, the progress
-/// thread, waking from its own poll, lowered the flag the application
-/// thread was asleep on, and a post then woke nobody (ranks in a barrier
-/// slept to their poll's limit, 20 ms, several times in 100 barriers).
+/// thread, waking from its own poll while the application thread slept in
+/// its own, lowered the flag that thread slept on, and a writer then woke
+/// nobody (the thread slept to its poll's limit, 20 ms). Shown by a unit
+/// test; not seen in a job's run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Sleeper {
     /// The application thread that waits in poll(2) on the sockets.
