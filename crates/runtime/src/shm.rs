@@ -1552,16 +1552,26 @@ impl Shm {
         // Every peer's counterpart of the last post there: the wait for
         // them ends at its next look. Else a peer that posts after this
         // finds the flag raised (see `post`).
-        if let Some(seq) = self.awaited {
-            let at = board_slot(seq) + B_SEQ;
-            let peers = &self.peers;
-            if self.local.iter().all(|&r| peer_of(peers, r).w.theirs.u64(at).load(Ordering::SeqCst) >= seq) {
-                self.awaited = None;
-                return false;
-            }
+        if self.counterparts_posted() {
+            self.awaited = None;
+            return false;
         }
-        let doorbell = self.own.region.u64(H_DOORBELL).load(Ordering::SeqCst);
-        doorbell == self.last_doorbell && !self.rescan
+        !self.doorbell_rang() && !self.rescan
+    }
+
+    /// Whether every local peer has posted its counterpart of this
+    /// process's last post that it still awaits.
+    fn counterparts_posted(&self) -> bool {
+        self.awaited.is_some_and(|seq| {
+            let at = board_slot(seq) + B_SEQ;
+            self.local.iter().all(|&r| peer_of(&self.peers, r).w.theirs.u64(at).load(Ordering::SeqCst) >= seq)
+        })
+    }
+
+    /// Whether a peer rang the doorbell since this process last read its
+    /// rings.
+    fn doorbell_rang(&self) -> bool {
+        self.own.region.u64(H_DOORBELL).load(Ordering::SeqCst) != self.last_doorbell
     }
 
     /// After a sleep in poll(2) that lasted to its limit: whether it should
@@ -1569,11 +1579,7 @@ impl Shm {
     /// peer's counterpart of this process's last post is on the board, or
     /// a peer rang the doorbell since this process last read its rings).
     pub fn missed_wakeup(&self) -> bool {
-        let posted = self.awaited.is_some_and(|seq| {
-            let at = board_slot(seq) + B_SEQ;
-            self.local.iter().all(|&r| peer_of(&self.peers, r).w.theirs.u64(at).load(Ordering::SeqCst) >= seq)
-        });
-        posted || self.own.region.u64(H_DOORBELL).load(Ordering::SeqCst) != self.last_doorbell
+        self.counterparts_posted() || self.doorbell_rang()
     }
 
     /// Posts `bytes` on the board as this process's next contribution to a
